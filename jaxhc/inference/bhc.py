@@ -1,0 +1,500 @@
+"""Greedy Bayesian hierarchical clustering (Heller & Ghahramani 2005) under ``jit``.
+
+The formulas (DESIGN.md, "Formulas"): leaves have ``d_i = alpha``, ``pi_i = 1`` and
+``p(D_i|T_i) = p(D_i|H1)``; merging ``i, j`` into ``k`` with ``n_k`` points gives
+
+    d_k = alpha Gamma(n_k) + d_i d_j,      pi_k = alpha Gamma(n_k) / d_k,
+    p(D_k|T_k) = pi_k p(D_k|H1) + (1 - pi_k) p(D_i|T_i) p(D_j|T_j),
+    r_k = pi_k p(D_k|H1) / p(D_k|T_k).
+
+The greedy search merges the pair with the highest ``r_k``. We rank pairs by the log-odds
+``log r_k - log(1 - r_k)``, which is monotone in ``r_k`` and never saturates in floating
+point (``log r_k`` rounds to 0 for many well-separated pairs).
+
+Implementation: clusters live in ``n`` slots; a merged cluster takes the smaller slot of its
+two children. The pair scores are an ``[n, n]`` matrix, computed once row by row; after each
+merge only the new cluster's row is computed (``O(n)`` vectorised work), and every row
+caches its best partner, so finding the next merge is an ``O(n)`` argmax. Rows whose cached
+partner disappeared are rescanned (a few per merge on average). Total ``O(n^2)`` work and
+``O(n^2)`` memory for the score matrix.
+"""
+from __future__ import annotations
+
+from functools import partial
+from typing import Any, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.scipy.special import gammaln
+
+from ..components import Component
+from ..tree import Tree
+
+__all__ = ["BHCResult", "bhc", "bhc_predictive", "tree_node_terms", "TreeTerms", "check_alpha"]
+
+
+# ------------------------------------------------------------------------------------------
+# validation helpers
+# ------------------------------------------------------------------------------------------
+def check_alpha(alpha, name: str = "alpha") -> float:
+    """Returns ``alpha`` as a float after checking it is a positive finite scalar."""
+    if isinstance(alpha, jax.core.Tracer):
+        return alpha
+    try:
+        a = float(np.asarray(alpha))
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a positive scalar, got {alpha!r}") from None
+    if np.ndim(alpha) != 0 or not np.isfinite(a) or a <= 0:
+        raise ValueError(f"{name} must be a positive finite scalar, got {alpha!r}")
+    return a
+
+
+def check_component(component, name: str = "component") -> Component:
+    if not isinstance(component, Component):
+        raise TypeError(
+            f"{name} must be a jaxhc.components.Component (e.g. NormalInverseWishart.from_data(X)), "
+            f"got {type(component).__name__}"
+        )
+    return component
+
+
+# ------------------------------------------------------------------------------------------
+# the pair computation shared by the greedy search and the fixed-tree recursion
+# ------------------------------------------------------------------------------------------
+class _Merge(NamedTuple):
+    stats: Any
+    n: jax.Array
+    log_h1: jax.Array
+    log_d: jax.Array
+    log_pT: jax.Array
+    log_r: jax.Array
+    log_1mr: jax.Array
+    logit: jax.Array
+
+
+def _merge_terms(comp, log_alpha, sa, na, log_da, log_pTa, sb, nb, log_db, log_pTb, cache=None) -> _Merge:
+    """All BHC quantities of merging clusters a and b (broadcasts over leading axes)."""
+    s = comp.merge(sa, sb)
+    n = na + nb
+    log_h1 = comp.log_marginal(s) if cache is None else comp.log_marginal(s, cache)
+    lag = log_alpha + gammaln(n)
+    ldd = log_da + log_db
+    log_d = jnp.logaddexp(lag, ldd)
+    a = lag - log_d + log_h1  # log pi_k p(D_k|H1)
+    b = ldd - log_d + log_pTa + log_pTb  # log (1 - pi_k) p(D_i|T_i) p(D_j|T_j)
+    log_pT = jnp.logaddexp(a, b)
+    return _Merge(s, n, log_h1, log_d, log_pT, a - log_pT, b - log_pT, a - b)
+
+
+# ------------------------------------------------------------------------------------------
+# greedy search (jit)
+# ------------------------------------------------------------------------------------------
+class _State(NamedTuple):
+    stats: Any  # per slot, leading axis n
+    cnt: jax.Array  # [n] points per slot
+    log_d: jax.Array  # [n]
+    log_pT: jax.Array  # [n]
+    node: jax.Array  # [n] tree node id held by the slot
+    active: jax.Array  # [n] bool
+    S: jax.Array  # [n, n] pair log-odds, -inf where invalid
+    best_val: jax.Array  # [n] best score of the row (an upper bound when stale)
+    best_idx: jax.Array  # [n] its partner (meaningless when stale)
+    second: jax.Array  # [n] upper bound on the row's scores other than best_idx
+    stale: jax.Array  # [n] bool: best_val is only an upper bound; rescan before use
+    # outputs, one row per merge
+    children: jax.Array  # [n-1, 2]
+    out_stats: Any  # [n-1, ...]
+    out_log_h1: jax.Array
+    out_log_d: jax.Array
+    out_log_pT: jax.Array
+    out_log_r: jax.Array
+    out_log_1mr: jax.Array
+
+
+def _take(tree, i):
+    return jax.tree_util.tree_map(lambda x: x[i], tree)
+
+
+def _set(tree, i, val):
+    return jax.tree_util.tree_map(lambda x, v: x.at[i].set(v), tree, val)
+
+
+def _progress_callback(total):
+    from tqdm.auto import tqdm
+
+    bars = {}
+
+    def cb(t):
+        t = int(t)
+        if "bar" not in bars:
+            bars["bar"] = tqdm(total=total, desc="BHC merges", leave=False)
+        bar = bars["bar"]
+        bar.update(t - bar.n)
+        if t >= total:
+            bar.close()
+            bars.clear()
+
+    return cb
+
+
+@partial(jax.jit, static_argnames=("progress_every", "row_batch"))
+def _bhc_core(comp, log_alpha, leaf_stats, n_valid, progress_every=0, row_batch=1):
+    n = jax.tree_util.tree_leaves(leaf_stats)[0].shape[0]
+    dtype = jnp.result_type(log_alpha, jnp.float32)
+    idx = jnp.arange(n)
+    active = idx < n_valid
+    cnt = active.astype(dtype)
+    log_d = jnp.full((n,), log_alpha, dtype)
+    log_pT = jnp.where(active, comp.log_marginal(leaf_stats), 0.0).astype(dtype)
+    neg_inf = jnp.array(-jnp.inf, dtype)
+    cache = comp.count_cache(n)
+
+    def row(i, stats, cnt, log_d, log_pT, active):
+        si = _take(stats, i)
+        m = _merge_terms(
+            comp, log_alpha, si, cnt[i], log_d[i], log_pT[i], stats, cnt, log_d, log_pT, cache
+        )
+        ok = active & active[i] & (idx != i)
+        return jnp.where(ok, m.logit, neg_inf)
+
+    S = jax.lax.map(lambda i: row(i, leaf_stats, cnt, log_d, log_pT, active), idx, batch_size=row_batch)
+    top2, top2_idx = jax.lax.top_k(S, 2) if n >= 2 else (jnp.full((n, 2), neg_inf), jnp.zeros((n, 2), jnp.int32))
+    best_val, best_idx, second = top2[:, 0], top2_idx[:, 0].astype(jnp.int32), top2[:, 1]
+
+    empty_stats = jax.tree_util.tree_map(lambda x: jnp.zeros((max(n - 1, 0),) + x.shape[1:], x.dtype), leaf_stats)
+    zeros = jnp.zeros((max(n - 1, 0),), dtype)
+    state = _State(
+        leaf_stats, cnt, log_d, log_pT, idx, active, S, best_val, best_idx, second, jnp.zeros((n,), bool),
+        jnp.zeros((max(n - 1, 0), 2), jnp.int32), empty_stats, zeros, zeros, zeros, zeros, zeros,
+    )
+    cb = _progress_callback(n_valid) if progress_every else None
+
+    def exact_row(k, S, bv, bi, sec, stl):
+        t2, t2i = jax.lax.top_k(S[k], 2)
+        return bv.at[k].set(t2[0]), bi.at[k].set(t2i[0].astype(bi.dtype)), sec.at[k].set(t2[1]), stl.at[k].set(False)
+
+    def body(t, st: _State):
+        # lazy selection: rescan stale rows while one of them is on top (bounds are upper
+        # bounds, so the first exact row on top is the exact maximum)
+        def cond(c):
+            return c[3][jnp.argmax(c[0])]
+
+        def rescan(c):
+            return exact_row(jnp.argmax(c[0]), st.S, *c)
+
+        best_val, best_idx, second, stale = jax.lax.while_loop(
+            cond, rescan, (st.best_val, st.best_idx, st.second, st.stale)
+        )
+        i = jnp.argmax(best_val)
+        j = best_idx[i]
+        a, b = jnp.minimum(i, j), jnp.maximum(i, j)
+        m = _merge_terms(
+            comp, log_alpha,
+            _take(st.stats, a), st.cnt[a], st.log_d[a], st.log_pT[a],
+            _take(st.stats, b), st.cnt[b], st.log_d[b], st.log_pT[b], cache,
+        )
+        na, nb = st.node[a], st.node[b]
+        children = st.children.at[t].set(jnp.stack([jnp.minimum(na, nb), jnp.maximum(na, nb)]).astype(jnp.int32))
+        stats = _set(st.stats, a, m.stats)
+        cnt = st.cnt.at[a].set(m.n)
+        log_d = st.log_d.at[a].set(m.log_d)
+        log_pT = st.log_pT.at[a].set(m.log_pT)
+        node = st.node.at[a].set(n + t)
+        active = st.active.at[b].set(False)
+        r = row(a, stats, cnt, log_d, log_pT, active)
+        S = st.S.at[a, :].set(r).at[:, a].set(r).at[b, :].set(neg_inf).at[:, b].set(neg_inf)
+        # update the row caches for the new scores r[k] = S[k, a]
+        other = active & (idx != a)
+        lost = ~stale & ((best_idx == a) | (best_idx == b))  # cached partner changed or died
+        # rows that lost their partner: exact if r beats the bound on the rest, else stale
+        lost_exact = other & lost & (r >= second)
+        lost_stale = other & lost & ~(r >= second)
+        # exact rows that kept their partner: r may become the new best
+        keep = other & ~lost & ~stale
+        keep_new = keep & (r > best_val)
+        # stale rows: r above the bound is the exact new best
+        stale_new = other & stale & (r > best_val)
+        take_r = lost_exact | keep_new | stale_new
+        second = jnp.where(keep_new | stale_new, best_val, second)
+        second = jnp.where(keep & ~keep_new, jnp.maximum(second, r), second)
+        best_val = jnp.where(take_r, r, jnp.where(lost_stale, second, best_val))
+        best_idx = jnp.where(take_r, a.astype(best_idx.dtype), best_idx)
+        stale = (stale & ~stale_new) | lost_stale
+        best_val, best_idx, second, stale = exact_row(a, S, best_val, best_idx, second, stale)
+        best_val = best_val.at[b].set(neg_inf)
+        stale = stale.at[b].set(False)
+        if cb is not None:
+            jax.lax.cond(
+                ((t + 1) % progress_every == 0) | (t + 2 == n_valid),
+                lambda: jax.debug.callback(cb, t + 2, ordered=True),
+                lambda: None,
+            )
+        return _State(
+            stats, cnt, log_d, log_pT, node, active, S, best_val, best_idx, second, stale,
+            children,
+            _set(st.out_stats, t, m.stats),
+            st.out_log_h1.at[t].set(m.log_h1),
+            st.out_log_d.at[t].set(m.log_d),
+            st.out_log_pT.at[t].set(m.log_pT),
+            st.out_log_r.at[t].set(m.log_r),
+            st.out_log_1mr.at[t].set(m.log_1mr),
+        )
+
+    state = jax.lax.fori_loop(0, n_valid - 1, body, state)
+    leaf_log_h1 = jnp.where(active, comp.log_marginal(leaf_stats), 0.0)
+    return (
+        state.children, state.out_stats, state.out_log_h1, state.out_log_d, state.out_log_pT,
+        state.out_log_r, state.out_log_1mr, leaf_log_h1,
+    )
+
+
+# ------------------------------------------------------------------------------------------
+# result type
+# ------------------------------------------------------------------------------------------
+class BHCResult(NamedTuple):
+    """The output of `bhc` (and `rbhc`).
+
+    Fields (``n`` points, nodes ``0 .. 2n-2`` as in `jaxhc.tree.Tree`):
+      tree: the hierarchy; ``tree.heights`` is the merge order, ``tree.values["log_r"]``.
+      log_evidence: ``log p(D | T)`` at the root.
+      log_r: ``[n-1]`` log posterior of the merged hypothesis of every inner node (merge order).
+      dpm_lower_bound: ``log p(D|T) + log d_root + log Gamma(alpha) - log Gamma(n + alpha)``,
+        a lower bound on the DPM log marginal likelihood (Corollary of Theorem 1).
+      log_d, log_pT, log_h1, log_1mr: ``[2n-1]`` per node (leaves: ``log_r = 0``).
+      node_stats: sufficient statistics of every node, leading axis ``2n-1``.
+      component, alpha: the model the tree was built with.
+    """
+
+    tree: Tree
+    log_evidence: jax.Array
+    log_r: jax.Array
+    dpm_lower_bound: jax.Array
+    log_d: jax.Array
+    log_pT: jax.Array
+    log_h1: jax.Array
+    log_1mr: jax.Array
+    node_stats: Any
+    component: Component
+    alpha: jax.Array
+
+    @property
+    def n_points(self) -> int:
+        return self.tree.n_leaves
+
+    def cut(self, threshold: float = 0.5) -> np.ndarray:
+        """Flat labels ``[n]``: descend from the root, splitting nodes with ``r_k < threshold``."""
+        if not (0.0 <= float(threshold) <= 1.0):
+            raise ValueError(f"threshold must be a probability in [0, 1], got {threshold}")
+        return self.tree.cut(threshold, scores=np.exp(np.asarray(self.log_r)))
+
+    def n_clusters(self, threshold: float = 0.5) -> int:
+        return int(np.max(self.cut(threshold)) + 1)
+
+    def log_weights(self) -> np.ndarray:
+        """``log w_k [2n-1]``, the weights of the predictive mixture; they sum to 1.
+
+        ``w_k = r_k prod_{i in path(root .. parent(k))} (1 - r_i) n_{c(i)} / n_i`` where
+        ``c(i)`` is the child of ``i`` on the path: with probability ``1 - r_i`` the data of
+        node ``i`` are split as in its subtrees, and a new point joins the side with
+        ``n_c`` of the ``n_i`` points with probability ``n_c / n_i`` (the DPM's
+        rich-get-richer rule). Without the ``n_c / n_i`` factors (the form printed in the
+        paper) the weights sum to more than 1.
+        """
+        n = self.tree.n_leaves
+        par = self.tree.parents()
+        size = self.tree.sizes().astype(float)
+        log_r = np.concatenate([np.zeros(n), np.asarray(self.log_r)])
+        l1 = np.asarray(self.log_1mr)
+        acc = np.zeros(2 * n - 1)
+        for k in range(2 * n - 3, -1, -1):
+            p = par[k]
+            acc[k] = acc[p] + l1[p] + np.log(size[k] / size[p])
+        return log_r + acc
+
+
+def _gather_nodes(leaf, inner):
+    return jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b], axis=0), leaf, inner)
+
+
+def _assemble(comp, alpha, n, leaf_stats, leaf_log_h1, children, out_stats, log_h1, log_d, log_pT, log_r, log_1mr):
+    """Host-side assembly of a BHCResult from per-merge outputs (ids in 0..2n-2)."""
+    dtype = np.asarray(log_h1).dtype if n > 1 else np.float64
+    log_alpha = np.log(alpha)
+    node_log_h1 = np.concatenate([np.asarray(leaf_log_h1), np.asarray(log_h1)])
+    node_log_d = np.concatenate([np.full(n, log_alpha), np.asarray(log_d)])
+    node_log_pT = np.concatenate([np.asarray(leaf_log_h1), np.asarray(log_pT)])
+    node_log_1mr = np.concatenate([np.full(n, -np.inf), np.asarray(log_1mr)])
+    log_r = np.asarray(log_r, dtype=dtype)
+    tree = Tree(np.asarray(children, np.int64), heights=np.arange(1, n, dtype=float), values={"log_r": log_r})
+    log_ev = node_log_pT[-1]
+    bound = log_ev + node_log_d[-1] + gammaln(alpha) - gammaln(n + alpha)
+    return BHCResult(
+        tree, jnp.asarray(log_ev), jnp.asarray(log_r), jnp.asarray(bound),
+        jnp.asarray(node_log_d), jnp.asarray(node_log_pT), jnp.asarray(node_log_h1), jnp.asarray(node_log_1mr),
+        _gather_nodes(leaf_stats, out_stats), comp, jnp.asarray(alpha),
+    )
+
+
+def _row_batch(leaf_stats, n):
+    per_row = sum(int(np.prod(x.shape[1:])) for x in jax.tree_util.tree_leaves(leaf_stats)) * n
+    return int(max(1, min(n, (1 << 22) // max(per_row, 1))))
+
+
+def bhc_from_stats(comp, alpha, leaf_stats, n_valid: Optional[int] = None, progress_bar: bool = False):
+    """BHC on precomputed leaf statistics (leading axis ``n_max``), the first ``n_valid``
+    of which are real points; the rest are padding and never merged. Node ids of the
+    result refer to the ``n_valid`` real points. Returns a `BHCResult`."""
+    n_max = jax.tree_util.tree_leaves(leaf_stats)[0].shape[0]
+    n = n_max if n_valid is None else int(n_valid)
+    alpha = check_alpha(alpha)
+    every = max(1, n // 200) if progress_bar else 0
+    out = _bhc_core(
+        comp, jnp.log(jnp.asarray(alpha, dtype=jnp.result_type(float))), leaf_stats, jnp.asarray(n, jnp.int32),
+        progress_every=every, row_batch=_row_batch(leaf_stats, n_max),
+    )
+    children, out_stats, log_h1, log_d, log_pT, log_r, log_1mr, leaf_log_h1 = out
+    k = n - 1
+    ch = np.asarray(children)[:k].astype(np.int64)
+    if n_max != n:  # remap padded node ids n_max + t -> n + t
+        ch = np.where(ch >= n_max, ch - n_max + n, ch)
+    take = lambda x: jax.tree_util.tree_map(lambda y: y[:k], x)
+    return _assemble(
+        comp, alpha, n, take(jax.tree_util.tree_map(lambda y: y[: n], leaf_stats)) if n_max != n else leaf_stats,
+        np.asarray(leaf_log_h1)[:n], ch, take(out_stats), np.asarray(log_h1)[:k], np.asarray(log_d)[:k],
+        np.asarray(log_pT)[:k], np.asarray(log_r)[:k], np.asarray(log_1mr)[:k],
+    )
+
+
+def bhc(X, component: Component, alpha: float = 1.0, *, progress_bar: Optional[bool] = None) -> BHCResult:
+    """Greedy Bayesian hierarchical clustering of the rows of ``X``.
+
+    Args:
+      X: data ``[n, d]`` in the component's domain (NaN marks missing entries only for
+        components with ``supports_missing``; otherwise it is an error).
+      component: a `jaxhc.components.Component`, e.g. ``NormalInverseWishart.from_data(X)``.
+      alpha: DPM concentration (> 0).
+      progress_bar: show a tqdm bar of merges (default: only for n >= 3000).
+
+    Returns:
+      `BHCResult` with ``tree``, ``log_evidence`` (log p(D|T)), ``log_r`` per merge,
+      ``dpm_lower_bound`` and ``cut(0.5)``. (Heller & Ghahramani 2005, Alg. 1 and Eq. 1-2.)
+    """
+    check_component(component)
+    alpha = check_alpha(alpha)
+    Xh = component.validate_data(X)
+    n = Xh.shape[0]
+    leaf = component.leaf_stats(jnp.asarray(Xh))
+    if progress_bar is None:
+        progress_bar = n >= 3000
+    return bhc_from_stats(component, alpha, leaf, progress_bar=progress_bar)
+
+
+# ------------------------------------------------------------------------------------------
+# fixed-tree recursion (differentiable) and the predictive distribution
+# ------------------------------------------------------------------------------------------
+class TreeTerms(NamedTuple):
+    """Per-node BHC quantities of a fixed tree, each ``[2n-1]``."""
+
+    log_evidence: jax.Array
+    dpm_lower_bound: jax.Array
+    log_h1: jax.Array
+    log_d: jax.Array
+    log_pT: jax.Array
+    log_r: jax.Array
+    log_1mr: jax.Array
+
+
+def node_stats_of_tree(comp: Component, leaf_stats, children):
+    """Sufficient statistics of every node ``[2n-1, ...]`` of a tree given as ``children``."""
+    children = jnp.asarray(children)
+    n = children.shape[0] + 1
+    pad = jax.tree_util.tree_map(lambda x: jnp.zeros((n - 1,) + x.shape[1:], x.dtype), leaf_stats)
+    allst = _gather_nodes(leaf_stats, pad)
+
+    def step(st, tc):
+        t, (a, b) = tc
+        m = comp.merge(_take(st, a), _take(st, b))
+        return _set(st, n + t, m), None
+
+    allst, _ = jax.lax.scan(step, allst, (jnp.arange(n - 1), children))
+    return allst
+
+
+def tree_node_terms(comp: Component, alpha, node_stats, children) -> TreeTerms:
+    """BHC recursion on a fixed tree: differentiable in ``alpha`` and the component's
+    hyperparameters (``node_stats`` from `node_stats_of_tree`, ``children [n-1, 2]``)."""
+    children = jnp.asarray(children)
+    n = children.shape[0] + 1
+    log_alpha = jnp.log(alpha)
+    log_h1 = comp.log_marginal(node_stats)
+    cnt0 = jnp.concatenate([jnp.ones(n), jnp.zeros(n - 1)]).astype(log_h1.dtype)
+    log_d0 = jnp.concatenate([jnp.full(n, log_alpha), jnp.zeros(n - 1)]).astype(log_h1.dtype)
+    log_pT0 = jnp.where(jnp.arange(2 * n - 1) < n, log_h1, 0.0)
+    log_r0 = jnp.zeros(2 * n - 1, log_h1.dtype)
+    log_1mr0 = jnp.full(2 * n - 1, -jnp.inf, log_h1.dtype)
+
+    def step(c, tc):
+        cnt, log_d, log_pT, log_r, log_1mr = c
+        t, (a, b) = tc
+        k = n + t
+        nk = cnt[a] + cnt[b]
+        lag = log_alpha + gammaln(nk)
+        ldd = log_d[a] + log_d[b]
+        ld = jnp.logaddexp(lag, ldd)
+        x = lag - ld + log_h1[k]
+        y = ldd - ld + log_pT[a] + log_pT[b]
+        lp = jnp.logaddexp(x, y)
+        return (
+            cnt.at[k].set(nk), log_d.at[k].set(ld), log_pT.at[k].set(lp),
+            log_r.at[k].set(x - lp), log_1mr.at[k].set(y - lp),
+        ), None
+
+    (cnt, log_d, log_pT, log_r, log_1mr), _ = jax.lax.scan(
+        step, (cnt0, log_d0, log_pT0, log_r0, log_1mr0), (jnp.arange(n - 1), children)
+    )
+    ev = log_pT[-1]
+    bound = ev + log_d[-1] + gammaln(alpha) - gammaln(n + alpha)
+    return TreeTerms(ev, bound, log_h1, log_d, log_pT, log_r, log_1mr)
+
+
+def tree_log_evidence(X, tree: Tree, component: Component, alpha: float = 1.0) -> TreeTerms:
+    """``log p(D|T)`` and all per-node BHC quantities of a given tree (any binary tree over
+    the rows of ``X``; ``TreeTerms``)."""
+    check_component(component)
+    check_alpha(alpha)
+    Xh = component.validate_data(X)
+    tree = tree.validate() if isinstance(tree, Tree) else Tree(tree).validate()
+    if tree.n_leaves != Xh.shape[0]:
+        raise ValueError(f"tree has {tree.n_leaves} leaves but X has {Xh.shape[0]} rows")
+    leaf = component.leaf_stats(jnp.asarray(Xh))
+    ns = node_stats_of_tree(component, leaf, tree.children)
+    return tree_node_terms(component, jnp.asarray(alpha, dtype=jnp.result_type(float)), ns, tree.children)
+
+
+@jax.jit
+def _predictive_core(comp, log_w, node_stats, Xn):
+    def one(x):
+        lp = comp.log_predictive(x, node_stats)
+        return jax.scipy.special.logsumexp(log_w + lp)
+
+    return jax.lax.map(one, Xn, batch_size=16)
+
+
+def bhc_predictive(result: BHCResult, X_new) -> jax.Array:
+    """``log p(x | D)`` for each row of ``X_new [m, d]`` under a BHC tree.
+
+    ``p(x|D) = sum_k w_k p(x | D_k)`` over all nodes, ``w_k = r_k prod_{i in path(root ..
+    parent(k))} (1 - r_i) n_{c(i)} / n_i`` (Heller & Ghahramani 2005, Sec. 4, with the
+    DPM's size-proportional split so the weights sum to 1; see `BHCResult.log_weights`);
+    for NIW components each ``p(x | D_k)`` is a multivariate Student-t. Returns ``[m]``.
+    """
+    if not isinstance(result, BHCResult):
+        raise TypeError(f"result must be a BHCResult from jaxhc.bhc, got {type(result).__name__}")
+    comp = result.component
+    Xn = np.asarray(X_new)
+    if Xn.ndim == 1:
+        raise ValueError(f"X_new must be 2-D [m, d]; got a vector of shape {Xn.shape} (use X_new[None])")
+    Xn = comp.validate_data(Xn, "X_new")
+    log_w = jnp.asarray(result.log_weights())
+    return _predictive_core(comp, log_w, result.node_stats, jnp.asarray(Xn))

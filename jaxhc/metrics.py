@@ -1,0 +1,383 @@
+"""Evaluation metrics for hierarchical and flat clusterings.
+
+* `dendrogram_purity` - exact dendrogram purity (Heller & Ghahramani, 2005) of a `Tree`
+  or `ParentTree` against class labels, from per-node class counts in ``O(n C)``.
+* Flat scores comparing two labelings, all from one (sparse) contingency table:
+  `adjusted_rand_index`, `normalized_mutual_info` (arithmetic-mean normalisation, as
+  scikit-learn's default), `f_measure` (clustering F-measure) and `purity`.
+* `levelwise_scores` - the flat scores at every level of a fixed-depth hierarchy (nested CRP).
+* `predictive_log_likelihood_summary` - mean and standard error of held-out log predictive
+  values.
+
+All functions are pure, run on host numpy arrays and raise ``ValueError`` naming the
+offending argument for bad input (wrong shape or length, empty input, NaN).
+"""
+from __future__ import annotations
+
+import math
+from typing import Dict, Tuple
+
+import numpy as np
+
+from jaxhc.tree import ParentTree, Tree
+
+__all__ = [
+    "dendrogram_purity",
+    "adjusted_rand_index",
+    "normalized_mutual_info",
+    "f_measure",
+    "purity",
+    "levelwise_scores",
+    "predictive_log_likelihood_summary",
+]
+
+
+# ---------------------------------------------------------------------------------------
+# input checks
+# ---------------------------------------------------------------------------------------
+def _has_nan(x: np.ndarray) -> bool:
+    if x.dtype.kind in "fc":
+        return bool(np.isnan(x).any())
+    if x.dtype.kind == "O":
+        return any(v != v for v in x.ravel())  # NaN is the only value unequal to itself
+    return False
+
+
+def _check_labels(labels, name: str, n: int | None = None) -> np.ndarray:
+    """1-D label array, checked; returns integer codes ``[n]`` in ``0 .. C-1``."""
+    x = np.asarray(labels)
+    if x.ndim != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {x.shape}")
+    if x.size == 0:
+        raise ValueError(f"{name} must not be empty")
+    if _has_nan(x):
+        raise ValueError(f"{name} contains NaN")
+    if n is not None and x.shape[0] != n:
+        raise ValueError(f"{name} must have length {n} (number of tree leaves), got {x.shape[0]}")
+    _, codes = np.unique(x, return_inverse=True)
+    return codes.reshape(-1).astype(np.int64)
+
+
+# ---------------------------------------------------------------------------------------
+# dendrogram purity
+# ---------------------------------------------------------------------------------------
+_CHUNK_ELEMS = 1 << 22  # at most this many entries per [nodes, classes] block
+
+
+def _leaf_ranges(tree):
+    """Parent ``[m]``, n_leaves, and the leaf interval ``[lo_k, hi_k)`` of every node.
+
+    Leaves are numbered by their position in a depth-first order, so the leaves under any
+    node ``k`` are exactly the positions ``lo_k <= p < hi_k``. Also returns ``leaf_at``
+    ``[n]``, the leaf at each position.
+    """
+    if isinstance(tree, Tree):
+        tree.validate()
+        n = tree.n_leaves
+        par = tree.parents()
+        ch = np.asarray(tree.children, np.int64).tolist()
+        kids = [()] * n + [tuple(r) for r in ch]
+        root = 2 * n - 2
+    elif isinstance(tree, ParentTree):
+        par = np.asarray(tree.parent)
+        if par.ndim != 1 or par.size == 0:
+            raise ValueError(f"tree.parent must be a non-empty 1-D array, got shape {par.shape}")
+        if par.dtype.kind not in "iu":
+            raise ValueError(f"tree.parent must hold integers, got dtype {par.dtype}")
+        par = par.astype(np.int64)
+        m, n = par.shape[0], tree.n_leaves
+        if n < 1 or n > m:
+            raise ValueError(f"tree.n_leaves must be in [1, {m}], got {n}")
+        if np.any((par < -1) | (par >= m)):
+            raise ValueError("tree.parent: parent ids out of range")
+        roots = np.flatnonzero(par < 0)
+        if roots.size != 1:
+            raise ValueError(f"tree.parent: need exactly one root, found {roots.size}")
+        if np.any(par[par >= 0] < n):
+            raise ValueError(f"tree.parent: leaves 0..{n - 1} must have no children")
+        root = int(roots[0])
+        kids = [[] for _ in range(m)]
+        for k, p in enumerate(par.tolist()):
+            if p >= 0:
+                kids[p].append(k)
+    else:
+        raise TypeError(f"tree must be a jaxhc Tree or ParentTree, got {type(tree).__name__}")
+
+    m = par.shape[0]
+    lo, hi = [0] * m, [0] * m
+    leaf_at = [0] * n
+    pos, visited, stack = 0, 0, [root]
+    while stack:  # iterative DFS; ~k marks the exit from node k
+        k = stack.pop()
+        if k >= 0:
+            visited += 1
+            lo[k] = pos
+            if k < n:
+                leaf_at[pos] = k
+                pos += 1
+                hi[k] = pos
+            else:
+                stack.append(~k)
+                stack.extend(reversed(kids[k]))
+        else:
+            hi[~k] = pos
+    if visited != m or pos != n:
+        raise ValueError("tree.parent: some nodes do not reach the root (cycle or detached part)")
+    return par, n, np.asarray(lo), np.asarray(hi), np.asarray(leaf_at)
+
+
+def dendrogram_purity(tree, labels) -> float:
+    """Exact dendrogram purity of ``tree`` with respect to class ``labels``.
+
+    Dendrogram purity (Heller & Ghahramani, 2005): draw uniformly a pair of distinct leaves
+    of the same class, take the leaves under their lowest common ancestor (LCA), and record
+    the fraction of them in that class; purity is the expectation.
+
+    Computed exactly from per-node class counts ``N[k, c]`` (built for all nodes at once
+    from class cumulative sums along a depth-first leaf order). For a binary inner node
+    ``k`` with children ``a, b`` the same-class pairs with LCA ``k`` number
+    ``N[a, c] N[b, c]``, each contributing ``N[k, c] / size_k``. For a `ParentTree` the
+    pairs with LCA ``k`` are ``P[k, c] - sum_children P[child, c]`` with
+    ``P = N (N - 1) / 2``, which telescopes to ``sum_k P[k, c] (f[k, c] - f[parent(k), c])``
+    with ``f = N / size``. Classes with a single member are dropped and the classes are
+    processed in blocks, so memory stays bounded; time is ``O(n C)``.
+
+    Args:
+      tree: a `Tree` (binary, ``n`` leaves) or `ParentTree` (any arity; leaves are nodes
+        ``0 .. n_leaves-1``).
+      labels: ``[n]`` class label of every leaf (any comparable values).
+
+    Returns:
+      Dendrogram purity, a float in ``(0, 1]``.
+    """
+    par, n, lo, hi, leaf_at = _leaf_ranges(tree)
+    codes = _check_labels(labels, "labels", n)
+    class_sizes = np.bincount(codes)
+    keep = class_sizes >= 2
+    if not keep.any():
+        raise ValueError("labels: no class has two members, so dendrogram purity is undefined")
+    remap = np.full(class_sizes.shape[0], -1, np.int64)
+    C = int(np.count_nonzero(keep))
+    remap[keep] = np.arange(C)
+    c_at = remap[codes[leaf_at]]  # class (or -1) of the leaf at each DFS position
+    m = par.shape[0]
+    size = (hi - lo).astype(np.float64)
+    binary = isinstance(tree, Tree)
+    if binary:
+        ch = np.asarray(tree.children, np.int64)
+        a, b, inner = ch[:, 0], ch[:, 1], np.arange(n, m)
+        inv_size = 1.0 / size[inner]
+    else:
+        inv_size = np.divide(1.0, size, out=np.zeros(m), where=size > 0)
+        nonroot = par >= 0
+
+    total = 0.0
+    width = max(1, min(C, _CHUNK_ELEMS // m))
+    for c0 in range(0, C, width):
+        w = min(width, C - c0)
+        sel = np.flatnonzero((c_at >= c0) & (c_at < c0 + w))
+        cum = np.zeros((n + 1, w))
+        cum[sel + 1, c_at[sel] - c0] = 1.0
+        np.cumsum(cum, axis=0, out=cum)
+        N = cum[hi] - cum[lo]  # [m, w] class counts under every node
+        if binary:
+            total += float(np.sum(N[a] * N[b] * N[inner] * inv_size[:, None]))
+        else:
+            f = N * inv_size[:, None]
+            f_par = np.zeros_like(f)
+            f_par[nonroot] = f[par[nonroot]]
+            total += float(np.sum(0.5 * N * (N - 1.0) * (f - f_par)))
+    n_pairs = float(np.sum(class_sizes[keep] * (class_sizes[keep] - 1.0)) / 2.0)
+    return total / n_pairs
+
+
+# ---------------------------------------------------------------------------------------
+# flat clustering scores
+# ---------------------------------------------------------------------------------------
+class _Contingency:
+    """Sparse contingency table of two labelings: nonzero cells ``(row, col, count)``."""
+
+    def __init__(self, labels_true, labels_pred):
+        t = np.asarray(labels_true)
+        p = np.asarray(labels_pred)
+        a = _check_labels(t, "labels_true")
+        b = _check_labels(p, "labels_pred")
+        if a.shape[0] != b.shape[0]:
+            raise ValueError(
+                f"labels_true and labels_pred must have the same length, got {a.shape[0]} and {b.shape[0]}"
+            )
+        self.n = a.shape[0]
+        self.row_sums = np.bincount(a)  # class sizes  [C]
+        self.col_sums = np.bincount(b)  # cluster sizes [K]
+        K = self.col_sums.shape[0]
+        cells, nij = np.unique(a * K + b, return_counts=True)
+        self.rows, self.cols, self.nij = cells // K, cells % K, nij
+
+
+def _ari(ct: _Contingency) -> float:
+    n = ct.n
+    sum_sq = int(np.sum(ct.nij.astype(np.int64) ** 2))
+    tp = sum_sq - n
+    fp = int(np.sum(ct.col_sums.astype(np.int64) ** 2)) - sum_sq
+    fn = int(np.sum(ct.row_sums.astype(np.int64) ** 2)) - sum_sq
+    tn = n * n - fp - fn - sum_sq
+    if fn == 0 and fp == 0:
+        return 1.0
+    return 2.0 * (tp * tn - fn * fp) / ((tp + fn) * (fn + tn) + (tp + fp) * (fp + tn))
+
+
+def _entropy(counts: np.ndarray, n: int) -> float:
+    p = counts[counts > 0] / n
+    return float(-np.sum(p * np.log(p)))
+
+
+def _nmi(ct: _Contingency) -> float:
+    C, K = ct.row_sums.shape[0], ct.col_sums.shape[0]
+    if C == K == 1:
+        return 1.0
+    if C == 1 or K == 1:
+        return 0.0
+    n = ct.n
+    nij = ct.nij.astype(np.float64)
+    outer = ct.row_sums[ct.rows].astype(np.float64) * ct.col_sums[ct.cols].astype(np.float64)
+    mi = np.sum(nij / n * (np.log(nij) + math.log(n) - np.log(outer)))
+    mi = max(float(mi), 0.0)
+    if mi <= np.finfo(np.float64).eps:
+        return 0.0
+    norm = 0.5 * (_entropy(ct.row_sums, n) + _entropy(ct.col_sums, n))
+    return float(mi / max(norm, np.finfo(np.float64).eps))
+
+
+def _f_measure(ct: _Contingency) -> float:
+    f1 = 2.0 * ct.nij / (ct.row_sums[ct.rows] + ct.col_sums[ct.cols])
+    best = np.zeros(ct.row_sums.shape[0])
+    np.maximum.at(best, ct.rows, f1)
+    return float(np.sum(ct.row_sums * best) / ct.n)
+
+
+def _purity(ct: _Contingency) -> float:
+    best = np.zeros(ct.col_sums.shape[0], dtype=np.int64)
+    np.maximum.at(best, ct.cols, ct.nij)
+    return float(best.sum() / ct.n)
+
+
+def adjusted_rand_index(labels_true, labels_pred) -> float:
+    """Adjusted Rand index of two flat labelings (equals sklearn's ``adjusted_rand_score``).
+
+    Args:
+      labels_true: ``[n]`` reference class labels.
+      labels_pred: ``[n]`` predicted cluster labels.
+
+    Returns:
+      ARI, a float in ``[-0.5, 1]``; 1 for identical partitions.
+    """
+    return _ari(_Contingency(labels_true, labels_pred))
+
+
+def normalized_mutual_info(labels_true, labels_pred) -> float:
+    """Normalised mutual information, ``MI / mean(H_true, H_pred)`` (sklearn's default).
+
+    Args:
+      labels_true: ``[n]`` reference class labels.
+      labels_pred: ``[n]`` predicted cluster labels.
+
+    Returns:
+      NMI, a float in ``[0, 1]`` (1 when both labelings are a single cluster).
+    """
+    return _nmi(_Contingency(labels_true, labels_pred))
+
+
+def f_measure(labels_true, labels_pred) -> float:
+    """Clustering F-measure: class-size-weighted mean over classes of the best cluster F1.
+
+    ``F = sum_c (n_c / n) max_k 2 n_ck / (n_c + n_k)``.
+
+    Args:
+      labels_true: ``[n]`` reference class labels.
+      labels_pred: ``[n]`` predicted cluster labels.
+
+    Returns:
+      F-measure, a float in ``(0, 1]``.
+    """
+    return _f_measure(_Contingency(labels_true, labels_pred))
+
+
+def purity(labels_true, labels_pred) -> float:
+    """Flat purity: ``sum_k max_c n_ck / n`` (each cluster counted as its majority class).
+
+    Args:
+      labels_true: ``[n]`` reference class labels.
+      labels_pred: ``[n]`` predicted cluster labels.
+
+    Returns:
+      Purity, a float in ``(0, 1]``.
+    """
+    return _purity(_Contingency(labels_true, labels_pred))
+
+
+# ---------------------------------------------------------------------------------------
+# fixed-depth hierarchies
+# ---------------------------------------------------------------------------------------
+def levelwise_scores(level_labels_true, level_labels_pred) -> Dict[str, np.ndarray]:
+    """Flat scores at every level of a fixed-depth hierarchy (e.g. a nested-CRP path).
+
+    Args:
+      level_labels_true: int ``[N, L]``; column ``l`` holds the reference cluster labels at
+        level ``l``.
+      level_labels_pred: int ``[N, L]``; predicted labels at each level.
+
+    Returns:
+      ``{"purity", "nmi", "ari", "f_measure"}``, each a float array ``[L]`` (entry ``l`` is
+      the score of column ``l``).
+    """
+    T = np.asarray(level_labels_true)
+    P = np.asarray(level_labels_pred)
+    for name, x in (("level_labels_true", T), ("level_labels_pred", P)):
+        if x.ndim != 2:
+            raise ValueError(f"{name} must be 2-D [N, L], got shape {x.shape}")
+        if x.size == 0:
+            raise ValueError(f"{name} must not be empty, got shape {x.shape}")
+        if _has_nan(x):
+            raise ValueError(f"{name} contains NaN")
+    if T.shape != P.shape:
+        raise ValueError(
+            f"level_labels_true and level_labels_pred must have the same shape, got {T.shape} and {P.shape}"
+        )
+    L = T.shape[1]
+    out = {k: np.zeros(L) for k in ("purity", "nmi", "ari", "f_measure")}
+    for l in range(L):
+        ct = _Contingency(T[:, l], P[:, l])
+        out["purity"][l] = _purity(ct)
+        out["nmi"][l] = _nmi(ct)
+        out["ari"][l] = _ari(ct)
+        out["f_measure"][l] = _f_measure(ct)
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# held-out likelihood
+# ---------------------------------------------------------------------------------------
+def predictive_log_likelihood_summary(log_probs) -> Tuple[float, float]:
+    """Mean and standard error of per-point held-out log predictive values.
+
+    Args:
+      log_probs: float ``[n]``, ``log p(x_i | training data)`` of each held-out point
+        (``-inf`` is allowed and propagates).
+
+    Returns:
+      ``(mean, stderr)`` with ``stderr = std(ddof=1) / sqrt(n)``; ``stderr`` is NaN for
+      ``n = 1``.
+    """
+    x = np.asarray(log_probs, dtype=np.float64)
+    if x.ndim != 1:
+        raise ValueError(f"log_probs must be 1-D [n], got shape {x.shape}")
+    if x.size == 0:
+        raise ValueError("log_probs must not be empty")
+    if np.isnan(x).any():
+        raise ValueError("log_probs contains NaN")
+    mean = float(np.mean(x))
+    if x.size == 1:
+        return mean, float("nan")
+    with np.errstate(invalid="ignore"):
+        se = float(np.std(x, ddof=1) / math.sqrt(x.size))
+    return mean, se
