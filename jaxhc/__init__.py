@@ -13,6 +13,8 @@ from .components import (
     NormalKnownCov,
 )
 from .inference.bhc import BHCResult, bhc, bhc_predictive, tree_log_evidence
+from .inference.hyperopt import HyperoptResult, learn_hyperparameters
+from .inference.rbhc import rbhc
 from .tree import ParentTree, Tree
 
 __version__ = "0.1.0"
@@ -22,6 +24,7 @@ __all__ = [
     "BetaBernoulli",
     "BetaBinomial",
     "DirichletMultinomial",
+    "HyperoptResult",
     "NormalInverseWishart",
     "NormalKnownCov",
     "ParentTree",
@@ -29,7 +32,9 @@ __all__ = [
     "bhc",
     "bhc_predictive",
     "components",
+    "learn_hyperparameters",
     "metrics",
+    "rbhc",
     "tree",
     "tree_log_evidence",
 ]

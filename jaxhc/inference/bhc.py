@@ -405,6 +405,7 @@ class TreeTerms(NamedTuple):
     log_1mr: jax.Array
 
 
+@jax.jit
 def node_stats_of_tree(comp: Component, leaf_stats, children):
     """Sufficient statistics of every node ``[2n-1, ...]`` of a tree given as ``children``."""
     children = jnp.asarray(children)
@@ -421,6 +422,7 @@ def node_stats_of_tree(comp: Component, leaf_stats, children):
     return allst
 
 
+@jax.jit
 def tree_node_terms(comp: Component, alpha, node_stats, children) -> TreeTerms:
     """BHC recursion on a fixed tree: differentiable in ``alpha`` and the component's
     hyperparameters (``node_stats`` from `node_stats_of_tree`, ``children [n-1, 2]``)."""

@@ -1,0 +1,228 @@
+"""Dendrogram purity of BHC vs scipy single / complete / average linkage.
+
+Usage::
+
+    python benchmarks/bhc_purity.py             # full run (10 subsets per data set), a few minutes
+    python benchmarks/bhc_purity.py --quick     # 2 subsets per data set, smoke test
+    python benchmarks/bhc_purity.py --reps 5 --datasets digits3,iris --out /tmp/p.json
+
+Data sets (all bundled with scikit-learn, no download):
+
+* ``digits3``: scikit-learn digits (8x8, pixels 0..16) binarized ``pixel >= 8 -> 1``, classes
+  {0, 2, 4}, 40 random points per class (120 points, 64 binary features) - the 3-digit
+  setting of Heller & Ghahramani (2005).
+* ``digits10``: the same binarized digits, all 10 classes, 20 random points per class
+  (200 points).
+* ``iris`` / ``wine``: a random 80% of the points (without replacement), features
+  standardized (zero mean, unit variance) on the subsample.
+
+Subset ``s`` (``s = 0 .. reps-1``) is drawn with ``numpy.random.default_rng(s)``.
+
+Methods: BHC (``jaxhc.bhc``, ``alpha = 1``, float64) with ``BetaBernoulli.from_data`` (the
+mean-matched Beta prior, fitted on the subset) for the digits and
+``NormalInverseWishart.from_data`` for iris / wine; on the digits also BHC with the flat
+``BetaBernoulli(1, 1)`` prior, and on iris / wine also (supplementary) BHC with
+``NormalInverseWishart.from_data(X, cov_fraction=1.0)`` (prior expected covariance equal
+to the data's per-feature variances instead of 0.1 times them). Baselines: ``scipy.cluster.hierarchy.linkage(X, method)``
+with Euclidean distance for ``single``, ``complete`` and ``average``, on the same
+(binarized / standardized) features. Score: exact dendrogram purity
+(``jaxhc.metrics.dendrogram_purity``). Reported: mean and standard error
+(``std(ddof=1) / sqrt(reps)``) over the subsets.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import math
+import os
+import platform
+import sys
+import time
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+import numpy as np  # noqa: E402
+from scipy.cluster.hierarchy import linkage  # noqa: E402
+
+import jaxhc  # noqa: E402
+from jaxhc.metrics import dendrogram_purity  # noqa: E402
+from jaxhc.tree import Tree  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DEFAULT_OUT = os.path.join(HERE, "results", "bhc_purity.json")
+LINKAGES = ("single", "complete", "average")
+DATASETS = ("digits3", "digits10", "iris", "wine")
+
+
+# ------------------------------------------------------------------------------------------
+# data
+# ------------------------------------------------------------------------------------------
+def _digits_binary():
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    return (d.data >= 8).astype(np.float64), d.target.astype(np.int64)
+
+
+def digits_subset(classes, per_class, seed):
+    X, y = _digits_binary()
+    rng = np.random.default_rng(seed)
+    idx = np.concatenate([rng.choice(np.flatnonzero(y == c), per_class, replace=False) for c in classes])
+    return X[idx], y[idx]
+
+
+def uci_subset(name, frac, seed):
+    from sklearn.datasets import load_iris, load_wine
+
+    d = {"iris": load_iris, "wine": load_wine}[name]()
+    X, y = d.data.astype(np.float64), d.target.astype(np.int64)
+    rng = np.random.default_rng(seed)
+    m = int(round(frac * X.shape[0]))
+    idx = np.sort(rng.choice(X.shape[0], m, replace=False))
+    Xs = X[idx]
+    sd = Xs.std(axis=0)
+    Xs = (Xs - Xs.mean(axis=0)) / np.where(sd > 0, sd, 1.0)
+    return Xs, y[idx]
+
+
+def get_subset(name, seed):
+    if name == "digits3":
+        return digits_subset((0, 2, 4), 40, seed)
+    if name == "digits10":
+        return digits_subset(tuple(range(10)), 20, seed)
+    return uci_subset(name, 0.8, seed)
+
+
+def bhc_methods(name, X):
+    """(method name, component) pairs of BHC for this data set."""
+    if name.startswith("digits"):
+        out = [("BHC", jaxhc.BetaBernoulli.from_data(X))]
+        out.append(("BHC Beta(1,1)", jaxhc.BetaBernoulli(1.0, 1.0)))
+        return out
+    return [
+        ("BHC", jaxhc.NormalInverseWishart.from_data(X)),
+        # supplementary: a broader prior covariance (E[Sigma] = diag var(X) instead of 0.1x)
+        ("BHC cov_frac=1", jaxhc.NormalInverseWishart.from_data(X, cov_fraction=1.0)),
+    ]
+
+
+COMPONENT_DESC = {
+    "digits3": {"BHC": "BetaBernoulli.from_data(X) (mean-matched Beta prior)", "BHC Beta(1,1)": "BetaBernoulli(1, 1)"},
+    "digits10": {"BHC": "BetaBernoulli.from_data(X) (mean-matched Beta prior)", "BHC Beta(1,1)": "BetaBernoulli(1, 1)"},
+    "iris": {"BHC": "NormalInverseWishart.from_data(X)",
+             "BHC cov_frac=1": "NormalInverseWishart.from_data(X, cov_fraction=1.0) (supplementary)"},
+    "wine": {"BHC": "NormalInverseWishart.from_data(X)",
+             "BHC cov_frac=1": "NormalInverseWishart.from_data(X, cov_fraction=1.0) (supplementary)"},
+}
+
+
+# ------------------------------------------------------------------------------------------
+# evaluation
+# ------------------------------------------------------------------------------------------
+def evaluate(name, reps, verbose=True):
+    scores: dict[str, list] = {}
+    times: dict[str, list] = {}
+    info = None
+    for seed in range(reps):
+        X, y = get_subset(name, seed)
+        info = {"n": int(X.shape[0]), "d": int(X.shape[1]), "classes": int(np.unique(y).size)}
+        for meth, comp in bhc_methods(name, X):
+            t0 = time.perf_counter()
+            res = jaxhc.bhc(X, comp, 1.0, progress_bar=False)
+            times.setdefault(meth, []).append(time.perf_counter() - t0)
+            scores.setdefault(meth, []).append(dendrogram_purity(res.tree, y))
+        for link in LINKAGES:
+            meth = f"{link} linkage"
+            t0 = time.perf_counter()
+            Z = linkage(X, link)
+            times.setdefault(meth, []).append(time.perf_counter() - t0)
+            scores.setdefault(meth, []).append(dendrogram_purity(Tree.from_linkage(Z), y))
+        if verbose:
+            print(f"  {name} subset {seed}: " + ", ".join(f"{m}={v[-1]:.3f}" for m, v in scores.items()), flush=True)
+    rows = {}
+    for meth, v in scores.items():
+        a = np.asarray(v)
+        rows[meth] = {
+            "mean": float(a.mean()),
+            "se": float(a.std(ddof=1) / math.sqrt(a.size)) if a.size > 1 else float("nan"),
+            "values": [float(x) for x in a],
+            # the first BHC call of a shape includes compilation; report the median
+            "median_time_s": float(np.median(times[meth])),
+        }
+    return {"dataset": name, **(info or {}), "reps": reps, "components": COMPONENT_DESC[name], "results": rows}
+
+
+def print_table(all_res):
+    meths = []
+    for r in all_res:
+        for m in r["results"]:
+            if m not in meths:
+                meths.append(m)
+    colw = 18
+    hdr = f"{'method':<16}" + "".join(f"{r['dataset'] + ' (n=' + str(r['n']) + ')':>{colw}}" for r in all_res)
+    print("\nDendrogram purity, mean +- standard error over subsets")
+    print("BHC = BetaBernoulli.from_data (digits) / NormalInverseWishart.from_data (iris, wine), alpha=1")
+    print(hdr)
+    print("-" * len(hdr))
+    for m in meths:
+        cells = []
+        for r in all_res:
+            v = r["results"].get(m)
+            cells.append(f"{v['mean']:.3f} +- {v['se']:.3f}" if v else "-")
+        print(f"{m:<16}" + "".join(f"{c:>{colw}}" for c in cells))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="2 subsets per data set (smoke test)")
+    ap.add_argument("--reps", type=int, default=None, help="subsets per data set (default 10)")
+    ap.add_argument("--datasets", type=str, default=",".join(DATASETS), help=f"subset of {','.join(DATASETS)}")
+    ap.add_argument("--out", type=str, default=None, help=f"JSON output (default {DEFAULT_OUT}; --quick: none)")
+    args = ap.parse_args(argv)
+    reps = args.reps or (2 if args.quick else 10)
+    out_path = args.out or (None if args.quick else DEFAULT_OUT)
+    names = [s for s in args.datasets.split(",") if s]
+    for s in names:
+        if s not in DATASETS:
+            ap.error(f"unknown data set {s!r}; choose from {DATASETS}")
+
+    t0 = time.perf_counter()
+    all_res = [evaluate(name, reps) for name in names]
+    print_table(all_res)
+    print(f"\ntotal {time.perf_counter() - t0:.1f} s")
+
+    if out_path:
+        os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
+        doc = {
+            "benchmark": "bhc_purity",
+            "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+            "machine": {
+                "platform": platform.platform(),
+                "cpu_count": os.cpu_count(),
+                "python": platform.python_version(),
+                "jax": jax.__version__,
+                "backend": jax.default_backend(),
+            },
+            "method": {
+                "subsets": "numpy default_rng(seed), seed = 0..reps-1",
+                "digits3": "binarized digits (pixel >= 8), classes {0,2,4}, 40 per class",
+                "digits10": "binarized digits, 10 classes, 20 per class",
+                "iris/wine": "80% random subsample, standardized on the subsample",
+                "bhc": "alpha=1, float64; BetaBernoulli.from_data (digits), NIW.from_data (iris/wine); "
+                       "digits also BetaBernoulli(1,1); iris/wine also NIW.from_data(X, cov_fraction=1.0)",
+                "linkage": "scipy.cluster.hierarchy.linkage, Euclidean",
+                "score": "jaxhc.metrics.dendrogram_purity; mean and se = std(ddof=1)/sqrt(reps)",
+            },
+            "datasets": all_res,
+        }
+        with open(out_path, "w") as f:
+            json.dump(doc, f, indent=2)
+        print(f"wrote {out_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

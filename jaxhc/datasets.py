@@ -1,0 +1,316 @@
+"""Data sets: loaders for the ones shipped with scikit-learn and synthetic generators.
+
+* `load_digits_binary` - scikit-learn's 8x8 handwritten digits, binarized (the BHC paper's
+  digits experiments), with an optional class subset and per-class subsample.
+* `load_iris`, `load_wine` - the classic UCI tables shipped with scikit-learn.
+* `sample_dpm` - data from a Dirichlet-process mixture: a CRP partition drawn with
+  ``jax.random`` and Gaussian (random means and covariances) or Bernoulli clusters.
+* `mixture_of_gaussians` - isotropic Gaussian blobs around given centers.
+
+The loaders need scikit-learn (``pip install jaxhc[cli]``); it is imported lazily, and the
+data files ship inside scikit-learn, so no network access is needed. Every function returns
+host numpy arrays ``(X float64 [n, d], y int64 [n])`` and raises ``ValueError`` naming the
+offending argument for bad input. Random functions take an explicit PRNG key.
+"""
+from __future__ import annotations
+
+import numbers
+from functools import partial
+from typing import Optional, Sequence, Tuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = [
+    "load_digits_binary",
+    "load_iris",
+    "load_wine",
+    "sample_dpm",
+    "mixture_of_gaussians",
+]
+
+
+# ---------------------------------------------------------------------------------------
+# helpers
+# ---------------------------------------------------------------------------------------
+def _sklearn_datasets():
+    try:
+        from sklearn import datasets
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            "this loader needs scikit-learn, which ships the data set; install it with "
+            "`pip install jaxhc[cli]` (or `pip install scikit-learn`)"
+        ) from e
+    return datasets
+
+
+def _is_key(key) -> bool:
+    if isinstance(key, jax.Array) and jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+        return key.ndim == 0
+    try:
+        arr = np.asarray(key)
+    except Exception:
+        return False
+    return arr.shape == (2,) and arr.dtype == np.uint32
+
+
+def _check_key(key, name: str = "key"):
+    """The key as a typed PRNG key (raw ``uint32[2]`` keys are wrapped, same bits)."""
+    if not _is_key(key):
+        raise ValueError(
+            f"{name} must be a single JAX PRNG key (jax.random.key(0) or jax.random.PRNGKey(0)), "
+            f"got {type(key).__name__}{'' if not hasattr(key, 'shape') else ' of shape ' + str(np.shape(key))}"
+        )
+    if isinstance(key, jax.Array) and jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+        return key
+    return jax.random.wrap_key_data(jnp.asarray(key, dtype=jnp.uint32))
+
+
+def _numpy_rng(key) -> np.random.Generator:
+    """A numpy generator seeded by the bits of a JAX key (host-side sampling without
+    compiling a JAX program per shape)."""
+    return np.random.default_rng(np.asarray(jax.random.key_data(key)).ravel().tolist())
+
+
+def _as_key(key_or_seed, name: str = "key_or_seed"):
+    """A PRNG key from a key or a non-negative integer seed."""
+    if isinstance(key_or_seed, numbers.Integral) and not isinstance(key_or_seed, bool):
+        if key_or_seed < 0:
+            raise ValueError(f"{name}: an integer seed must be non-negative, got {key_or_seed}")
+        return jax.random.key(int(key_or_seed))
+    return _check_key(key_or_seed, name)
+
+
+def _positive_int(x, name: str) -> int:
+    if isinstance(x, bool) or not isinstance(x, numbers.Integral) or x < 1:
+        raise ValueError(f"{name} must be a positive integer, got {x!r}")
+    return int(x)
+
+
+def _positive_float(x, name: str) -> float:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a positive number, got {x!r}") from None
+    if np.ndim(x) != 0 or not np.isfinite(v) or v <= 0:
+        raise ValueError(f"{name} must be a positive finite number, got {x!r}")
+    return v
+
+
+def _standardize(X: np.ndarray) -> np.ndarray:
+    sd = X.std(axis=0)
+    return (X - X.mean(axis=0)) / np.where(sd > 0, sd, 1.0)
+
+
+# ---------------------------------------------------------------------------------------
+# loaders (scikit-learn)
+# ---------------------------------------------------------------------------------------
+def load_digits_binary(
+    classes: Optional[Sequence[int]] = None,
+    per_class: Optional[int] = None,
+    threshold: float = 8,
+    key_or_seed=0,
+) -> Tuple[np.ndarray, np.ndarray]:
+    """Binarized scikit-learn digits: ``X[i, j] = 1`` where pixel ``j >= threshold``.
+
+    The 8x8 images have pixel values 0..16; ``threshold=8`` keeps the pen strokes (the BHC
+    paper's binarized digits, e.g. its 3-digit subset ``classes=(0, 2, 4)``).
+
+    Args:
+      classes: digits to keep (subset of 0..9, no repeats); ``None`` keeps all ten.
+      per_class: if given, a uniform random subsample of this many images per class
+        (without replacement; must not exceed the smallest class, ~174 images).
+      threshold: binarization threshold in ``(0, 16]``.
+      key_or_seed: PRNG key or integer seed for the subsample.
+
+    Returns:
+      ``(X, y)``: ``X`` float64 ``[n, 64]`` with values in {0, 1}; ``y`` int64 ``[n]``, the
+      digit of every row. Rows are grouped by class in the order of ``classes``.
+    """
+    thr = float(threshold) if np.ndim(threshold) == 0 else np.nan
+    if not (0 < thr <= 16):
+        raise ValueError(f"threshold must be a number in (0, 16] (pixels are 0..16), got {threshold!r}")
+    if classes is None:
+        cls = list(range(10))
+    else:
+        try:
+            cls = [int(c) for c in classes]
+        except (TypeError, ValueError):
+            raise ValueError(f"classes must be a sequence of digits 0..9, got {classes!r}") from None
+        if not cls:
+            raise ValueError("classes must not be empty")
+        if any(c < 0 or c > 9 for c in cls) or any(c != cc for c, cc in zip(cls, classes)):
+            raise ValueError(f"classes must hold digits 0..9, got {list(classes)!r}")
+        if len(set(cls)) != len(cls):
+            raise ValueError(f"classes must not repeat a digit, got {cls}")
+    if per_class is not None:
+        per_class = _positive_int(per_class, "per_class")
+    rng = _numpy_rng(_as_key(key_or_seed))
+
+    digits = _sklearn_datasets().load_digits()
+    data, target = np.asarray(digits.data), np.asarray(digits.target)
+    rows = []
+    for i, c in enumerate(cls):
+        idx = np.flatnonzero(target == c)
+        if per_class is not None:
+            if per_class > idx.size:
+                raise ValueError(f"per_class={per_class} exceeds the {idx.size} images of digit {c}")
+            idx = np.sort(rng.choice(idx, per_class, replace=False))
+        rows.append(idx)
+    idx = np.concatenate(rows)
+    X = (data[idx] >= thr).astype(np.float64)
+    return X, target[idx].astype(np.int64)
+
+
+def load_iris(standardize: bool = False) -> Tuple[np.ndarray, np.ndarray]:
+    """Fisher's iris: ``X`` float64 ``[150, 4]`` (cm), ``y`` int64 ``[150]`` (3 species).
+
+    With ``standardize=True`` every column is shifted and scaled to mean 0, variance 1.
+    """
+    d = _sklearn_datasets().load_iris()
+    X = np.asarray(d.data, np.float64)
+    return (_standardize(X) if standardize else X), np.asarray(d.target, np.int64)
+
+
+def load_wine(standardize: bool = False) -> Tuple[np.ndarray, np.ndarray]:
+    """UCI wine: ``X`` float64 ``[178, 13]`` (chemical analyses), ``y`` int64 ``[178]``
+    (3 cultivars). With ``standardize=True`` columns get mean 0, variance 1."""
+    d = _sklearn_datasets().load_wine()
+    X = np.asarray(d.data, np.float64)
+    return (_standardize(X) if standardize else X), np.asarray(d.target, np.int64)
+
+
+# ---------------------------------------------------------------------------------------
+# synthetic data
+# ---------------------------------------------------------------------------------------
+def _crp(key, n: int, alpha: float) -> jax.Array:
+    """Table of every customer ``[n]`` under a Chinese restaurant process (tables numbered
+    in order of opening, so labels appear in order 0, 1, 2, ...)."""
+
+    def step(carry, xs):
+        counts, n_tables = carry
+        i, k = xs
+        # existing table t with weight counts[t], a new one (index n_tables) with alpha
+        w = jnp.where(jnp.arange(n) == n_tables, alpha, counts)
+        t = jax.random.categorical(k, jnp.log(w))
+        counts = counts.at[t].add(1.0)
+        n_tables = n_tables + (t == n_tables)
+        return (counts, n_tables), t
+
+    keys = jax.random.split(key, n)
+    (_, _), z = jax.lax.scan(step, (jnp.zeros(n), jnp.asarray(0)), (jnp.arange(n), keys))
+    return z
+
+
+def sample_dpm(
+    key,
+    n: int,
+    alpha: float,
+    component_kind: str = "gaussian",
+    dim: int = 2,
+    *,
+    mean_scale: float = 5.0,
+    cluster_scale: float = 1.0,
+    beta_a: float = 0.5,
+    beta_b: float = 0.5,
+) -> Tuple[np.ndarray, np.ndarray]:
+    """Data from a Dirichlet-process mixture with concentration ``alpha``.
+
+    The partition is a CRP draw (customer ``i`` joins table ``t`` with probability
+    ``n_t / (i + alpha)``, a new table with ``alpha / (i + alpha)``). Per cluster:
+
+    * ``"gaussian"``: mean ``~ N(0, mean_scale^2 I)``; covariance ``Q diag(s^2) Q^T`` with a
+      random rotation ``Q`` and scales ``s = cluster_scale * exp(0.3 N(0, 1))``;
+      ``x ~ N(mean, cov)``.
+    * ``"bernoulli"``: ``theta_j ~ Beta(beta_a, beta_b)`` per column; ``x_j ~ Bernoulli(theta_j)``.
+
+    Args:
+      key: a JAX PRNG key (the only source of randomness; same key, same data).
+      n: number of points.
+      alpha: DP concentration (> 0); larger gives more clusters (~ alpha log n).
+      component_kind: ``"gaussian"`` or ``"bernoulli"``.
+      dim: number of columns ``d``.
+      mean_scale, cluster_scale: spread of the cluster means and of the points within a
+        cluster (Gaussian only).
+      beta_a, beta_b: Beta prior of the Bernoulli probabilities (Bernoulli only).
+
+    Returns:
+      ``(X, labels)``: ``X`` float64 ``[n, dim]``, ``labels`` int64 ``[n]`` in
+      ``0 .. K-1`` numbered by first appearance.
+    """
+    _check_key(key)
+    n = _positive_int(n, "n")
+    alpha = _positive_float(alpha, "alpha")
+    dim = _positive_int(dim, "dim")
+    kinds = ("gaussian", "bernoulli")
+    if component_kind not in kinds:
+        raise ValueError(f"component_kind must be one of {kinds}, got {component_kind!r}")
+    mean_scale = _positive_float(mean_scale, "mean_scale")
+    cluster_scale = _positive_float(cluster_scale, "cluster_scale")
+    beta_a = _positive_float(beta_a, "beta_a")
+    beta_b = _positive_float(beta_b, "beta_b")
+
+    X, z = _sample_dpm_core(
+        _check_key(key), alpha, mean_scale, cluster_scale, beta_a, beta_b, n=n, dim=dim, kind=component_kind
+    )
+    return np.asarray(X, dtype=np.float64), np.asarray(z, dtype=np.int64)
+
+
+@partial(jax.jit, static_argnames=("n", "dim", "kind"))
+def _sample_dpm_core(key, alpha, mean_scale, cluster_scale, beta_a, beta_b, *, n, dim, kind):
+    """Jitted body of `sample_dpm`; parameters are drawn for ``n`` potential clusters (the
+    most a CRP over ``n`` customers can open) so shapes depend only on ``(n, dim)``."""
+    k_crp, k_par, k_x = jax.random.split(key, 3)
+    z = _crp(k_crp, n, alpha)
+    if kind == "gaussian":
+        km, kq, ks = jax.random.split(k_par, 3)
+        means = mean_scale * jax.random.normal(km, (n, dim))
+        Q, R = jnp.linalg.qr(jax.random.normal(kq, (n, dim, dim)))
+        Q = Q * jnp.sign(jnp.diagonal(R, axis1=-2, axis2=-1))[:, None, :]  # Haar rotation
+        s = cluster_scale * jnp.exp(0.3 * jax.random.normal(ks, (n, dim)))
+        A = Q * s[:, None, :]  # cov = A A^T
+        eps = jax.random.normal(k_x, (n, dim))
+        X = means[z] + jnp.einsum("nij,nj->ni", A[z], eps)
+    else:
+        theta = jax.random.beta(k_par, beta_a, beta_b, (n, dim))
+        X = jax.random.bernoulli(k_x, theta[z]).astype(theta.dtype)
+    return X, z
+
+
+def mixture_of_gaussians(key, n_per_cluster, centers, scale=1.0) -> Tuple[np.ndarray, np.ndarray]:
+    """Isotropic Gaussian blobs: ``x ~ N(centers[k], scale_k^2 I)``.
+
+    Args:
+      key: a JAX PRNG key (its bits seed the host-side normal draws).
+      n_per_cluster: points per cluster, an int (same for all) or ``[K]`` positive ints.
+      centers: cluster centers ``[K, d]``.
+      scale: standard deviation, a positive scalar or ``[K]``.
+
+    Returns:
+      ``(X, labels)``: ``X`` float64 ``[N, d]`` (``N = sum n_per_cluster``; cluster by
+      cluster), ``labels`` int64 ``[N]``.
+    """
+    key = _check_key(key)
+    C = np.asarray(centers, dtype=np.float64) if not isinstance(centers, str) else np.array([])
+    if C.ndim != 2 or C.shape[0] == 0 or C.shape[1] == 0:
+        raise ValueError(f"centers must be a non-empty 2-D array [K, d], got shape {C.shape}")
+    if not np.all(np.isfinite(C)):
+        raise ValueError("centers must be finite")
+    K, d = C.shape
+    counts = np.asarray(n_per_cluster)
+    if counts.ndim == 0:
+        counts = np.full(K, counts)
+    if counts.shape != (K,) or counts.dtype.kind not in "iu" or np.any(counts < 1):
+        raise ValueError(
+            f"n_per_cluster must be a positive int or {K} positive ints (one per center), got {n_per_cluster!r}"
+        )
+    sc = np.asarray(scale, dtype=np.float64)
+    if sc.ndim == 0:
+        sc = np.full(K, float(sc))
+    if sc.shape != (K,) or not np.all(np.isfinite(sc)) or np.any(sc <= 0):
+        raise ValueError(f"scale must be a positive number or {K} positive numbers, got {scale!r}")
+    labels = np.repeat(np.arange(K), counts)
+    eps = _numpy_rng(key).standard_normal((labels.size, d))
+    X = C[labels] + sc[labels, None] * eps
+    return X, labels.astype(np.int64)

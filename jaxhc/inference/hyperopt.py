@@ -1,0 +1,152 @@
+"""Hyperparameter learning for BHC: the EM-like scheme of Heller & Ghahramani (2005, Sec. 4).
+
+E-step (Viterbi-like): build the greedy BHC tree under the current hyperparameters.
+M-step: for that fixed tree, ``log p(D|T)`` is a differentiable function of the DPM
+concentration ``alpha`` and of the component's hyperparameters (the node statistics do not
+depend on them); maximise it with an optax optimiser over an unconstrained
+reparameterisation (log for positive scalars, log-Cholesky for covariance matrices). Repeat
+until the evidence of the rebuilt tree stops improving.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple, Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from ..components import Component
+from .bhc import BHCResult, bhc, check_alpha, check_component, tree_node_terms
+
+__all__ = ["HyperoptResult", "learn_hyperparameters"]
+
+
+class HyperoptResult(NamedTuple):
+    """Output of `learn_hyperparameters`.
+
+    Fields:
+      component: the fitted component (best evidence seen).
+      alpha: the fitted DPM concentration.
+      result: the `BHCResult` of the tree built with the fitted hyperparameters.
+      trace: ``[rounds + 1]`` objective of the rebuilt tree after each round (entry 0: the
+        initial hyperparameters).
+      m_step_traces: list of ``[steps]`` objective traces of each M-step (fixed tree).
+    """
+
+    component: Component
+    alpha: float
+    result: BHCResult
+    trace: np.ndarray
+    m_step_traces: list
+
+
+def _objective(kind):
+    if kind == "evidence":
+        return lambda t: t.log_evidence
+    if kind == "dpm_lower_bound":
+        return lambda t: t.dpm_lower_bound
+    raise ValueError(f"objective must be 'evidence' or 'dpm_lower_bound', got {kind!r}")
+
+
+def learn_hyperparameters(
+    X,
+    component: Component,
+    alpha: float = 1.0,
+    *,
+    learn: Optional[Sequence[str]] = None,
+    objective: str = "evidence",
+    optimizer: Optional[optax.GradientTransformation] = None,
+    steps: int = 100,
+    max_rounds: int = 10,
+    tol: float = 1e-3,
+    progress_bar: bool = False,
+) -> HyperoptResult:
+    """Fits ``alpha`` and the component's hyperparameters by maximising BHC's evidence.
+
+    Args:
+      X: data ``[n, d]``.
+      component: the initial component (its family is kept).
+      alpha: initial DPM concentration (> 0).
+      learn: names of the unconstrained parameters to learn (keys of
+        ``component.unconstrain()`` plus ``"log_alpha"``); default: all.
+      objective: ``"evidence"`` (``log p(D|T)``, as in the paper) or ``"dpm_lower_bound"``.
+      optimizer: an optax transformation (default ``optax.adam(0.05)``).
+      steps: optimiser steps per M-step.
+      max_rounds: maximum number of E/M rounds.
+      tol: stop when the rebuilt tree's objective improves by less than this.
+      progress_bar: print one line per round.
+
+    Returns:
+      `HyperoptResult` with the fitted component and alpha, the final BHC result, and the
+      objective trace.
+    """
+    check_component(component)
+    alpha = check_alpha(alpha)
+    Xh = component.validate_data(X)
+    if not (isinstance(steps, (int, np.integer)) and steps >= 1):
+        raise ValueError(f"steps must be a positive integer, got {steps!r}")
+    if not (isinstance(max_rounds, (int, np.integer)) and max_rounds >= 1):
+        raise ValueError(f"max_rounds must be a positive integer, got {max_rounds!r}")
+    obj = _objective(objective)
+    opt = optimizer if optimizer is not None else optax.adam(0.05)
+
+    u0 = dict(component.unconstrain())
+    u0["log_alpha"] = jnp.log(jnp.asarray(alpha, dtype=jnp.result_type(float)))
+    names = set(u0) if learn is None else set(learn)
+    unknown = names - set(u0)
+    if unknown:
+        raise ValueError(f"learn: unknown parameter names {sorted(unknown)}; choose from {sorted(u0)}")
+    mask = {k: (k in names) for k in u0}
+
+    def unpack(u):
+        u = {k: (v if mask[k] else jax.lax.stop_gradient(v)) for k, v in u.items()}
+        comp = component.constrain({k: v for k, v in u.items() if k != "log_alpha"})
+        return comp, jnp.exp(u["log_alpha"])
+
+    def value(u, node_stats, children):
+        comp, a = unpack(u)
+        return obj(tree_node_terms(comp, a, node_stats, children))
+
+    @jax.jit
+    def m_step(u, node_stats, children):
+        state = opt.init(u)
+
+        def step(carry, _):
+            u, state = carry
+            v, g = jax.value_and_grad(value)(u, node_stats, children)
+            g = jax.tree_util.tree_map(lambda x: -x, g)
+            g = {k: (gv if mask[k] else jnp.zeros_like(gv)) for k, gv in g.items()}
+            upd, state = opt.update(g, state, u)
+            return (optax.apply_updates(u, upd), state), v
+
+        (u, _), trace = jax.lax.scan(step, (u, state), None, length=steps)
+        return u, trace
+
+    def e_step(u):
+        comp, a = unpack(u)
+        res = bhc(Xh, comp, float(a), progress_bar=False)
+        return res, float(obj(res)) if objective == "evidence" else float(res.dpm_lower_bound)
+
+    u = u0
+    res, best = e_step(u)
+    best_u, best_res = u, res
+    trace, m_traces = [best], []
+    for rnd in range(max_rounds):
+        u_new, mt = m_step(u, res.node_stats, jnp.asarray(res.tree.children))
+        m_traces.append(np.asarray(mt))
+        if not all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree_util.tree_leaves(u_new)):
+            break  # the optimiser diverged; keep the best so far
+        res_new, val = e_step(u_new)
+        trace.append(val)
+        if progress_bar:
+            print(f"round {rnd + 1}: objective {val:.4f} (best {best:.4f})")
+        u, res = u_new, res_new
+        if val > best + tol:
+            best, best_u, best_res = val, u_new, res_new
+        else:
+            if val > best:
+                best, best_u, best_res = val, u_new, res_new
+            break
+    comp, a = unpack(best_u)
+    return HyperoptResult(comp, float(a), best_res, np.asarray(trace), m_traces)

@@ -1,0 +1,206 @@
+"""Dendrogram figures (matplotlib, imported lazily; works under the headless Agg backend).
+
+* `plot_dendrogram` - any `jaxhc.tree.Tree` drawn with ``scipy.cluster.hierarchy.dendrogram``
+  on ``tree.to_linkage()``; leaves optionally named and coloured by class.
+* `plot_bhc` - a `jaxhc.BHCResult`: merges with ``r_k < 0.5`` are dashed, the others solid;
+  links inside one flat cluster of ``result.cut(0.5)`` take that cluster's colour, links
+  joining clusters are grey; the title gives the number of clusters.
+
+Both return the ``matplotlib.axes.Axes`` they drew on (its figure is ``ax.figure``). Without
+``ax`` a new figure is made with ``pyplot.subplots`` (whatever backend is active; scripts
+without a display get Agg, and the ``jaxhc`` CLI selects Agg itself).
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import numpy as np
+
+__all__ = ["plot_dendrogram", "plot_bhc"]
+
+_MAX_TICK_LABELS = 80  # above this many leaves, leaf names are not drawn
+
+
+def _pyplot():
+    try:
+        import matplotlib.pyplot as plt
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise ImportError("plotting needs matplotlib; install it with `pip install jaxhc[plot]`") from e
+    return plt
+
+
+def _dendrogram_fn():
+    try:
+        from scipy.cluster.hierarchy import dendrogram
+    except ImportError as e:  # pragma: no cover
+        raise ImportError("plotting dendrograms needs scipy; install it with `pip install jaxhc[cli]`") from e
+    return dendrogram
+
+
+def _new_ax(ax, n_leaves: int):
+    if ax is not None:
+        return ax
+    plt = _pyplot()
+    width = float(np.clip(4 + 0.12 * n_leaves, 6, 16))
+    _, ax = plt.subplots(figsize=(width, 4.5))
+    return ax
+
+
+def _class_colors(classes):
+    """Colour per leaf ``[n]`` and the (class, colour) legend pairs."""
+    from matplotlib import colormaps
+
+    values = np.asarray(classes)
+    uniq, codes = np.unique(values, return_inverse=True)
+    cmap = colormaps["tab10" if uniq.size <= 10 else "tab20"]
+    palette = [cmap(i % cmap.N) for i in range(uniq.size)]
+    return [palette[c] for c in codes.ravel()], list(zip(uniq.tolist(), palette))
+
+
+def _check_tree(tree):
+    from .tree import Tree
+
+    if not isinstance(tree, Tree):
+        raise TypeError(f"tree must be a jaxhc.tree.Tree, got {type(tree).__name__}")
+    tree.validate()
+    return tree
+
+
+def _check_leaf_array(x, n: int, name: str):
+    if x is None:
+        return None
+    arr = np.asarray(x)
+    if arr.ndim != 1 or arr.shape[0] != n:
+        raise ValueError(f"{name} must have one entry per leaf ({n}), got shape {arr.shape}")
+    return arr
+
+
+def _decorate_leaves(ax, order, labels, colors_by, orientation_bottom: bool = True):
+    """Leaf tick labels (small trees) and a coloured class strip under the leaves."""
+    n = len(order)
+    xs = 5.0 + 10.0 * np.arange(n)  # scipy's leaf positions
+    if labels is not None and n <= _MAX_TICK_LABELS:
+        ax.set_xticks(xs)
+        ax.set_xticklabels([str(labels[i]) for i in order], rotation=90, fontsize=7)
+    else:
+        ax.set_xticks([])
+    if colors_by is not None:
+        cols, legend = _class_colors(colors_by)
+        y0, y1 = ax.get_ylim()
+        pad = 0.04 * (y1 - y0)
+        ax.scatter(xs, np.full(n, y0 - pad), c=[cols[i] for i in order], marker="s",
+                   s=max(4.0, min(30.0, 2000.0 / n)), clip_on=False, zorder=3, linewidths=0)
+        ax.set_ylim(y0 - 2 * pad, y1)
+        if labels is not None and n <= _MAX_TICK_LABELS:
+            for tick, i in zip(ax.get_xticklabels(), order):
+                tick.set_color(cols[i])
+        from matplotlib.lines import Line2D
+
+        handles = [Line2D([], [], marker="s", linestyle="", color=c, label=str(v)) for v, c in legend]
+        if len(handles) <= 20:
+            ax.legend(handles=handles, title="class", fontsize=7, title_fontsize=8, loc="upper left",
+                      bbox_to_anchor=(1.005, 1.0), frameon=False, borderaxespad=0.0)
+
+
+def plot_dendrogram(tree, labels: Optional[Sequence] = None, ax=None, colors_by: Optional[Sequence] = None,
+                    title: Optional[str] = None):
+    """Draws ``tree`` as a dendrogram; returns the matplotlib ``Axes``.
+
+    Args:
+      tree: a `jaxhc.tree.Tree` (heights from ``tree.heights``, else the merge order).
+      labels: optional leaf names ``[n]`` (drawn when ``n <= 80``).
+      ax: axes to draw on (default: a new figure).
+      colors_by: optional class of every leaf ``[n]``; leaves get a coloured marker (and
+        coloured names) per class, with a legend.
+      title: optional axes title.
+    """
+    tree = _check_tree(tree)
+    n = tree.n_leaves
+    labels = _check_leaf_array(labels, n, "labels")
+    colors_by = _check_leaf_array(colors_by, n, "colors_by")
+    ax = _new_ax(ax, n)
+    if n < 2:
+        ax.set_title(title or "single leaf")
+        return ax
+    dendrogram = _dendrogram_fn()
+    info = dendrogram(tree.to_linkage(), ax=ax, no_labels=True, color_threshold=0,
+                      above_threshold_color="0.25")
+    _decorate_leaves(ax, np.asarray(info["leaves"]), labels, colors_by)
+    ax.set_ylabel("height" if tree.heights is not None else "merge order")
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+    if title:
+        ax.set_title(title)
+    return ax
+
+
+def plot_bhc(result, labels: Optional[Sequence] = None, ax=None, colors_by: Optional[Sequence] = None,
+             title: Optional[str] = None, threshold: float = 0.5):
+    """Draws a BHC tree: merges with ``r_k < threshold`` dashed, flat clusters coloured.
+
+    Args:
+      result: a `jaxhc.BHCResult` (uses ``result.tree`` and ``result.log_r``).
+      labels: optional leaf names ``[n]`` (drawn when ``n <= 80``).
+      ax: axes to draw on (default: a new figure).
+      colors_by: optional class of every leaf ``[n]`` (e.g. true labels) for a class strip.
+      title: axes title; the default reports ``n``, the cut and ``log p(D|T)``.
+      threshold: the cut on ``r_k`` (0.5 in the paper).
+
+    Returns:
+      The ``Axes``; the links are ``Line2D`` objects in ``ax.lines`` (cut merges have
+      linestyle ``"--"``).
+    """
+    tree = _check_tree(result.tree)
+    n = tree.n_leaves
+    labels = _check_leaf_array(labels, n, "labels")
+    colors_by = _check_leaf_array(colors_by, n, "colors_by")
+    r = np.exp(np.asarray(result.log_r, dtype=np.float64))
+    flat = result.cut(threshold)
+    k = int(flat.max()) + 1
+    ax = _new_ax(ax, n)
+    if title is None:
+        title = (f"BHC: {n} points, {k} cluster{'s' if k != 1 else ''} at r < {threshold:g}, "
+                 f"log p(D|T) = {float(result.log_evidence):.2f}")
+    if n < 2:
+        ax.set_title(title)
+        return ax
+
+    # colour of every inner node: its flat cluster's colour if it lies inside one
+    from matplotlib import colormaps
+
+    cmap = colormaps["Dark2"]  # distinct from the tab10 class strip
+    sets = tree.leaf_sets()
+    node_cluster = np.full(2 * n - 1, -1)
+    for node in range(n, 2 * n - 1):
+        members = flat[sets[node]]
+        if np.all(members == members[0]):
+            node_cluster[node] = members[0]
+
+    dendrogram = _dendrogram_fn()
+    info = dendrogram(tree.to_linkage(), no_plot=True, link_color_func=lambda i: str(int(i)))
+    for xs, ys, node in zip(info["icoord"], info["dcoord"], info["color_list"]):
+        node = int(node)
+        c = node_cluster[node]
+        color = cmap(c % cmap.N) if c >= 0 else "0.45"
+        dashed = r[node - n] < threshold
+        ax.plot(xs, ys, color=color, linestyle="--" if dashed else "-", linewidth=1.0 if dashed else 1.2)
+    ax.set_xlim(0, 10 * n)
+    top = float(np.max(np.asarray(info["dcoord"])))
+    ax.set_ylim(0, top * 1.05 if top > 0 else 1.0)
+    _decorate_leaves(ax, np.asarray(info["leaves"]), labels, colors_by)
+    from matplotlib.lines import Line2D
+
+    link_legend = [
+        Line2D([], [], color="0.2", linestyle="-", label=f"r >= {threshold:g}"),
+        Line2D([], [], color="0.2", linestyle="--", label=f"r < {threshold:g}"),
+    ]
+    existing = ax.get_legend()
+    ax.legend(handles=link_legend, fontsize=7, loc="lower left", bbox_to_anchor=(1.005, 0.0), frameon=False,
+              borderaxespad=0.0)
+    if existing is not None:  # keep the class legend too
+        ax.add_artist(existing)
+    ax.set_ylabel("merge order")
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+    ax.set_title(title, fontsize=10)
+    return ax

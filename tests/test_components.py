@@ -1,0 +1,620 @@
+"""Tests for jaxhc.components: every conjugate family against the raw-data reference
+(tests/reference.py), the chain rule of its posterior predictives, merge algebra, closed
+forms (quadrature, Student-t), count caches, gradients, validation and from_data defaults."""
+from typing import Callable, NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.test_util import check_grads
+from scipy import integrate, stats
+from scipy.special import gammaln
+
+import reference as ref
+from jaxhc.components import (
+    BetaBernoulli,
+    BetaBinomial,
+    DirichletMultinomial,
+    NormalInverseWishart,
+    NormalKnownCov,
+)
+
+FAMILIES = ["NormalInverseWishart", "NormalKnownCov", "BetaBernoulli", "BetaBinomial", "DirichletMultinomial"]
+SEEDS = [0, 1]  # d = 1 (seed 0; scalar Beta priors on d = 2 columns) and d = 3 (seed 1)
+N_POINTS = 5
+
+
+# ---------------------------------------------------------------------------------------
+# random cases
+# ---------------------------------------------------------------------------------------
+class Case(NamedTuple):
+    comp: object
+    X: np.ndarray
+    ref: Callable  # X_subset -> float, the raw-data reference log marginal
+    params: list  # (field name, index or None) of scalar hyperparameters to differentiate
+
+
+def _spd(rng, d):
+    A = rng.normal(size=(d, d))
+    S = A @ A.T + 0.5 * np.eye(d)
+    return 0.5 * (S + S.T)
+
+
+def make_case(family, seed, n=N_POINTS) -> Case:
+    rng = np.random.default_rng(1000 * FAMILIES.index(family) + seed)
+    scalar = seed == 0
+    d = (2 if family.startswith("Beta") else 1) if seed == 0 else 3
+    if family == "NormalInverseWishart":
+        m0 = rng.normal(size=d)
+        kappa = rng.uniform(0.2, 3.0)
+        dof = d - 1 + rng.uniform(0.5, 4.0)
+        S0 = _spd(rng, d)
+        X = rng.normal(size=(n, d)) * 1.5 + 0.3
+        comp = NormalInverseWishart(m0, kappa, dof, S0)
+        return Case(comp, X, lambda Y: ref.niw_log_marginal(Y, m0, kappa, dof, S0),
+                    [("kappa", None), ("dof", None), ("mean", (0,)), ("scale", (0, 0))])
+    if family == "NormalKnownCov":
+        m0 = rng.normal(size=d)
+        P, N = _spd(rng, d), _spd(rng, d)
+        X = rng.normal(size=(n, d)) * 1.5 - 0.2
+        comp = NormalKnownCov(m0, P, N)
+        return Case(comp, X, lambda Y: ref.normal_known_cov_log_marginal(Y, m0, P, N),
+                    [("mean", (0,)), ("prior_cov", (0, 0)), ("noise_cov", (0, 0))])
+    if family == "BetaBernoulli":
+        shape = () if scalar else (d,)
+        a, b = rng.uniform(0.3, 3.0, shape), rng.uniform(0.3, 3.0, shape)
+        X = rng.integers(0, 2, (n, d)).astype(float)
+        comp = BetaBernoulli(a, b)
+        idx = None if scalar else (0,)
+        return Case(comp, X, lambda Y: ref.beta_bernoulli_log_marginal(Y, a, b),
+                    [("a", idx), ("b", None if scalar else (d - 1,))])
+    if family == "BetaBinomial":
+        shape = () if scalar else (d,)
+        a, b = rng.uniform(0.3, 3.0, shape), rng.uniform(0.3, 3.0, shape)
+        trials = 4 if scalar else rng.integers(1, 6, d)
+        X = rng.integers(0, np.asarray(trials) + 1, (n, d)).astype(float)
+        comp = BetaBinomial(a, b, trials)
+        idx = None if scalar else (0,)
+        return Case(comp, X, lambda Y: ref.beta_binomial_log_marginal(Y, a, b, trials),
+                    [("a", idx), ("b", None if scalar else (d - 1,))])
+    if family == "DirichletMultinomial":
+        alpha = rng.uniform(0.2, 3.0, d)
+        X = rng.integers(0, 5, (n, d)).astype(float)
+        comp = DirichletMultinomial(alpha)
+        return Case(comp, X, lambda Y: ref.dirichlet_multinomial_log_marginal(Y, alpha), [("alpha", (0,))])
+    raise ValueError(family)
+
+
+def _assert_stats_close(s1, s2, rtol=1e-12, atol=1e-12):
+    l1, t1 = jax.tree_util.tree_flatten(s1)
+    l2, t2 = jax.tree_util.tree_flatten(s2)
+    assert t1 == t2
+    for u, v in zip(l1, l2):
+        u, v = np.asarray(u), np.asarray(v)
+        np.testing.assert_allclose(u, np.broadcast_to(v, u.shape) if v.size == 1 else v, rtol=rtol, atol=atol)
+
+
+def _stack(stats_list):
+    return jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *stats_list)
+
+
+# Compilation dominates the run time of these tiny problems, so the heavy functions are jitted
+# once per (family, d, batch shape) and shared by the tests; test_jit_matches_eager checks
+# that eager execution gives the same numbers.
+_log_marginal = eqx.filter_jit(lambda comp, s: comp.log_marginal(s))
+_log_marginal_cached = eqx.filter_jit(lambda comp, s, cache: comp.log_marginal(s, cache))
+_log_predictive = eqx.filter_jit(lambda comp, x, s: comp.log_predictive(x, s))
+_grad = eqx.filter_jit(jax.grad(lambda comp, s: comp.log_marginal(s)))
+
+
+@eqx.filter_jit
+def _prefix_stats(comp, X):
+    """Statistics of ``X[:i]`` for ``i = 0 .. n``, stacked ``[n+1, ...]``."""
+    return _stack([comp.stats(X[:i]) for i in range(X.shape[0] + 1)])
+
+
+_stats = eqx.filter_jit(lambda comp, X: comp.stats(X))
+
+
+def _lm(comp, X) -> float:
+    return float(_log_marginal(comp, _stats(comp, jnp.asarray(X))))
+
+
+def _get(comp, name, idx):
+    v = getattr(comp, name)
+    return v if idx is None else v[idx]
+
+
+def _perturb(comp, name, idx, h):
+    v = getattr(comp, name)
+    new = v + h if idx is None else v.at[idx].add(h)
+    return eqx.tree_at(lambda c: getattr(c, name), comp, new)
+
+
+case_params = pytest.mark.parametrize("family,seed", [(f, s) for f in FAMILIES for s in SEEDS])
+
+
+# ---------------------------------------------------------------------------------------
+# log marginal: chain rule, reference, merge algebra
+# ---------------------------------------------------------------------------------------
+@case_params
+def test_log_marginal_is_chain_rule_of_predictives(family, seed):
+    """log p(X) = sum_i log p(x_i | x_1 .. x_{i-1})."""
+    c = make_case(family, seed)
+    comp, X = c.comp, jnp.asarray(c.X)
+    n = X.shape[0]
+    prefix = _prefix_stats(comp, X)  # stats(X[:i]), i = 0..n
+    total = 0.0
+    for i in range(n):
+        total += float(_log_predictive(comp, X[i], jax.tree_util.tree_map(lambda x: x[i], prefix)))
+    np.testing.assert_allclose(total, _lm(comp, X), rtol=1e-10, atol=1e-10)
+    # batched: every row given its predecessors, all at once
+    prev = jax.tree_util.tree_map(lambda x: x[:n], prefix)
+    per_row = _log_predictive(comp, X, prev)
+    assert per_row.shape == (n,)
+    np.testing.assert_allclose(float(jnp.sum(per_row)), _lm(comp, X), rtol=1e-10, atol=1e-10)
+
+
+@case_params
+def test_log_marginal_matches_reference(family, seed):
+    c = make_case(family, seed)
+    X = jnp.asarray(c.X)
+    got = np.asarray(_log_marginal(c.comp, _prefix_stats(c.comp, X)))
+    want = [c.ref(c.X[:i]) for i in range(X.shape[0] + 1)]
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9)
+    # statistics are invariant to the row order
+    perm = np.random.default_rng(seed).permutation(X.shape[0])
+    np.testing.assert_allclose(_lm(c.comp, X[perm]), want[-1], rtol=1e-9, atol=1e-9)
+
+
+@eqx.filter_jit
+def _merge_views(comp, X, perm):
+    """Statistics of all rows computed in several ways (all should agree)."""
+    A, B = perm[:2], perm[2:]
+    sa, sb = comp.stats(X[A]), comp.stats(X[B])
+    leaves = comp.leaf_stats(X)
+    acc = jax.tree_util.tree_map(lambda x: x[perm[0]], leaves)
+    for i in range(1, X.shape[0]):  # leaf statistics merged one at a time in random order
+        acc = comp.merge(acc, jax.tree_util.tree_map(lambda x: x[perm[i]], leaves))
+    return comp.stats(X), [comp.merge(sa, sb), comp.merge(sb, sa), acc], leaves
+
+
+@case_params
+def test_merge_equals_stats_of_union(family, seed):
+    c = make_case(family, seed)
+    comp, X = c.comp, jnp.asarray(c.X)
+    perm = jnp.asarray(np.random.default_rng(seed).permutation(X.shape[0]))
+    full, merged, leaves = _merge_views(comp, X, perm)
+    for m in merged:
+        _assert_stats_close(m, full)
+    # a leaf's statistics are those of its row alone
+    k = int(perm[0])
+    _assert_stats_close(jax.tree_util.tree_map(lambda x: x[k], leaves), _stats(comp, X[k:k + 1]))
+
+
+@pytest.mark.xfail(reason="XLA CPU miscompile in jax/jaxlib 0.10.2: an unrelated extra output changes the "
+                          "fold result (fixed by XLA_FLAGS=--xla_cpu_use_fusion_emitters=false)", strict=False)
+def test_merge_fold_under_jit_with_unrelated_output():
+    """Regression guard: the same fold as `_merge_views`, plus an extra output that does not
+    feed the fold; the fold must not change."""
+    c = make_case("NormalInverseWishart", 1)
+    comp, X = c.comp, jnp.asarray(c.X)
+    perm = jnp.asarray([4, 0, 1, 2, 3])
+
+    def fold(comp, X, perm):
+        leaves = comp.leaf_stats(X)
+        acc = jax.tree_util.tree_map(lambda x: x[perm[0]], leaves)
+        for i in range(1, X.shape[0]):
+            acc = comp.merge(acc, jax.tree_util.tree_map(lambda x: x[perm[i]], leaves))
+        return acc, comp.stats(X[perm[0]][None])
+
+    acc, _ = eqx.filter_jit(fold)(comp, X, perm)
+    _assert_stats_close(acc, _stats(comp, X))
+
+
+@eqx.filter_jit
+def _empty_views(comp, X):
+    s = comp.stats(X)
+    empties = [comp.stats(X[:0]), comp.empty_stats()]
+    lms = [comp.log_marginal(e) for e in empties]
+    merged = [m for e in empties for m in (comp.merge(e, s), comp.merge(s, e))]
+    return s, lms, merged, comp.log_marginal(comp.empty_stats((3,)))
+
+
+@case_params
+def test_empty_stats_have_zero_log_marginal(family, seed):
+    c = make_case(family, seed)
+    s, lms, merged, batch = _empty_views(c.comp, jnp.asarray(c.X))
+    np.testing.assert_allclose(np.asarray(lms), 0.0, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(batch), np.zeros(3), rtol=0, atol=1e-12)
+    for m in merged:  # the empty set is the identity of merge
+        _assert_stats_close(m, s)
+
+
+# ---------------------------------------------------------------------------------------
+# NIW closed forms
+# ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("x", [[0.3, -0.5], [0.3, -0.5, 1.2]])
+def test_niw_1d_log_marginal_equals_quadrature(x):
+    m0, kappa0, nu0, S0 = -0.1, 0.7, 2.5, 1.3
+    x = np.asarray(x)
+    comp = NormalInverseWishart([m0], kappa0, nu0, [[S0]])
+    a0, b0 = nu0 / 2.0, S0 / 2.0
+
+    def integrand(mu, u):
+        # sigma^2 = exp(u) ~ InvGamma(nu0/2, S0/2) (the 1-D inverse Wishart); mu | sigma^2 ~ N(m0, sigma^2/kappa0)
+        s2 = np.exp(u)
+        lp = a0 * np.log(b0) - gammaln(a0) - (a0 + 1) * u - b0 / s2 + u
+        lp += -0.5 * np.log(2 * np.pi * s2 / kappa0) - 0.5 * kappa0 * (mu - m0) ** 2 / s2
+        lp += np.sum(-0.5 * np.log(2 * np.pi * s2) - 0.5 * (x - mu) ** 2 / s2)
+        return np.exp(lp)
+
+    lo, hi = min(x.min(), m0), max(x.max(), m0)
+    width = lambda u: 12.0 * np.exp(u / 2) / min(1.0, np.sqrt(kappa0))  # noqa: E731
+    val, _ = integrate.dblquad(integrand, -20.0, 20.0, lambda u: lo - width(u), lambda u: hi + width(u),
+                               epsabs=0.0, epsrel=1e-9)
+    np.testing.assert_allclose(_lm(comp, x[:, None]), np.log(val), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_niw_predictive_is_student_t(seed):
+    c = make_case("NormalInverseWishart", seed)
+    comp = c.comp
+    rng = np.random.default_rng(seed + 7)
+    prefix = _prefix_stats(comp, jnp.asarray(c.X))
+    for n_obs in (0, 1, 4):
+        s = jax.tree_util.tree_map(lambda x: x[n_obs], prefix)
+        df, loc, shape = comp.predictive_student_t(s)
+        t = stats.multivariate_t(loc=np.asarray(loc), shape=np.asarray(shape), df=float(df))
+        for x in rng.normal(size=(2, comp.dim)) * 2:
+            np.testing.assert_allclose(float(_log_predictive(comp, jnp.asarray(x), s)), t.logpdf(x),
+                                       rtol=1e-10, atol=1e-10)
+
+
+# ---------------------------------------------------------------------------------------
+# count caches
+# ---------------------------------------------------------------------------------------
+def _cache_cases():
+    out = []
+    for family in ("NormalInverseWishart", "BetaBernoulli", "BetaBinomial"):
+        for seed in SEEDS:  # seed 0: scalar (a, b, trials); seed 1: per-column
+            c = make_case(family, seed)
+            out.append((f"{family}-{seed}", c.comp, c.X))
+    c = make_case("BetaBernoulli", 1)
+    X = c.X.copy()
+    X[np.random.default_rng(3).random(X.shape) < 0.3] = np.nan
+    out.append(("BetaBernoulli-nan", c.comp, X))
+    c = make_case("BetaBinomial", 1)  # scalar a, b with per-column trials
+    out.append(("BetaBinomial-scalar-ab", BetaBinomial(0.8, 1.3, c.comp.trials), c.X))
+    return out
+
+
+@eqx.filter_jit
+def _cached_views(comp, s, batch, batch2d, cache):
+    return [comp.log_marginal(t, cache) for t in (s, batch, batch2d)]
+
+
+@pytest.mark.parametrize("name,comp,X", _cache_cases(), ids=[c[0] for c in _cache_cases()])
+def test_count_cache_matches_direct(name, comp, X):
+    n = X.shape[0]
+    X = jnp.asarray(X)
+    cache = comp.count_cache(n)
+    assert cache is not None
+    s = _stats(comp, X)
+    prefix = _prefix_stats(comp, X)  # stats of X[:i], i = 0..n  ([n+1] = [6] = [2, 3])
+    prefix2d = jax.tree_util.tree_map(lambda x: x.reshape((2, 3) + x.shape[1:]), prefix)
+    got = _cached_views(comp, s, prefix, prefix2d, cache)
+    want = [_log_marginal(comp, s), _log_marginal(comp, prefix)]
+    want.append(want[1].reshape(2, 3))
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-10, atol=1e-10)
+
+
+_log_marginal_cache_inside = eqx.filter_jit(lambda comp, s, n: comp.log_marginal(s, comp.count_cache(n)))
+_grad_cache_inside = eqx.filter_jit(
+    lambda comp, s, n: jax.grad(lambda m: m.log_marginal(s, m.count_cache(n)))(comp))
+
+
+@pytest.mark.parametrize("name,comp,X", _cache_cases(), ids=[c[0] for c in _cache_cases()])
+def test_count_cache_inside_jit_and_grad(name, comp, X):
+    """Inference code (bhc) builds the cache inside ``jit`` from a traced component, and the
+    tables are documented as differentiable in the hyperparameters."""
+    n = X.shape[0]
+    s = _stats(comp, jnp.asarray(X))
+    np.testing.assert_allclose(float(_log_marginal_cache_inside(comp, s, n)), float(_log_marginal(comp, s)),
+                               rtol=1e-10, atol=1e-10)
+    g1 = _grad_cache_inside(comp, s, n)
+    g0 = _grad(comp, s)
+    for u, v in zip(jax.tree_util.tree_leaves(g1), jax.tree_util.tree_leaves(g0)):
+        np.testing.assert_allclose(np.asarray(u), np.asarray(v), rtol=1e-9, atol=1e-10)
+
+
+def test_count_cache_none_for_families_without_one():
+    assert NormalKnownCov(np.zeros(2)).count_cache(5) is None
+    assert DirichletMultinomial(np.ones(3)).count_cache(5) is None
+
+
+# ---------------------------------------------------------------------------------------
+# gradients and the unconstrained parametrisation
+# ---------------------------------------------------------------------------------------
+@case_params
+def test_grad_matches_finite_differences(family, seed):
+    c = make_case(family, seed)
+    comp = c.comp
+    s = _stats(comp, jnp.asarray(c.X))
+    g = _grad(comp, s)
+    assert type(g) is type(comp)
+    for name, idx in c.params:
+        v = float(_get(comp, name, idx))
+        h = 1e-5 * max(1.0, abs(v))
+        up = float(_log_marginal(_perturb(comp, name, idx, h), s))
+        down = float(_log_marginal(_perturb(comp, name, idx, -h), s))
+        np.testing.assert_allclose(float(_get(g, name, idx)), (up - down) / (2 * h), rtol=1e-6, atol=1e-7,
+                                   err_msg=name)
+
+
+def test_filter_grad_and_check_grads():
+    """equinox.filter_grad agrees with jax.grad; jax.test_util.check_grads (eager, 2nd order)."""
+    b = make_case("BetaBinomial", 1)
+    s = _stats(b.comp, jnp.asarray(b.X))
+    g1 = eqx.filter_grad(lambda m: m.log_marginal(s))(b.comp)
+    g0 = _grad(b.comp, s)
+    for u, v in zip(jax.tree_util.tree_leaves(g1), jax.tree_util.tree_leaves(g0)):
+        np.testing.assert_allclose(np.asarray(u), np.asarray(v), rtol=1e-10, atol=1e-12)
+    check_grads(lambda a: eqx.tree_at(lambda m: m.a, b.comp, a).log_marginal(s), (b.comp.a,), order=2,
+                modes=["rev"])
+
+
+@case_params
+def test_constrain_unconstrain_roundtrip(family, seed):
+    c = make_case(family, seed)
+    comp = c.comp
+    u = comp.unconstrain()
+    assert all(np.all(np.isfinite(np.asarray(x))) for x in jax.tree_util.tree_leaves(u))
+    back = comp.constrain(u)
+    assert type(back) is type(comp)
+    l1, t1 = jax.tree_util.tree_flatten(comp)
+    l2, t2 = jax.tree_util.tree_flatten(back)
+    assert t1 == t2
+    for x, y in zip(l1, l2):
+        assert np.shape(x) == np.shape(y)
+        np.testing.assert_allclose(np.asarray(y), np.asarray(x), rtol=1e-12, atol=1e-12)
+
+
+_constrained_log_marginal = eqx.filter_jit(lambda comp, u, s: comp.constrain(u).log_marginal(s))
+_constrained_grad = eqx.filter_jit(jax.grad(lambda u, comp, s: comp.constrain(u).log_marginal(s)))
+
+
+@case_params
+def test_grad_through_unconstrained_parameters(family, seed):
+    """Directional derivative of u -> log_marginal(constrain(u)) against central differences."""
+    c = make_case(family, seed)
+    comp = c.comp
+    s = _stats(comp, jnp.asarray(c.X))
+    u = comp.unconstrain()
+    g = _constrained_grad(u, comp, s)
+    leaves, treedef = jax.tree_util.tree_flatten(u)
+    rng = np.random.default_rng(seed)
+    v = jax.tree_util.tree_unflatten(treedef, [jnp.asarray(rng.normal(size=np.shape(x))) for x in leaves])
+    h = 1e-5
+    shift = lambda t: jax.tree_util.tree_map(lambda a, b: a + t * b, u, v)  # noqa: E731
+    fd = (float(_constrained_log_marginal(comp, shift(h), s)) - float(_constrained_log_marginal(comp, shift(-h), s))) / (2 * h)
+    dot = sum(float(jnp.sum(a * b)) for a, b in zip(jax.tree_util.tree_leaves(g), jax.tree_util.tree_leaves(v)))
+    np.testing.assert_allclose(dot, fd, rtol=1e-6, atol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------
+# missing data
+# ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("family", ["BetaBernoulli", "BetaBinomial"])
+@pytest.mark.parametrize("seed", SEEDS)
+def test_missing_entries_are_skipped(family, seed):
+    c = make_case(family, seed)
+    comp = c.comp
+    rng = np.random.default_rng(seed + 11)
+    X = c.X.copy()
+    X[rng.random(X.shape) < 0.35] = np.nan
+    X[0, :] = np.nan  # one row fully missing
+    out = comp.validate_data(X)
+    np.testing.assert_array_equal(np.isnan(out), np.isnan(X))
+    np.testing.assert_allclose(_lm(comp, X), c.ref(X), rtol=1e-9, atol=1e-9)
+    Xj = jnp.asarray(X)
+    # a fully missing row contributes nothing
+    np.testing.assert_allclose(float(_log_predictive(comp, Xj[0], _stats(comp, Xj[1:]))), 0.0, atol=1e-12)
+    # prefixes against the reference, and the chain rule still holds
+    prefix = _prefix_stats(comp, Xj)
+    np.testing.assert_allclose(np.asarray(_log_marginal(comp, prefix)), [c.ref(X[:i]) for i in range(X.shape[0] + 1)],
+                               rtol=1e-9, atol=1e-9)
+    prev = jax.tree_util.tree_map(lambda x: x[:-1], prefix)
+    np.testing.assert_allclose(float(jnp.sum(_log_predictive(comp, Xj, prev))), _lm(comp, X), rtol=1e-10, atol=1e-10)
+    _assert_stats_close(comp.merge(_stats(comp, Xj[:3]), _stats(comp, Xj[3:])), _stats(comp, Xj))
+
+
+@pytest.mark.parametrize("family", ["NormalInverseWishart", "NormalKnownCov", "DirichletMultinomial"])
+def test_missing_data_rejected_where_unsupported(family):
+    c = make_case(family, 1)
+    X = c.X.copy()
+    X[1, 0] = np.nan
+    with pytest.raises(ValueError, match="missing data"):
+        c.comp.validate_data(X)
+
+
+# ---------------------------------------------------------------------------------------
+# validation
+# ---------------------------------------------------------------------------------------
+BAD_HYPERPARAMETERS = [
+    ("kappa", lambda: NormalInverseWishart(np.zeros(2), kappa=0.0)),
+    ("kappa", lambda: NormalInverseWishart(np.zeros(2), kappa=-1.0)),
+    ("kappa", lambda: NormalInverseWishart(np.zeros(2), kappa=np.inf)),
+    ("dof", lambda: NormalInverseWishart(np.zeros(2), dof=1.0)),
+    ("dof", lambda: NormalInverseWishart(np.zeros(3), dof=1.5)),
+    ("dof", lambda: NormalInverseWishart(np.zeros(1), dof=0.0)),
+    ("scale", lambda: NormalInverseWishart(np.zeros(2), scale=np.array([[1.0, 2.0], [2.0, 1.0]]))),
+    ("scale", lambda: NormalInverseWishart(np.zeros(2), scale=np.array([[1.0, 0.5], [0.0, 1.0]]))),
+    ("scale", lambda: NormalInverseWishart(np.zeros(2), scale=-1.0)),
+    ("scale", lambda: NormalInverseWishart(np.zeros(2), scale=np.ones((3, 3)))),
+    ("mean", lambda: NormalInverseWishart(np.zeros((2, 2)))),
+    ("mean", lambda: NormalInverseWishart(0.0)),
+    ("mean", lambda: NormalInverseWishart(np.array([0.0, np.nan]))),
+    ("mean", lambda: NormalKnownCov(np.zeros((1, 2)))),
+    ("prior_cov", lambda: NormalKnownCov(np.zeros(2), prior_cov=-1.0)),
+    ("prior_cov", lambda: NormalKnownCov(np.zeros(2), prior_cov=[1.0, 0.0])),
+    ("noise_cov", lambda: NormalKnownCov(np.zeros(2), noise_cov=np.array([[1.0, 2.0], [2.0, 1.0]]))),
+    ("a", lambda: BetaBernoulli(a=0.0)),
+    ("a", lambda: BetaBernoulli(a=[1.0, -0.5])),
+    ("a", lambda: BetaBernoulli(a=np.ones((2, 2)))),
+    ("b", lambda: BetaBernoulli(b=-1.0)),
+    ("b", lambda: BetaBernoulli(b=np.nan)),
+    ("a", lambda: BetaBinomial(a=0.0, trials=3)),
+    ("trials", lambda: BetaBinomial(trials=0)),
+    ("trials", lambda: BetaBinomial(trials=2.5)),
+    ("trials", lambda: BetaBinomial(a=[1.0, 1.0], trials=[3, -1])),
+    ("alpha", lambda: DirichletMultinomial([1.0, -1.0])),
+    ("alpha", lambda: DirichletMultinomial([1.0, 0.0])),
+    ("alpha", lambda: DirichletMultinomial(1.0)),
+]
+
+
+@pytest.mark.parametrize("arg,make", BAD_HYPERPARAMETERS, ids=[f"{a}-{i}" for i, (a, _) in enumerate(BAD_HYPERPARAMETERS)])
+def test_invalid_hyperparameters_raise(arg, make):
+    with pytest.raises(ValueError, match=rf"\b{arg}\b"):
+        make()
+
+
+@case_params
+def test_validate_data_rejects_bad_shapes_and_values(family, seed):
+    c = make_case(family, seed)
+    comp, X = c.comp, c.X
+    d = X.shape[1]
+    out = comp.validate_data(X)
+    np.testing.assert_array_equal(out, X)
+    with pytest.raises(ValueError):
+        comp.validate_data(X[0])  # 1-D
+    with pytest.raises(ValueError):
+        comp.validate_data(X[None])  # 3-D
+    with pytest.raises(ValueError):
+        comp.validate_data(np.zeros((0, d)))  # empty
+    if not (family.startswith("Beta") and seed == 0):  # scalar Beta priors fit any number of columns
+        with pytest.raises(ValueError, match="columns"):
+            comp.validate_data(np.concatenate([X, X[:, :1]], axis=1))
+    for bad in (np.inf, -np.inf):
+        Y = X.copy()
+        Y[1, 0] = bad
+        with pytest.raises(ValueError, match="inf"):
+            comp.validate_data(Y)
+    with pytest.raises(TypeError):
+        comp.validate_data("abc")
+    with pytest.raises(TypeError):
+        comp.validate_data(np.array([["a"] * d, ["b"] * d]))
+
+
+@pytest.mark.parametrize("bad", [0.5, 2.0, -1.0])
+def test_validate_data_bernoulli_domain(bad):
+    comp = BetaBernoulli([1.0, 2.0], [1.0, 1.0])
+    X = np.array([[0.0, 1.0], [1.0, np.nan]])
+    comp.validate_data(X)
+    comp.validate_data(np.array([[True, False]]))  # booleans are fine
+    X[0, 1] = bad
+    with pytest.raises(ValueError, match="binary"):
+        comp.validate_data(X)
+
+
+@pytest.mark.parametrize("bad", [4.0, 1.5, -1.0])
+def test_validate_data_binomial_domain(bad):
+    comp = BetaBinomial(1.0, 1.0, trials=[3, 5])
+    X = np.array([[0.0, 5.0], [3.0, np.nan]])
+    comp.validate_data(X)
+    X[0, 0] = bad  # column 0 has 3 trials
+    with pytest.raises(ValueError, match="trials"):
+        comp.validate_data(X)
+
+
+@pytest.mark.parametrize("bad", [-1.0, 0.5])
+def test_validate_data_multinomial_domain(bad):
+    comp = DirichletMultinomial([1.0, 2.0, 0.5])
+    X = np.array([[0.0, 5.0, 1.0], [3.0, 0.0, 0.0]])
+    comp.validate_data(X)
+    X[1, 2] = bad
+    with pytest.raises(ValueError, match="counts"):
+        comp.validate_data(X)
+
+
+# ---------------------------------------------------------------------------------------
+# from_data
+# ---------------------------------------------------------------------------------------
+@case_params
+def test_from_data_gives_valid_component(family, seed):
+    c = make_case(family, seed)
+    X = c.X
+    cls = type(c.comp)
+    comp = cls.from_data(X, trials=c.comp.trials) if family == "BetaBinomial" else cls.from_data(X)
+    assert type(comp) is cls
+    comp.validate_data(X)
+    assert np.isfinite(_lm(comp, X))
+    assert np.all(np.isfinite(np.asarray(_log_marginal(comp, _prefix_stats(comp, jnp.asarray(X))))))
+    d = X.shape[1]
+    if family == "NormalInverseWishart":
+        np.testing.assert_allclose(comp.mean, X.mean(0), rtol=1e-12)
+        # prior expected covariance E[Sigma] = scale / (dof - d - 1) = 0.1 diag(var X)
+        np.testing.assert_allclose(comp.scale / (comp.dof - d - 1), 0.1 * np.diag(X.var(0)), rtol=1e-10)
+    if family == "NormalKnownCov":
+        np.testing.assert_allclose(comp.mean, X.mean(0), rtol=1e-12)
+        np.testing.assert_allclose(comp.prior_cov, np.diag(X.var(0)), rtol=1e-10)
+    if family == "DirichletMultinomial":
+        np.testing.assert_allclose(float(jnp.sum(comp.alpha)), d, rtol=1e-12)
+        assert np.all(np.asarray(comp.alpha) > 0)
+
+
+def test_from_data_single_row_and_constant_columns():
+    for X in (np.array([[1.0, 2.0]]), np.array([[1.0, 2.0], [1.0, 3.0], [1.0, 4.0]])):
+        for comp in (NormalInverseWishart.from_data(X), NormalKnownCov.from_data(X)):
+            assert np.isfinite(_lm(comp, X))
+
+
+def test_beta_bernoulli_from_data_mean_matching():
+    X = np.array([
+        [0.0, 1.0, 1.0, 0.0, np.nan],
+        [0.0, 1.0, 0.0, 1.0, np.nan],
+        [0.0, 1.0, 0.0, np.nan, np.nan],
+        [0.0, 1.0, 1.0, 1.0, np.nan],
+    ])
+    with np.errstate(all="ignore"), __import__("warnings").catch_warnings():
+        __import__("warnings").simplefilter("ignore", RuntimeWarning)  # nanmean of the all-NaN column
+        comp = BetaBernoulli.from_data(X)
+    m = np.array([0.05, 0.95, 0.5, 2 / 3, 0.5])  # clipped to [0.05, 0.95]; NaN ignored; all-NaN -> 0.5
+    np.testing.assert_allclose(comp.a, 2 * m, rtol=1e-12)
+    np.testing.assert_allclose(comp.b, 2 * (1 - m), rtol=1e-12)
+    comp = BetaBernoulli.from_data(X[:, :4], strength=5.0, eps=0.1)
+    m = np.array([0.1, 0.9, 0.5, 2 / 3])
+    np.testing.assert_allclose(comp.a, 5 * m, rtol=1e-12)
+    np.testing.assert_allclose(comp.b, 5 * (1 - m), rtol=1e-12)
+
+
+def test_beta_binomial_from_data_mean_matching():
+    T = np.array([4, 2])
+    X = np.array([[1.0, 0.0], [3.0, 0.0], [2.0, 0.0]])
+    comp = BetaBinomial.from_data(X, T)
+    m = np.array([0.5, 0.05])
+    np.testing.assert_allclose(comp.a, 2 * m, rtol=1e-12)
+    np.testing.assert_allclose(comp.b, 2 * (1 - m), rtol=1e-12)
+    np.testing.assert_array_equal(np.asarray(comp.trials), T)
+
+
+# ---------------------------------------------------------------------------------------
+# jit / vmap
+# ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("family", FAMILIES)
+def test_jit_matches_eager(family):
+    c = make_case(family, 1)
+    comp, X = c.comp, jnp.asarray(c.X)
+    s = _stats(comp, X)
+    eager = comp.log_marginal(s)
+    jitted = jax.jit(lambda m, s: m.log_marginal(s))(comp, s)
+    np.testing.assert_allclose(float(jitted), float(eager), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(float(eager), c.ref(c.X), rtol=1e-9, atol=1e-9)
+    # vmap over a batch of statistics equals the broadcast batch
+    prefix = _prefix_stats(comp, X)
+    np.testing.assert_allclose(np.asarray(jax.jit(jax.vmap(comp.log_marginal))(prefix)),
+                               np.asarray(_log_marginal(comp, prefix)), rtol=1e-12, atol=1e-12)
