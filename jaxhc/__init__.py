@@ -4,7 +4,7 @@ The public API is re-exported here; see README.md for one example per model.
 Importing jaxhc never changes JAX's configuration (enable float64 yourself with
 ``jax.config.update("jax_enable_x64", True)``; tests and the CLI do).
 """
-from . import components, metrics, tree
+from . import components, datasets, metrics, tree
 from .components import (
     BetaBernoulli,
     BetaBinomial,
@@ -32,6 +32,7 @@ __all__ = [
     "bhc",
     "bhc_predictive",
     "components",
+    "datasets",
     "learn_hyperparameters",
     "metrics",
     "rbhc",

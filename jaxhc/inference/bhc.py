@@ -348,6 +348,11 @@ def bhc_from_stats(comp, alpha, leaf_stats, n_valid: Optional[int] = None, progr
     n_max = jax.tree_util.tree_leaves(leaf_stats)[0].shape[0]
     n = n_max if n_valid is None else int(n_valid)
     alpha = check_alpha(alpha)
+    if n == 1:  # a single point: no merges
+        leaf = jax.tree_util.tree_map(lambda y: y[:1], leaf_stats)
+        empty = jax.tree_util.tree_map(lambda y: y[:0], leaf_stats)
+        z = np.zeros(0)
+        return _assemble(comp, alpha, 1, leaf, comp.log_marginal(leaf), np.zeros((0, 2), np.int64), empty, z, z, z, z, z)
     every = max(1, n // 200) if progress_bar else 0
     out = _bhc_core(
         comp, jnp.log(jnp.asarray(alpha, dtype=jnp.result_type(float))), leaf_stats, jnp.asarray(n, jnp.int32),
@@ -360,7 +365,7 @@ def bhc_from_stats(comp, alpha, leaf_stats, n_valid: Optional[int] = None, progr
         ch = np.where(ch >= n_max, ch - n_max + n, ch)
     take = lambda x: jax.tree_util.tree_map(lambda y: y[:k], x)
     return _assemble(
-        comp, alpha, n, take(jax.tree_util.tree_map(lambda y: y[: n], leaf_stats)) if n_max != n else leaf_stats,
+        comp, alpha, n, jax.tree_util.tree_map(lambda y: y[:n], leaf_stats),
         np.asarray(leaf_log_h1)[:n], ch, take(out_stats), np.asarray(log_h1)[:k], np.asarray(log_d)[:k],
         np.asarray(log_pT)[:k], np.asarray(log_r)[:k], np.asarray(log_1mr)[:k],
     )
