@@ -267,6 +267,7 @@ def run_config(algo: str, n: int, d: int, repeats: int, timeout: float, compare_
            "--repeats", str(repeats), "--compare-sizes", ",".join(str(m) for m in compare_sizes)]
     env = dict(os.environ)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    load0 = os.getloadavg()[0]
     t0 = time.perf_counter()
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
@@ -279,6 +280,8 @@ def run_config(algo: str, n: int, d: int, repeats: int, timeout: float, compare_
         return {"algo": algo, "n": n, "d": d, "status": f"failed (rc={p.returncode})", "error": tail}
     out = json.loads(lines[-1][len("RESULT "):])
     out["process_wall_s"] = wall
+    # 1-min load average before / after (2-core box: > ~1.2 means something else competed)
+    out["loadavg_1min_before_after"] = [round(load0, 2), round(os.getloadavg()[0], 2)]
     return out
 
 

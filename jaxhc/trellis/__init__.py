@@ -1,0 +1,45 @@
+"""Exact and sparse cluster trellis (Greenberg, Macaluso et al.): partition function, MAP
+hierarchy, cluster marginals and exact sampling over all binary hierarchies."""
+from .energies import (
+    CorrelationEnergy,
+    DasguptaEnergy,
+    Energy,
+    GinkgoEnergy,
+    UnitEnergy,
+    log_phi_of_tree,
+)
+from .exact import (
+    MAX_EXACT_LEAVES,
+    SampledTrees,
+    TrellisSolution,
+    cluster_marginals,
+    log_partition,
+    map_trees,
+    memory_required,
+    num_splits,
+    sample,
+    solve,
+    solve_batch,
+    subtree_log_marginal,
+)
+
+__all__ = [
+    "CorrelationEnergy",
+    "DasguptaEnergy",
+    "Energy",
+    "GinkgoEnergy",
+    "MAX_EXACT_LEAVES",
+    "SampledTrees",
+    "TrellisSolution",
+    "UnitEnergy",
+    "cluster_marginals",
+    "log_partition",
+    "log_phi_of_tree",
+    "map_trees",
+    "memory_required",
+    "num_splits",
+    "sample",
+    "solve",
+    "solve_batch",
+    "subtree_log_marginal",
+]

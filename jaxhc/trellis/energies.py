@@ -1,0 +1,294 @@
+"""Pairwise potentials psi(X_L, X_R) of the cluster trellis (Greenberg, Macaluso et al.).
+
+An `Energy` is an ``eqx.Module`` holding the model's parameters (so ``jax.grad`` reaches
+them) with two methods:
+
+- ``subset_features(leaves, masks)``: per-subset aggregates of the subsets given as boolean
+  rows ``masks [M, N]`` (e.g. summed four-momenta, summed affinities inside the subset);
+  ``features(leaves)`` evaluates them for all ``2**N`` subsets at once, indexed by bitmask
+  (leaf ``i`` is bit ``i``).
+- ``log_psi(parent, left, right)``: the log potential of splitting ``parent`` into
+  ``left`` and ``right``, elementwise over broadcast feature pytrees.
+
+``log phi(H) = sum over the inner nodes of H of log psi(children)``, ``P(H) = phi(H) / Z``
+(Eq. 1-2 of the trellis paper). Users bring their own energies by subclassing `Energy`.
+"""
+from __future__ import annotations
+
+import abc
+from typing import NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = [
+    "Energy",
+    "DasguptaEnergy",
+    "CorrelationEnergy",
+    "GinkgoEnergy",
+    "UnitEnergy",
+    "all_subset_masks",
+    "log_phi_of_tree",
+]
+
+
+def all_subset_masks(n: int, dtype=jnp.float64) -> jax.Array:
+    """Membership of every subset: ``[2**n, n]``, row ``s`` has bit ``i`` of ``s`` in column ``i``."""
+    s = jnp.arange(2**n, dtype=jnp.int32)[:, None]
+    return ((s >> jnp.arange(n, dtype=jnp.int32)[None, :]) & 1).astype(dtype)
+
+
+def _float():
+    return jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
+
+
+class Energy(eqx.Module):
+    """Base class of trellis energies (see the module docstring)."""
+
+    @abc.abstractmethod
+    def subset_features(self, leaves, masks):
+        """Features of the subsets ``masks [M, N]`` (float 0/1), leading axis ``M``."""
+
+    @abc.abstractmethod
+    def log_psi(self, parent, left, right):
+        """Elementwise log potential of splitting ``parent`` into ``left`` and ``right``."""
+
+    def features(self, leaves):
+        """Features of all ``2**N`` subsets, indexed by bitmask."""
+        n = self.n_elements(leaves)
+        return self.subset_features(leaves, all_subset_masks(n, jnp.result_type(leaves, _float())))
+
+    def n_elements(self, leaves) -> int:
+        return int(np.shape(leaves)[0])
+
+    def validate_leaves(self, leaves, name: str = "leaves") -> np.ndarray:
+        """Eager checks (shape, finiteness); returns a host float array."""
+        arr = np.asarray(leaves, dtype=np.float64)
+        if arr.ndim < 1 or arr.shape[0] == 0:
+            raise ValueError(f"{name} must be a non-empty array with one row per element, got shape {arr.shape}")
+        if not np.all(np.isfinite(arr)):
+            raise ValueError(f"{name} contains NaN or inf values")
+        return arr
+
+    def crop_leaves(self, padded, n: int):
+        """The first ``n`` elements of one padded problem."""
+        return padded[:n]
+
+    def pad_leaves(self, leaves, n_max: int):
+        """Pads one problem's leaves to ``n_max`` elements (the padding never enters any
+        subset of the real elements)."""
+        n = leaves.shape[0]
+        pad = jnp.repeat(leaves[:1], n_max - n, axis=0)
+        return jnp.concatenate([leaves, pad], axis=0)
+
+
+class UnitEnergy(Energy):
+    """``psi = 1`` for every split: ``Z`` counts the trees, ``(2N - 3)!!`` (counting semiring)."""
+
+    def subset_features(self, leaves, masks):
+        return jnp.sum(masks, axis=-1)
+
+    def log_psi(self, parent, left, right):
+        return jnp.zeros(jnp.broadcast_shapes(jnp.shape(parent), jnp.shape(left), jnp.shape(right)), _float())
+
+
+class _AffinityFeatures(NamedTuple):
+    size: jax.Array
+    w_in: jax.Array  # sum of affinities over unordered pairs inside the subset
+    neg_in: jax.Array  # the same over negative affinities only
+
+
+def _affinity_features(W, masks):
+    W = jnp.asarray(W)
+    W = W - jnp.diag(jnp.diagonal(W))
+    Wn = jnp.minimum(W, 0.0)
+    mw = masks @ W
+    mn = masks @ Wn
+    return _AffinityFeatures(
+        jnp.sum(masks, axis=-1), 0.5 * jnp.sum(mw * masks, axis=-1), 0.5 * jnp.sum(mn * masks, axis=-1)
+    )
+
+
+class _AffinityEnergy(Energy):
+    def subset_features(self, leaves, masks):
+        return _affinity_features(leaves, masks)
+
+    def validate_leaves(self, leaves, name: str = "leaves") -> np.ndarray:
+        arr = super().validate_leaves(leaves, name)
+        if arr.ndim != 2 or arr.shape[0] != arr.shape[1]:
+            raise ValueError(f"{name} must be a square affinity matrix [N, N], got shape {arr.shape}")
+        if not np.allclose(arr, arr.T, rtol=1e-10, atol=1e-12):
+            raise ValueError(f"{name} must be a symmetric affinity matrix")
+        return arr
+
+    def crop_leaves(self, padded, n: int):
+        return padded[:n, :n]
+
+    def pad_leaves(self, leaves, n_max: int):
+        n = leaves.shape[0]
+        return jnp.pad(leaves, ((0, n_max - n), (0, n_max - n)))
+
+
+class DasguptaEnergy(_AffinityEnergy):
+    """Dasgupta's cost as an energy: ``E(L, R) = (|L| + |R|) sum_{i in L, j in R} w_ij``,
+    ``psi = exp(-beta E)`` (Eq. 4 of the trellis paper). Leaves: symmetric affinities
+    ``[N, N]`` (the diagonal is ignored).
+
+    Args:
+      beta: inverse temperature.
+    """
+
+    beta: jax.Array
+
+    def __init__(self, beta=1.0):
+        self.beta = jnp.asarray(beta, dtype=_float())
+
+    def cost(self, parent, left, right):
+        cross = parent.w_in - left.w_in - right.w_in
+        return parent.size * cross
+
+    def log_psi(self, parent, left, right):
+        return -self.beta * self.cost(parent, left, right)
+
+
+class CorrelationEnergy(_AffinityEnergy):
+    """Correlation clustering (Eq. 7-8): ``E(L, R) = sum_{L x R} w_ij [w_ij > 0] -
+    sum_{ordered pairs i != j inside L} w_ij [w_ij < 0] - (the same inside R)``,
+    ``psi = exp(-beta E)``. Leaves: symmetric affinities ``[N, N]`` in ``[-1, 1]``.
+
+    Args:
+      beta: inverse temperature.
+    """
+
+    beta: jax.Array
+
+    def __init__(self, beta=1.0):
+        self.beta = jnp.asarray(beta, dtype=_float())
+
+    def log_psi(self, parent, left, right):
+        pos_in = lambda f: f.w_in - f.neg_in
+        cross_pos = pos_in(parent) - pos_in(left) - pos_in(right)
+        energy = cross_pos - 2.0 * left.neg_in - 2.0 * right.neg_in
+        return -self.beta * energy
+
+
+class _JetFeatures(NamedTuple):
+    p: jax.Array  # [..., 4] summed four-momentum (E, px, py, pz)
+    size: jax.Array
+
+
+def _mass2(p):
+    return jnp.maximum(p[..., 0] ** 2 - jnp.sum(p[..., 1:] ** 2, axis=-1), 0.0)
+
+
+class GinkgoEnergy(Energy):
+    """The Ginkgo toy parton shower's 1 -> 2 split likelihood (Eq. 5-6 of the trellis paper).
+
+    Leaves: four-momenta ``[N, 4]`` (E, px, py, pz); a cluster's momentum is the sum of its
+    leaves'. ``likelihood="paper"`` is the paper's formula (the one of the ClusterTrellis
+    reference values): leaves have ``t = 0``, ``t_max, t_min`` the larger and smaller child
+    mass squared, ``log psi = log f(t_max | t_P) + log f(t_min | (sqrt t_P - sqrt t_max)^2)
+    - log(4 pi)`` with ``f(t | s) = lam / (s (1 - e^-lam)) e^{-lam t / s}`` for inner children
+    and ``f(0 | s) = (1 - e^{-lam t_cut / s}) / (1 - e^-lam)`` for leaves; ``-inf`` when
+    ``t_P < t_cut``. ``likelihood="exact"`` is the exact density of the generator (see the
+    data README): both orders in which the children could have been drawn, truncated
+    exponentials with support conditions (inner children ``t > t_cut``, leaves ``t <=
+    t_cut`` with their observed masses), and the phase-space term ``log(8 t_P) - 1/2 log
+    K(t_P, t_L, t_R) - log(4 pi)``.
+
+    Args:
+      lam: rate of the exponential splitting distribution (> 0).
+      t_cut: mass-squared cut-off below which a particle is a leaf.
+      likelihood: ``"paper"`` or ``"exact"``.
+    """
+
+    lam: jax.Array
+    t_cut: jax.Array
+    likelihood: str = eqx.field(static=True)
+
+    def __init__(self, lam=2.0, t_cut=16.0, likelihood: str = "paper"):
+        if likelihood not in ("paper", "exact"):
+            raise ValueError(f"likelihood must be 'paper' or 'exact', got {likelihood!r}")
+        self.lam = jnp.asarray(lam, dtype=_float())
+        self.t_cut = jnp.asarray(t_cut, dtype=_float())
+        self.likelihood = likelihood
+
+    def __check_init__(self):
+        for name in ("lam", "t_cut"):
+            v = getattr(self, name)
+            if not isinstance(v, jax.core.Tracer):
+                a = np.asarray(v)
+                if a.ndim != 0 or not np.isfinite(a) or a <= 0:
+                    raise ValueError(f"{name} must be a positive finite scalar, got {a}")
+
+    def validate_leaves(self, leaves, name: str = "leaves") -> np.ndarray:
+        arr = super().validate_leaves(leaves, name)
+        if arr.ndim != 2 or arr.shape[1] != 4:
+            raise ValueError(f"{name} must be four-momenta [N, 4] (E, px, py, pz), got shape {arr.shape}")
+        return arr
+
+    def subset_features(self, leaves, masks):
+        return _JetFeatures(masks @ jnp.asarray(leaves), jnp.sum(masks, axis=-1))
+
+    def _log_norm(self):
+        return -jnp.log1p(-jnp.exp(-self.lam))
+
+    def log_psi(self, parent, left, right):
+        if self.likelihood == "paper":
+            return self._log_psi_paper(parent, left, right)
+        return self._log_psi_exact(parent, left, right)
+
+    def _log_psi_paper(self, parent, left, right):
+        lam, tc = self.lam, self.t_cut
+        tP = _mass2(parent.p)
+        tL = jnp.where(left.size > 1, _mass2(left.p), 0.0)
+        tR = jnp.where(right.size > 1, _mass2(right.p), 0.0)
+        tmax, tmin = jnp.maximum(tL, tR), jnp.minimum(tL, tR)
+        tP2 = (jnp.sqrt(tP) - jnp.sqrt(tmax)) ** 2
+
+        def logf(t, s):
+            s_safe = jnp.where(s > 0, s, 1.0)
+            inner = jnp.log(lam) - jnp.log(s_safe) - lam * t / s_safe
+            leaf = jnp.log(-jnp.expm1(-lam * tc / s_safe))
+            out = self._log_norm() + jnp.where(t > 0, inner, leaf)
+            return jnp.where(s > 0, out, -jnp.inf)
+
+        out = logf(tmax, tP) + logf(tmin, tP2) - jnp.log(4 * jnp.pi)
+        return jnp.where(tP < tc, -jnp.inf, out)
+
+    def _log_psi_exact(self, parent, left, right):
+        lam, tc = self.lam, self.t_cut
+        tP = _mass2(parent.p)
+        tL, tR = _mass2(left.p), _mass2(right.p)
+
+        def logf(t, s, is_leaf):
+            # truncated exponential density on [0, s); support: leaves t <= t_cut, inner t > t_cut
+            s_safe = jnp.where(s > 0, s, 1.0)
+            val = self._log_norm() + jnp.log(lam) - jnp.log(s_safe) - lam * t / s_safe
+            ok = (s > 0) & (t < s) & jnp.where(is_leaf, t <= tc, t > tc)
+            return jnp.where(ok, val, -jnp.inf)
+
+        lleaf, rleaf = left.size == 1, right.size == 1
+        sqP = jnp.sqrt(tP)
+        a = logf(tL, tP, lleaf) + logf(tR, (sqP - jnp.sqrt(tL)) ** 2, rleaf)
+        b = logf(tR, tP, rleaf) + logf(tL, (sqP - jnp.sqrt(tR)) ** 2, lleaf)
+        K = tP**2 + tL**2 + tR**2 - 2 * tP * tL - 2 * tP * tR - 2 * tL * tR
+        K_safe = jnp.where(K > 0, K, 1.0)
+        phase = jnp.log(8.0 * jnp.where(tP > 0, tP, 1.0)) - 0.5 * jnp.log(K_safe) - jnp.log(4 * jnp.pi)
+        out = jnp.logaddexp(a, b) + phase
+        return jnp.where((tP > tc) & (K > 0), out, -jnp.inf)
+
+
+def log_phi_of_tree(energy: Energy, leaves, tree) -> jax.Array:
+    """``log phi(H)``: the sum of ``log psi`` over the inner nodes of ``tree`` (a `Tree`)."""
+    n = energy.n_elements(leaves)
+    masks = jnp.asarray(tree.leaf_sets(), dtype=jnp.result_type(leaves, _float()))
+    feats = energy.subset_features(jnp.asarray(leaves), masks)
+    ch = np.asarray(tree.children)
+    take = lambda idx: jax.tree_util.tree_map(lambda x: x[idx], feats)
+    if ch.shape[0] == 0:
+        return jnp.zeros((), _float())
+    par = n + np.arange(n - 1)
+    return jnp.sum(energy.log_psi(take(par), take(ch[:, 0]), take(ch[:, 1])))

@@ -1,0 +1,472 @@
+"""Exact inference over all binary hierarchies with the full cluster trellis.
+
+A vectorised bitmask dynamic program (Greenberg, Macaluso et al.): every subset ``S`` of
+the ``N`` elements is a trellis vertex indexed by its bitmask. Subsets are processed level
+by level (by size); for every subset of a level all its splits ``(L, S \\ L)`` with ``L``
+holding the lowest element of ``S`` (so each split is counted once, Prop. 1) are enumerated
+arithmetically: split ``j`` of ``S`` puts the ``b``-th other element of ``S`` into ``L``
+when bit ``b`` of ``j`` is set. A level is evaluated in fixed-size chunks of
+``[parents, splits]`` under ``lax.map`` -- no Python loop over subsets or splits at run
+time, ``(3^N + 1) / 2 - 2^N`` split evaluations in all.
+
+- ``log Z(S) = logsumexp_L [log psi(S, L, R) + log Z(L) + log Z(R)]`` (Alg. 1, Prop. 1);
+- ``log phi*(S) = max_L [...]`` with backpointers (Prop. 2) for the MAP tree;
+- the marginal ``P(S in H)`` of every cluster at once as the gradient of ``log Z`` with
+  respect to a per-cluster log weight ``u(S)`` added to every tree containing ``S`` (the
+  outside pass, by reverse-mode autodiff, with the chunks rematerialised);
+- exact samples top-down with ``p(L | S) = psi(S, L, R) Z(L) Z(R) / Z(S)`` (Alg. 2, Eq. 3).
+"""
+from __future__ import annotations
+
+import math
+from functools import lru_cache, partial
+from typing import Any, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..tree import Tree
+from .energies import Energy
+
+__all__ = [
+    "TrellisSolution",
+    "SampledTrees",
+    "solve",
+    "solve_batch",
+    "log_partition",
+    "cluster_marginals",
+    "subtree_log_marginal",
+    "sample",
+    "memory_required",
+    "num_splits",
+    "MAX_EXACT_LEAVES",
+]
+
+#: Above this many leaves the full trellis is refused (the bitmask indices are int32 and
+#: the work grows as 3^N); use `jaxhc.trellis.sparse_solve`.
+MAX_EXACT_LEAVES = 24
+_CHUNK_PAIRS = 1 << 18
+
+
+def num_splits(n: int) -> int:
+    """Split evaluations of the full trellis: ``(3^n + 1) / 2 - 2^n``."""
+    return (3**n + 1) // 2 - 2**n
+
+
+def memory_required(n: int, feature_floats: int = 5, dtype_bytes: int = 8) -> int:
+    """Approximate peak bytes of `solve` for ``n`` leaves: per-subset tables (features,
+    log Z, MAP value, backpointer, marginal cotangents) plus one chunk of splits."""
+    per_subset = (feature_floats + 4) * dtype_bytes + 4
+    chunk = min(_CHUNK_PAIRS, max(1, num_splits(n))) * (2 * feature_floats + 8) * dtype_bytes
+    return int(2**n * per_subset * 2 + chunk * 3)
+
+
+def _check_n(n: int, max_leaves: Optional[int], max_bytes: Optional[int]):
+    limit = MAX_EXACT_LEAVES if max_leaves is None else max_leaves
+    if n > limit:
+        raise ValueError(
+            f"leaves: N={n} is above the exact trellis limit of {limit} leaves "
+            f"({num_splits(n):.3e} split evaluations, about {memory_required(n) / 2**30:.1f} GiB); "
+            "use jaxhc.trellis.sparse_solve with seed trees (beam search, samples) instead"
+        )
+    if max_bytes is not None and memory_required(n) > max_bytes:
+        raise ValueError(
+            f"leaves: N={n} needs about {memory_required(n) / 2**30:.2f} GiB, above max_bytes="
+            f"{max_bytes / 2**30:.2f} GiB; use jaxhc.trellis.sparse_solve"
+        )
+
+
+@lru_cache(maxsize=None)
+def _level_tables(n: int, k: int):
+    """Subsets of size k of n elements and the positions of their set bits (host arrays)."""
+    combos = np.array(list(__import__("itertools").combinations(range(n), k)), dtype=np.int32)
+    masks = np.sum(np.left_shift(np.int64(1), combos.astype(np.int64)), axis=1).astype(np.int32)
+    return masks, combos
+
+
+def _chunking(count: int, per: int):
+    c = max(1, min(count, _CHUNK_PAIRS // max(per, 1)))
+    n_chunks = -(-count // c)
+    return c, n_chunks
+
+
+def _take(tree, idx):
+    return jax.tree_util.tree_map(lambda x: jnp.take(x, idx, axis=0), tree)
+
+
+def _splits_of(S_pos, k):
+    """Left masks ``[c, 2^(k-1) - 1]`` of every split of the parents with bit positions
+    ``S_pos [c, k]``; the left side holds the lowest element."""
+    P = 2 ** (k - 1) - 1
+    j = jnp.arange(P, dtype=jnp.int32)[None, :]
+    L = jnp.left_shift(jnp.int32(1), S_pos[:, :1])
+    for b in range(k - 1):
+        L = L | (((j >> b) & 1) << S_pos[:, b + 1 : b + 2])
+    return L
+
+
+def _dp(energy: Energy, feats, n: int, u=None, with_map: bool = True):
+    """Runs the trellis DP over all subsets of ``n`` elements.
+
+    Returns ``(log_z [2^n], map_val [2^n], backptr [2^n])`` (the last two ``None`` without
+    ``with_map``). ``u`` adds a log weight per cluster (leaves and root included).
+    """
+    dtype = jax.tree_util.tree_leaves(feats)[0].dtype
+    size = 2**n
+    zero_u = u is None
+    u = jnp.zeros((size,), dtype) if zero_u else u
+    singles = jnp.left_shift(1, jnp.arange(n, dtype=jnp.int32))
+    log_z = jnp.full((size,), -jnp.inf, dtype).at[singles].set(u[singles])
+    best = jnp.full((size,), -jnp.inf, dtype).at[singles].set(0.0) if with_map else None
+    bp = jnp.zeros((size,), jnp.int32) if with_map else None
+    for k in range(2, n + 1):
+        masks_np, pos_np = _level_tables(n, k)
+        count, P = len(masks_np), 2 ** (k - 1) - 1
+        c, n_chunks = _chunking(count, P)
+        padn = c * n_chunks - count
+        masks_p = np.concatenate([masks_np, np.repeat(masks_np[:1], padn)]).reshape(n_chunks, c)
+        pos_p = np.concatenate([pos_np, np.repeat(pos_np[:1], padn, 0)]).reshape(n_chunks, c, k)
+
+        def chunk(args, log_z=log_z, best=best, k=k):
+            S, pos = args
+            L = _splits_of(pos, k)
+            R = S[:, None] ^ L
+            fP = jax.tree_util.tree_map(lambda x: x[:, None], _take(feats, S))
+            lp = energy.log_psi(fP, _take(feats, L), _take(feats, R))
+            z = jax.scipy.special.logsumexp(lp + log_z[L] + log_z[R], axis=1)
+            if best is None:
+                return z, None, None
+            m = lp + best[L] + best[R]
+            arg = jnp.argmax(m, axis=1)
+            return z, jnp.max(m, axis=1), jnp.take_along_axis(L, arg[:, None], axis=1)[:, 0]
+
+        z, mv, mb = jax.lax.map(jax.checkpoint(chunk), (jnp.asarray(masks_p), jnp.asarray(pos_p)))
+        S_all = jnp.asarray(masks_p.reshape(-1))
+        log_z = log_z.at[S_all].set(z.reshape(-1) + u[S_all])
+        if with_map:
+            best = best.at[S_all].set(mv.reshape(-1))
+            bp = bp.at[S_all].set(mb.reshape(-1))
+    return log_z, best, bp
+
+
+class TrellisSolution(NamedTuple):
+    """Output of `solve` (one problem of ``N`` elements; subsets indexed by bitmask).
+
+    Fields:
+      log_z: log partition function over all ``(2N-3)!!`` hierarchies.
+      map_log_phi: ``log phi`` of the MAP hierarchy.
+      map_tree: the MAP hierarchy as a `jaxhc.Tree` (None inside `solve_batch`).
+      log_marginals: ``[2^N]`` ``log P(S in H)`` for every cluster ``S`` (``-inf`` for the
+        empty set); None when not requested.
+      log_z_table: ``[2^N]`` ``log Z(S)`` of every subset (sub-trellis partition functions).
+      map_table: ``[2^N]`` ``log phi*(S)``; backpointer: ``[2^N]`` left child of the MAP split.
+      n_leaves: ``N``.
+    """
+
+    log_z: Any
+    map_log_phi: Any
+    map_tree: Optional[Tree]
+    log_marginals: Any
+    log_z_table: Any
+    map_table: Any
+    backpointer: Any
+    n_leaves: Any
+
+
+def _tree_from_backpointers(bp: np.ndarray, n: int, root: Optional[int] = None) -> Tree:
+    """Builds the MAP `Tree` by following backpointers from the root mask."""
+    bp = np.asarray(bp)
+    root = (1 << n) - 1 if root is None else root
+    splits = []  # (S, L, R) in BFS order
+    queue = [root]
+    while queue:
+        S = queue.pop(0)
+        if S & (S - 1) == 0:
+            continue
+        L = int(bp[S])
+        R = S ^ L
+        splits.append((S, L, R))
+        queue.extend([L, R])
+    return tree_from_splits(splits, n)
+
+
+def tree_from_splits(splits, n: int) -> Tree:
+    """`Tree` from a list of ``(S, L, R)`` bitmask splits in top-down (BFS) order."""
+    ids = {1 << i: i for i in range(n)}
+    m = len(splits)
+    children = np.zeros((m, 2), np.int64)
+    for t in range(m - 1, -1, -1):
+        S, L, R = splits[t]
+        node = n + (m - 1 - t)
+        a, b = ids[int(L)], ids[int(R)]
+        children[m - 1 - t] = (min(a, b), max(a, b))
+        ids[int(S)] = node
+    return Tree(children).validate() if n > 1 else Tree(np.zeros((0, 2), np.int64))
+
+
+def _prepare(energy, leaves, max_leaves, max_bytes):
+    if not isinstance(energy, Energy):
+        raise TypeError(f"energy must be a jaxhc.trellis Energy, got {type(energy).__name__}")
+    arr = energy.validate_leaves(leaves)
+    n = energy.n_elements(arr)
+    _check_n(n, max_leaves, max_bytes)
+    return jnp.asarray(arr), n
+
+
+def _solve_impl(energy, leaves, n, marginals=True):
+    feats = energy.features(leaves)
+    log_z, best, bp = _dp(energy, feats, n)
+    root = 2**n - 1
+    if marginals:
+        def root_z(u):
+            return _dp(energy, feats, n, u=u, with_map=False)[0][root]
+
+        u0 = jnp.zeros((2**n,), log_z.dtype)
+        g = jax.grad(root_z)(u0)
+        log_m = jnp.where(g > 0, jnp.log(jnp.where(g > 0, g, 1.0)), -jnp.inf)
+    else:
+        log_m = None
+    return log_z[root], best[root], log_m, log_z, best, bp
+
+
+_solve_core = jax.jit(_solve_impl, static_argnames=("n", "marginals"))
+
+
+def solve(energy: Energy, leaves, *, marginals: bool = True, max_leaves: Optional[int] = None,
+          max_bytes: Optional[int] = None) -> TrellisSolution:
+    """Exact partition function, MAP hierarchy and all cluster marginals.
+
+    Args:
+      energy: a `jaxhc.trellis.Energy` (e.g. ``GinkgoEnergy(lam=2.0, t_cut=16.0)``).
+      leaves: the problem's data, one row per element (four-momenta ``[N, 4]`` for Ginkgo,
+        a symmetric affinity matrix ``[N, N]`` for Dasgupta / correlation clustering).
+      marginals: also compute ``log P(S in H)`` for every cluster (an outside pass).
+      max_leaves: refuse larger ``N`` (default `MAX_EXACT_LEAVES`).
+      max_bytes: refuse ``N`` whose `memory_required` exceeds this.
+
+    Returns:
+      `TrellisSolution`. (Alg. 1 / Prop. 1, Prop. 2 and Sec. 2.4 of the trellis paper.)
+    """
+    leaves, n = _prepare(energy, leaves, max_leaves, max_bytes)
+    log_z, map_v, log_m, tz, tb, bp = _solve_core(energy, leaves, n, marginals=marginals)
+    tree = _tree_from_backpointers(np.asarray(bp), n)
+    return TrellisSolution(log_z, map_v, tree, log_m, tz, tb, bp, n)
+
+
+def log_partition(energy: Energy, leaves) -> jax.Array:
+    """``log Z`` alone; differentiable in the energy's parameters (e.g. ``jax.grad`` w.r.t.
+    Ginkgo's ``lam`` or an inverse temperature) and usable inside ``numpyro.factor``.
+
+    Shapes are checked eagerly only when ``leaves`` is concrete.
+    """
+    n = energy.n_elements(leaves)
+    if not isinstance(leaves, jax.core.Tracer):
+        leaves, n = _prepare(energy, leaves, None, None)
+    return _log_partition_core(energy, jnp.asarray(leaves), n)
+
+
+@partial(jax.jit, static_argnames=("n",))
+def _log_partition_core(energy, leaves, n):
+    feats = energy.features(leaves)
+    return _dp(energy, feats, n, with_map=False)[0][2**n - 1]
+
+
+def cluster_marginals(energy: Energy, leaves) -> jax.Array:
+    """``[2^N]`` probabilities ``P(S in H)`` of every cluster (they sum to ``2N - 1``)."""
+    return jnp.exp(solve(energy, leaves).log_marginals)
+
+
+def subtree_log_marginal(solution: TrellisSolution, energy: Energy, leaves, subtree: Tree, leaf_ids) -> jax.Array:
+    """``log P(H_i)``: probability that the hierarchy contains the given sub-hierarchy.
+
+    ``subtree`` is a `Tree` over ``len(leaf_ids)`` leaves; its leaf ``a`` is element
+    ``leaf_ids[a]``. ``P(H_i) = P(X_i in H) phi(H_i) / Z(X_i)`` (Sec. 2.4 of the paper).
+    """
+    from .energies import log_phi_of_tree
+
+    if solution.log_marginals is None:
+        raise ValueError("solution has no marginals; call solve(..., marginals=True)")
+    leaf_ids = np.asarray(leaf_ids, np.int64)
+    if len(set(leaf_ids.tolist())) != len(leaf_ids) or subtree.n_leaves != len(leaf_ids):
+        raise ValueError("leaf_ids must be distinct and one per leaf of subtree")
+    mask = int(np.sum(np.left_shift(1, leaf_ids)))
+    lv = jnp.asarray(leaves)[jnp.asarray(leaf_ids)] if not isinstance(energy, _affinity_types()) else \
+        jnp.asarray(leaves)[jnp.ix_(leaf_ids, leaf_ids)]
+    log_phi = log_phi_of_tree(energy, lv, subtree)
+    return solution.log_marginals[mask] + log_phi - solution.log_z_table[mask]
+
+
+def _affinity_types():
+    from .energies import _AffinityEnergy
+
+    return (_AffinityEnergy,)
+
+
+# ------------------------------------------------------------------------------------------
+# batches of problems of different sizes
+# ------------------------------------------------------------------------------------------
+@partial(jax.jit, static_argnames=("n_max", "marginals"))
+def _batch_core(energy, leaves_padded, n_leaves, n_max, marginals):
+    def one(lv, nv):
+        out = _solve_impl(energy, lv, n_max, marginals)
+        root = (jnp.left_shift(1, nv) - 1).astype(jnp.int32)
+        log_z_tab, best_tab = out[3], out[4]
+        return log_z_tab[root], best_tab[root], out[2], out[3], out[4], out[5]
+
+    return jax.vmap(one)(leaves_padded, n_leaves)
+
+
+def solve_batch(energy: Energy, leaves_padded, n_leaves, *, marginals: bool = False, devices=None) -> TrellisSolution:
+    """Solves many problems of different sizes at once (``vmap``; sharded over devices).
+
+    Args:
+      energy: the energy shared by all problems.
+      leaves_padded: ``[B, N_max, ...]`` each problem's leaves in its first ``n_leaves[b]``
+        rows; the padding rows are ignored (they never enter a subset of the real
+        elements, whose masks are below ``2^n_leaves[b]``).
+      n_leaves: ``[B]`` number of real elements of each problem.
+      marginals: also compute every cluster's marginal (tables over ``2^N_max``; clusters
+        containing padding have probability 0).
+      devices: devices to shard the batch over (default ``jax.devices()``; one device: no
+        sharding).
+
+    Returns:
+      `TrellisSolution` with a leading batch axis on every array field and ``map_tree=None``
+      (use `map_trees`).
+    """
+    if not isinstance(energy, Energy):
+        raise TypeError(f"energy must be a jaxhc.trellis Energy, got {type(energy).__name__}")
+    lp = np.asarray(leaves_padded, dtype=np.float64)
+    nl = np.asarray(n_leaves)
+    if lp.ndim < 2:
+        raise ValueError(f"leaves_padded must be [B, N_max, ...], got shape {lp.shape}")
+    if nl.shape != (lp.shape[0],) or not np.issubdtype(nl.dtype, np.integer):
+        raise ValueError(f"n_leaves must be an integer array [B={lp.shape[0]}], got {nl.shape} {nl.dtype}")
+    n_max = lp.shape[1]
+    if np.any(nl < 1) or np.any(nl > n_max):
+        raise ValueError(f"n_leaves must be in [1, N_max={n_max}]")
+    _check_n(n_max, None, None)
+    fixed = []
+    for b in range(lp.shape[0]):
+        real = energy.validate_leaves(energy.crop_leaves(lp[b], int(nl[b])), name=f"leaves_padded[{b}]")
+        fixed.append(np.asarray(energy.pad_leaves(jnp.asarray(real), n_max)))
+    lp = np.stack(fixed)
+    devices = list(jax.devices()) if devices is None else list(devices)
+    B = lp.shape[0]
+    if len(devices) > 1:
+        from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+        pad = (-B) % len(devices)
+        if pad:
+            lp = np.concatenate([lp, np.repeat(lp[:1], pad, 0)])
+            nl = np.concatenate([nl, np.repeat(nl[:1], pad)])
+        mesh = Mesh(np.array(devices), ("batch",))
+        shard = NamedSharding(mesh, PartitionSpec("batch"))
+        lpj = jax.device_put(jnp.asarray(lp), shard)
+        nlj = jax.device_put(jnp.asarray(nl, jnp.int32), shard)
+    else:
+        lpj, nlj = jnp.asarray(lp), jnp.asarray(nl, jnp.int32)
+    out = _batch_core(energy, lpj, nlj, n_max, marginals)
+    out = jax.tree_util.tree_map(lambda x: x[:B] if x is not None else None, out)
+    log_z, map_v, log_m, tz, tb, bp = out
+    return TrellisSolution(log_z, map_v, None, log_m, tz, tb, bp, jnp.asarray(nl[:B]))
+
+
+def map_trees(batch: TrellisSolution) -> list:
+    """The MAP `Tree` of every problem of a `solve_batch` result."""
+    bp = np.asarray(batch.backpointer)
+    nl = np.asarray(batch.n_leaves)
+    return [_tree_from_backpointers(bp[b], int(nl[b])) for b in range(len(nl))]
+
+
+# ------------------------------------------------------------------------------------------
+# exact sampling
+# ------------------------------------------------------------------------------------------
+class SampledTrees(NamedTuple):
+    """Hierarchies sampled by `sample`: the ``N - 1`` splits of each, top-down.
+
+    Fields: ``parent``, ``left``, ``right``: ``[num_samples, N-1]`` bitmasks;
+    ``log_phi``: ``[num_samples]`` log potential of each sample; ``n_leaves``.
+    """
+
+    parent: Any
+    left: Any
+    right: Any
+    log_phi: Any
+    n_leaves: int
+
+    def tree(self, i: int) -> Tree:
+        """Sample ``i`` as a `Tree`."""
+        p, l, r = (np.asarray(x[i]) for x in (self.parent, self.left, self.right))
+        return tree_from_splits(list(zip(p.tolist(), l.tolist(), r.tolist())), self.n_leaves)
+
+    def trees(self) -> list:
+        return [self.tree(i) for i in range(np.shape(self.parent)[0])]
+
+    def keys(self) -> list:
+        """A hashable canonical key per sample (its set of inner clusters)."""
+        p = np.sort(np.asarray(self.parent), axis=1)
+        return [tuple(row) for row in p.tolist()]
+
+
+@partial(jax.jit, static_argnames=("n", "num_samples"))
+def _sample_core(key, energy, leaves, n, num_samples):
+    feats = energy.features(leaves)
+    log_z = _dp(energy, feats, n, with_map=False)[0]
+    P = 2 ** (n - 1) - 1
+    j = jnp.arange(P, dtype=jnp.int32)
+    bits = jnp.arange(n, dtype=jnp.int32)
+
+    def split_one(key, S):
+        inS = ((S >> bits) & 1).astype(bool)
+        k = jnp.sum(inS)
+        order = jnp.argsort(~inS, stable=True)  # positions of S's bits first, ascending
+        L = jnp.left_shift(jnp.int32(1), order[0])
+        for b in range(n - 1):
+            L = L | (((j >> b) & 1) << order[b + 1]) * (b + 1 < k)
+        valid = j < (jnp.left_shift(1, k - 1) - 1)
+        R = S ^ L
+        fP = _take(feats, S)
+        lp = energy.log_psi(fP, _take(feats, L), _take(feats, R))
+        score = jnp.where(valid, lp + log_z[L] + log_z[R], -jnp.inf)
+        g = jax.random.gumbel(key, (P,), score.dtype)
+        a = jnp.argmax(score + g)
+        return L[a], R[a], lp[a]
+
+    def one_tree(key):
+        keys = jax.random.split(key, n - 1)
+        queue = jnp.zeros((n - 1,), jnp.int32).at[0].set(2**n - 1)
+
+        def step(carry, t):
+            queue, tail = carry
+            S = queue[t]
+            L, R, lp = split_one(keys[t], S)
+            addL = (L & (L - 1)) != 0
+            queue = jnp.where(addL, queue.at[tail].set(L), queue)
+            tail = tail + addL
+            addR = (R & (R - 1)) != 0
+            queue = jnp.where(addR, queue.at[jnp.minimum(tail, n - 2)].set(R), queue)
+            tail = tail + addR
+            return (queue, tail), (S, L, R, lp)
+
+        _, (S, L, R, lp) = jax.lax.scan(step, (queue, jnp.int32(1)), jnp.arange(n - 1))
+        return S, L, R, jnp.sum(lp)
+
+    return jax.lax.map(one_tree, jax.random.split(key, num_samples), batch_size=min(num_samples, 256))
+
+
+def sample(key, energy: Energy, leaves, num_samples: int) -> SampledTrees:
+    """Exact samples from ``P(H | X) = phi(H) / Z`` (Alg. 2, Eq. 3 of the trellis paper),
+    vectorised over samples. Same key, same samples.
+
+    Returns `SampledTrees` (``.tree(i)``, ``.trees()``, ``.keys()``).
+    """
+    if not (isinstance(num_samples, (int, np.integer)) and num_samples >= 1):
+        raise ValueError(f"num_samples must be a positive integer, got {num_samples!r}")
+    leaves, n = _prepare(energy, leaves, None, None)
+    if n == 1:
+        z = jnp.zeros((num_samples, 0), jnp.int32)
+        return SampledTrees(z, z, z, jnp.zeros((num_samples,)), 1)
+    S, L, R, lp = _sample_core(key, energy, leaves, n, int(num_samples))
+    return SampledTrees(S, L, R, lp, n)
