@@ -4,7 +4,7 @@ The public API is re-exported here; see README.md for one example per model.
 Importing jaxhc never changes JAX's configuration (enable float64 yourself with
 ``jax.config.update("jax_enable_x64", True)``; tests and the CLI do).
 """
-from . import components, datasets, metrics, tree
+from . import components, datasets, metrics, tree, trellis
 from .components import (
     BetaBernoulli,
     BetaBinomial,
@@ -38,4 +38,5 @@ __all__ = [
     "rbhc",
     "tree",
     "tree_log_evidence",
+    "trellis",
 ]

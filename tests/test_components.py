@@ -111,9 +111,24 @@ def _prefix_stats(comp, X):
     return _stack([comp.stats(X[:i]) for i in range(X.shape[0] + 1)])
 
 
-_log_marginal = eqx.filter_jit(lambda comp, s: comp.log_marginal(s))
+@eqx.filter_jit
+def _lm_and_grad(comp, s):
+    """Log marginals of a batch of statistics, and the gradient of their sum w.r.t. the
+    component (one compilation serves both)."""
+    (_, lms), g = jax.value_and_grad(lambda m: (jnp.sum(m.log_marginal(s)), m.log_marginal(s)), has_aux=True)(comp)
+    return lms, g
+
+
+def _log_marginal(comp, s):
+    return _lm_and_grad(comp, s)[0]
+
+
+def _grad_total(comp, s):
+    return _lm_and_grad(comp, s)[1]
+
+
 _log_predictive = eqx.filter_jit(lambda comp, x, s: comp.log_predictive(x, s))
-_grad_total = eqx.filter_jit(jax.grad(lambda comp, s: jnp.sum(comp.log_marginal(s))))
+_log_predictive_cached = eqx.filter_jit(lambda comp, x, s: comp.log_predictive_cached(x, comp.predictive_cache(s)))
 
 
 def _prefix_lms(comp, X) -> np.ndarray:
@@ -229,26 +244,29 @@ def test_empty_stats_have_zero_log_marginal(family, seed):
 # ---------------------------------------------------------------------------------------
 # NIW closed forms
 # ---------------------------------------------------------------------------------------
-@pytest.mark.parametrize("x", [[0.3, -0.5], [0.3, -0.5, 1.2]])
-def test_niw_1d_log_marginal_equals_quadrature(x):
+def test_niw_1d_log_marginal_equals_quadrature():
+    """Log marginal of 2 and 3 points against a 2-D integral over (mu, log sigma^2)."""
     m0, kappa0, nu0, S0 = -0.1, 0.7, 2.5, 1.3
-    x = np.asarray(x)
+    data = np.array([0.3, -0.5, 1.2])
     comp = NormalInverseWishart([m0], kappa0, nu0, [[S0]])
+    lms = _prefix_lms(comp, data[:, None])  # prefixes of 0 .. 3 points
     a0, b0 = nu0 / 2.0, S0 / 2.0
+    for k in (2, 3):
+        x = data[:k]
 
-    def integrand(mu, u):
-        # sigma^2 = exp(u) ~ InvGamma(nu0/2, S0/2) (the 1-D inverse Wishart); mu | sigma^2 ~ N(m0, sigma^2/kappa0)
-        s2 = np.exp(u)
-        lp = a0 * np.log(b0) - gammaln(a0) - (a0 + 1) * u - b0 / s2 + u
-        lp += -0.5 * np.log(2 * np.pi * s2 / kappa0) - 0.5 * kappa0 * (mu - m0) ** 2 / s2
-        lp += np.sum(-0.5 * np.log(2 * np.pi * s2) - 0.5 * (x - mu) ** 2 / s2)
-        return np.exp(lp)
+        def integrand(mu, u):
+            # sigma^2 = exp(u) ~ InvGamma(nu0/2, S0/2) (the 1-D inverse Wishart); mu | sigma^2 ~ N(m0, sigma^2/kappa0)
+            s2 = np.exp(u)
+            lp = a0 * np.log(b0) - gammaln(a0) - (a0 + 1) * u - b0 / s2 + u
+            lp += -0.5 * np.log(2 * np.pi * s2 / kappa0) - 0.5 * kappa0 * (mu - m0) ** 2 / s2
+            lp += np.sum(-0.5 * np.log(2 * np.pi * s2) - 0.5 * (x - mu) ** 2 / s2)
+            return np.exp(lp)
 
-    lo, hi = min(x.min(), m0), max(x.max(), m0)
-    width = lambda u: 12.0 * np.exp(u / 2) / min(1.0, np.sqrt(kappa0))  # noqa: E731
-    val, _ = integrate.dblquad(integrand, -20.0, 20.0, lambda u: lo - width(u), lambda u: hi + width(u),
-                               epsabs=0.0, epsrel=1e-9)
-    np.testing.assert_allclose(_prefix_lms(comp, x[:, None])[-1], np.log(val), rtol=0, atol=1e-6)
+        lo, hi = min(x.min(), m0), max(x.max(), m0)
+        width = lambda u: 12.0 * np.exp(u / 2) / min(1.0, np.sqrt(kappa0))  # noqa: E731
+        val, _ = integrate.dblquad(integrand, -20.0, 20.0, lambda u: lo - width(u), lambda u: hi + width(u),
+                                   epsabs=0.0, epsrel=1e-9)
+        np.testing.assert_allclose(lms[k], np.log(val), rtol=0, atol=1e-6)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -259,8 +277,7 @@ def test_niw_predictive_is_student_t(seed):
     rng = np.random.default_rng(seed + 7)
     prefix = _prefix_stats(comp, jnp.asarray(c.X))
     xs = rng.normal(size=(prefix.n.shape[0], comp.dim)) * 2
-    cached = np.asarray(eqx.filter_jit(lambda m, x, s: m.log_predictive_cached(x, m.predictive_cache(s)))(
-        comp, jnp.asarray(xs), prefix))
+    cached = np.asarray(_log_predictive_cached(comp, jnp.asarray(xs), prefix))
     for n_obs in (0, 1, 4):
         s = _take(prefix, n_obs)
         df, loc, shape = comp.predictive_student_t(s)
@@ -270,13 +287,14 @@ def test_niw_predictive_is_student_t(seed):
         np.testing.assert_allclose(cached[n_obs], t.logpdf(x), rtol=1e-10, atol=1e-10)
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", ["NormalKnownCov", "BetaBinomial"])
 def test_predictive_cache_matches_log_predictive(family):
+    """The default predictive cache (NIW's own is checked against scipy above)."""
     c = make_case(family, 1)
     comp, X = c.comp, jnp.asarray(c.X)
     prefix = _prefix_stats(comp, X)
     prev = _take(prefix, slice(0, X.shape[0]))
-    got = eqx.filter_jit(lambda m, x, s: m.log_predictive_cached(x, m.predictive_cache(s)))(comp, X, prev)
+    got = _log_predictive_cached(comp, X, prev)
     np.testing.assert_allclose(np.asarray(got), np.asarray(_log_predictive(comp, X, prev)), rtol=1e-10, atol=1e-10)
 
 
@@ -321,7 +339,7 @@ _grad_cache_inside = eqx.filter_jit(
     lambda comp, s, n: jax.grad(lambda m: jnp.sum(m.log_marginal(s, m.count_cache(n))))(comp))
 
 
-@pytest.mark.parametrize("family", ["NormalInverseWishart", "BetaBernoulli", "BetaBinomial"])
+@pytest.mark.parametrize("family", ["NormalInverseWishart", "BetaBinomial"])
 def test_count_cache_is_differentiable(family):
     """The tables are documented as differentiable in the hyperparameters."""
     c = make_case(family, 1)
@@ -388,7 +406,7 @@ _constrained_value_and_grad = eqx.filter_jit(
     jax.value_and_grad(lambda u, comp, s: jnp.sum(comp.constrain(u).log_marginal(s))))
 
 
-@pytest.mark.parametrize("family", ["NormalInverseWishart", "NormalKnownCov", "BetaBinomial", "DirichletMultinomial"])
+@pytest.mark.parametrize("family", ["NormalInverseWishart", "BetaBinomial"])
 def test_grad_through_unconstrained_parameters(family):
     """Directional derivative of u -> log_marginal(constrain(u)) against central differences."""
     c = make_case(family, 1)
@@ -625,5 +643,6 @@ def test_jit_matches_eager(family):
     np.testing.assert_allclose(float(jitted), float(eager), rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(float(eager), c.ref(c.X), rtol=1e-9, atol=1e-9)
     # vmap over a batch of statistics equals the broadcast batch
-    np.testing.assert_allclose(np.asarray(jax.jit(jax.vmap(comp.log_marginal))(prefix)),
-                               np.asarray(_log_marginal(comp, prefix)), rtol=1e-12, atol=1e-12)
+    if family in ("NormalInverseWishart", "BetaBinomial"):
+        np.testing.assert_allclose(np.asarray(jax.jit(jax.vmap(comp.log_marginal))(prefix)),
+                                   np.asarray(_log_marginal(comp, prefix)), rtol=1e-12, atol=1e-12)

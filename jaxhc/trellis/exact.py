@@ -11,9 +11,9 @@ time, ``(3^N + 1) / 2 - 2^N`` split evaluations in all.
 
 - ``log Z(S) = logsumexp_L [log psi(S, L, R) + log Z(L) + log Z(R)]`` (Alg. 1, Prop. 1);
 - ``log phi*(S) = max_L [...]`` with backpointers (Prop. 2) for the MAP tree;
-- the marginal ``P(S in H)`` of every cluster at once as the gradient of ``log Z`` with
-  respect to a per-cluster log weight ``u(S)`` added to every tree containing ``S`` (the
-  outside pass, by reverse-mode autodiff, with the chunks rematerialised);
+- the marginal ``P(S in H) = out(S) Z(S) / Z`` of every cluster at once from a top-down
+  outside pass (``out(S)`` pulls from every superset, gathers only; it equals the
+  gradient of ``log Z`` with respect to a per-cluster log weight, which the tests check);
 - exact samples top-down with ``p(L | S) = psi(S, L, R) Z(L) Z(R) / Z(S)`` (Alg. 2, Eq. 3).
 """
 from __future__ import annotations
@@ -214,19 +214,67 @@ def _prepare(energy, leaves, max_leaves, max_bytes):
     return jnp.asarray(arr), n
 
 
+@lru_cache(maxsize=None)
+def _complement_positions(n: int, k: int):
+    """Bit positions not in each size-k subset (same order as `_level_tables`)."""
+    _, combos = _level_tables(n, k)
+    allpos = np.arange(n)
+    return np.array([np.setdiff1d(allpos, c) for c in combos], dtype=np.int32).reshape(len(combos), n - k)
+
+
+def _select(cond, a, b):
+    """Elementwise ``where`` on feature pytrees whose leaves may have trailing axes."""
+    def sel(x, y):
+        c = cond.reshape(cond.shape + (1,) * (max(x.ndim, y.ndim) - cond.ndim))
+        return jnp.where(c, x, y)
+
+    return jax.tree_util.tree_map(sel, a, b)
+
+
+def _outside(energy: Energy, feats, n: int, log_z):
+    """Top-down outside pass: ``log_out(S) = log sum over trees of the potential of
+    everything outside S`` (the root has 0), computed by pulling from every superset
+    ``P = S | T`` with ``T`` a non-empty subset of the complement (gathers only)."""
+    dtype = log_z.dtype
+    root = 2**n - 1
+    out = jnp.full((2**n,), -jnp.inf, dtype).at[root].set(0.0)
+    for k in range(n - 1, 0, -1):
+        masks_np, _ = _level_tables(n, k)
+        cpos_np = _complement_positions(n, k)
+        count, Q = len(masks_np), 2 ** (n - k) - 1
+        c, n_chunks = _chunking(count, Q)
+        padn = c * n_chunks - count
+        masks_p = np.concatenate([masks_np, np.repeat(masks_np[:1], padn)]).reshape(n_chunks, c)
+        cpos_p = np.concatenate([cpos_np, np.repeat(cpos_np[:1], padn, 0)]).reshape(n_chunks, c, n - k)
+
+        def chunk(args, out=out, k=k, Q=Q):
+            S, cpos = args
+            j = jnp.arange(1, Q + 1, dtype=jnp.int32)[None, :]
+            T = jnp.zeros((S.shape[0], Q), jnp.int32)
+            for b in range(n - k):
+                T = T | (((j >> b) & 1) << cpos[:, b : b + 1])
+            Sb = jnp.broadcast_to(S[:, None], T.shape)
+            P = Sb | T
+            low = P & (-P)
+            s_left = (Sb & low) != 0  # the split of P is (S, T) if S holds P's lowest element
+            fS, fT = _take(feats, Sb), _take(feats, T)
+            lp = energy.log_psi(_take(feats, P), _select(s_left, fS, fT), _select(s_left, fT, fS))
+            return jax.scipy.special.logsumexp(out[P] + lp + log_z[T], axis=1)
+
+        o = jax.lax.map(chunk, (jnp.asarray(masks_p), jnp.asarray(cpos_p)))
+        out = out.at[jnp.asarray(masks_p.reshape(-1))].set(o.reshape(-1))
+    return out
+
+
 def _solve_impl(energy, leaves, n, marginals=True):
     feats = energy.features(leaves)
-    log_z, best, bp = _dp(energy, feats, n)
     root = 2**n - 1
+    log_z, best, bp = _dp(energy, feats, n)
+    log_m = None
     if marginals:
-        def root_z(u):
-            return _dp(energy, feats, n, u=u, with_map=False)[0][root]
-
-        u0 = jnp.zeros((2**n,), log_z.dtype)
-        g = jax.grad(root_z)(u0)
-        log_m = jnp.where(g > 0, jnp.log(jnp.where(g > 0, g, 1.0)), -jnp.inf)
-    else:
-        log_m = None
+        # P(S in H) = outside(S) Z(S) / Z (Sec. 2.4 / App. A.4.2 of the trellis paper)
+        log_m = _outside(energy, feats, n, log_z) + log_z - log_z[root]
+        log_m = log_m.at[0].set(-jnp.inf)
     return log_z[root], best[root], log_m, log_z, best, bp
 
 

@@ -1,0 +1,825 @@
+"""Exact cluster trellis (`jaxhc.trellis.exact`) against brute force and closed forms.
+
+Truth comes from enumerating every binary hierarchy (`reference.all_binary_trees`, (2N-3)!!
+of them) and summing / maximising ``log phi(H)`` over them, from the energies' formulas
+written out again in NumPy (Eq. 4 and 7-8 of the trellis paper; the Ginkgo split likelihoods "paper" and "exact"
+as defined in the README of the shared Ginkgo data), from closed forms
+(the counting semiring gives (2N-3)!!) and from the ClusterTrellis reference values shipped
+in tests/data/ginkgo_jets_reference.json.
+
+Compilations dominate the run time, so every test reuses a few (energy class, N) shapes.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import stats
+from scipy.special import logsumexp
+
+from jaxhc.tree import Tree
+from jaxhc import trellis
+from jaxhc.trellis import (
+    MAX_EXACT_LEAVES,
+    CorrelationEnergy,
+    DasguptaEnergy,
+    Energy,
+    GinkgoEnergy,
+    UnitEnergy,
+    log_partition,
+    log_phi_of_tree,
+    map_trees,
+    memory_required,
+    num_splits,
+    sample,
+    solve,
+    solve_batch,
+    subtree_log_marginal,
+)
+from jaxhc.trellis import exact as trellis_exact
+from reference import all_binary_trees
+
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+TOL = 1e-9  # log Z, MAP values, marginal probabilities against brute force
+
+
+# ------------------------------------------------------------------------------------------
+# brute force
+# ------------------------------------------------------------------------------------------
+class Enumeration(NamedTuple):
+    trees: list  # every hierarchy over n leaves, as `Tree`
+    L: np.ndarray  # [T, n-1] left-child bitmask of every merge
+    R: np.ndarray  # [T, n-1] right-child bitmask
+    P: np.ndarray  # [T, n-1] parent bitmask
+    contains: np.ndarray  # [T, 2^n] whether cluster S is in the tree
+    index: dict  # canonical key (sorted inner clusters) -> tree index
+
+
+@functools.lru_cache(maxsize=None)
+def enumerate_trees(n: int) -> Enumeration:
+    trees = list(all_binary_trees(n))
+    T = len(trees)
+    assert T == _double_factorial(2 * n - 3)
+    bm = np.stack([t.bitmasks() for t in trees])  # [T, 2n-1]
+    if n > 1:
+        ch = np.stack([np.asarray(t.children, np.int64) for t in trees])  # [T, n-1, 2]
+        L = np.take_along_axis(bm, ch[:, :, 0], axis=1)
+        R = np.take_along_axis(bm, ch[:, :, 1], axis=1)
+        P = bm[:, n:]
+    else:
+        L = R = P = np.zeros((T, 0), np.int64)
+    contains = np.zeros((T, 2**n), bool)
+    contains[np.arange(T)[:, None], bm] = True
+    index = {tuple(sorted(row)): t for t, row in enumerate(P.tolist())}
+    assert len(index) == T  # all hierarchies distinct
+    return Enumeration(trees, L, R, P, contains, index)
+
+
+def _double_factorial(k: int) -> int:
+    return math.prod(range(k, 0, -2)) if k > 0 else 1
+
+
+def _all_masks(n):
+    s = np.arange(2**n)
+    return ((s[:, None] >> np.arange(n)[None, :]) & 1).astype(np.float64)
+
+
+def split_table(energy, leaves) -> np.ndarray:
+    """``table[L, R] = log psi(L | R, L, R)`` for every ordered pair of disjoint non-empty
+    subsets (NaN elsewhere), evaluated by the energy on its own subset features."""
+    n = energy.n_elements(leaves)
+    s = np.arange(2**n)
+    Ls, Rs = np.nonzero(((s[:, None] & s[None, :]) == 0) & (s[:, None] > 0) & (s[None, :] > 0))
+    feats = energy.subset_features(jnp.asarray(leaves, jnp.float64), jnp.asarray(_all_masks(n)))
+    take = lambda idx: jax.tree_util.tree_map(lambda x: jnp.asarray(x)[idx], feats)
+    lp = np.asarray(energy.log_psi(take(Ls | Rs), take(Ls), take(Rs)), np.float64)
+    table = np.full((2**n, 2**n), np.nan)
+    table[Ls, Rs] = lp
+    return table
+
+
+class Brute(NamedTuple):
+    enum: Enumeration
+    table: np.ndarray
+    log_phi: np.ndarray  # [T]
+    log_z: float
+    prob: np.ndarray  # [T]
+    marg: np.ndarray  # [2^n] P(S in H)
+
+
+def brute_force(energy, leaves) -> Brute:
+    n = energy.n_elements(leaves)
+    E = enumerate_trees(n)
+    table = split_table(energy, leaves)
+    log_phi = table[E.L, E.R].sum(axis=1) if n > 1 else np.zeros(len(E.trees))
+    assert not np.any(np.isnan(log_phi))
+    log_z = float(logsumexp(log_phi))
+    prob = np.exp(log_phi - log_z) if np.isfinite(log_z) else np.zeros_like(log_phi)
+    return Brute(E, table, log_phi, log_z, prob, prob @ E.contains)
+
+
+def _bits(S):
+    return [i for i in range(S.bit_length()) if (S >> i) & 1]
+
+
+def _local_to_global(elems):
+    """``lut[m]``: the global bitmask of the local mask ``m`` over ``elems``."""
+    k = len(elems)
+    lut = np.zeros(2**k, np.int64)
+    for m in range(2**k):
+        lut[m] = sum(1 << int(elems[i]) for i in range(k) if (m >> i) & 1)
+    return lut
+
+
+def sub_trellis_brute(bf: Brute, S: int):
+    """``(log Z(S), log phi*(S))`` by enumerating every hierarchy over the elements of S."""
+    elems = _bits(S)
+    Ek = enumerate_trees(len(elems))
+    lut = _local_to_global(elems)
+    if len(elems) == 1:
+        return 0.0, 0.0
+    lphi = bf.table[lut[Ek.L], lut[Ek.R]].sum(axis=1)
+    return float(logsumexp(lphi)), float(np.max(lphi))
+
+
+# ------------------------------------------------------------------------------------------
+# the energies written out from the paper / data README, one split at a time
+# ------------------------------------------------------------------------------------------
+def ref_dasgupta(W, iL, iR, beta):
+    return -beta * (len(iL) + len(iR)) * W[np.ix_(iL, iR)].sum()  # Eq. 4
+
+
+def ref_correlation(W, iL, iR, beta):  # Eq. 7-8
+    cross = W[np.ix_(iL, iR)]
+    e = cross[cross > 0].sum()
+    for idx in (iL, iR):
+        inner = W[np.ix_(idx, idx)][~np.eye(len(idx), dtype=bool)]  # ordered pairs i != j
+        e -= inner[inner < 0].sum()
+    return -beta * e
+
+
+def _m2(p):
+    return max(p[0] ** 2 - p[1] ** 2 - p[2] ** 2 - p[3] ** 2, 0.0)
+
+
+def ref_ginkgo(X, iL, iR, lam, tc, likelihood):
+    """The split log likelihoods of the data README ("paper" and "exact")."""
+    pL, pR = X[iL].sum(0), X[iR].sum(0)
+    tP = _m2(pL + pR)
+    lognorm = -np.log1p(-np.exp(-lam))
+    if likelihood == "paper":
+        if tP < tc:
+            return -np.inf
+        tL = _m2(pL) if len(iL) > 1 else 0.0
+        tR = _m2(pR) if len(iR) > 1 else 0.0
+        tmax, tmin = max(tL, tR), min(tL, tR)
+        tP2 = (np.sqrt(tP) - np.sqrt(tmax)) ** 2
+
+        def logf(t, s):
+            if s <= 0:
+                return -np.inf
+            if t > 0:
+                return lognorm + np.log(lam) - np.log(s) - lam * t / s
+            return lognorm + np.log(-np.expm1(-lam * tc / s))
+
+        return logf(tmax, tP) + logf(tmin, tP2) - np.log(4 * np.pi)
+    tL, tR = _m2(pL), _m2(pR)
+    K = tP**2 + tL**2 + tR**2 - 2 * tP * tL - 2 * tP * tR - 2 * tL * tR
+    if not (tP > tc and K > 0):
+        return -np.inf
+
+    def logf(t, s, leaf):  # truncated exponential on [0, s), support by node type
+        if not (s > 0 and t < s) or (leaf and t > tc) or (not leaf and t <= tc):
+            return -np.inf
+        return lognorm + np.log(lam) - np.log(s) - lam * t / s
+
+    lleaf, rleaf = len(iL) == 1, len(iR) == 1
+    a = logf(tL, tP, lleaf) + logf(tR, (np.sqrt(tP) - np.sqrt(tL)) ** 2, rleaf)
+    b = logf(tR, tP, rleaf) + logf(tL, (np.sqrt(tP) - np.sqrt(tR)) ** 2, lleaf)
+    return np.logaddexp(a, b) + np.log(8 * tP) - 0.5 * np.log(K) - np.log(4 * np.pi)
+
+
+# ------------------------------------------------------------------------------------------
+# problems
+# ------------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=None)
+def reference_jets():
+    with open(os.path.join(DATA, "ginkgo_jets_reference.json")) as f:
+        return json.load(f)
+
+
+@functools.lru_cache(maxsize=None)
+def generator_jets():
+    with open(os.path.join(DATA, "ginkgo_generator_jets_6_7.json")) as f:
+        return json.load(f)["jets"]
+
+
+def random_affinity(rng, n, low, high):
+    W = rng.uniform(low, high, (n, n))
+    W = np.triu(W, 1)
+    W = W + W.T
+    W[np.diag_indices(n)] = rng.uniform(-5, 5, n)  # the diagonal must be ignored
+    return W
+
+
+def perturb_jet(rng, X, scale=0.03):
+    """Jitters the three-momenta and keeps every leaf's mass."""
+    X = np.asarray(X, np.float64)
+    m2 = np.maximum(X[:, 0] ** 2 - np.sum(X[:, 1:] ** 2, axis=1), 0.0)
+    p = X[:, 1:] * (1 + scale * rng.standard_normal(X[:, 1:].shape))
+    return np.column_stack([np.sqrt(np.sum(p**2, axis=1) + m2), p])
+
+
+def ginkgo_problems(n: int, likelihood: str):
+    """(leaves, lam, t_cut) with N = n and finite log Z: reference jets, perturbed jets and
+    subsets of larger jets."""
+    rng = np.random.default_rng(100 + n)
+    jets = reference_jets()
+    out = []
+    cands = []
+    for j in jets:
+        X = np.asarray(j["leaves"])
+        if len(X) == n:
+            cands.append((X, j["lam"], j["t_cut"]))
+    for j in jets[:: 3]:
+        X = np.asarray(j["leaves"])
+        if len(X) == n:
+            cands.append((perturb_jet(rng, X), float(rng.uniform(1.0, 4.0)), j["t_cut"]))
+        if len(X) > n:
+            for _ in range(3):
+                sub = np.sort(rng.choice(len(X), n, replace=False))
+                cands.append((X[sub], j["lam"], j["t_cut"]))
+    for X, lam, tc in cands:
+        e = GinkgoEnergy(lam, tc, likelihood=likelihood)
+        if np.isfinite(brute_force(e, X).log_z):
+            out.append((X, lam, tc))
+    return out
+
+
+# ------------------------------------------------------------------------------------------
+# brute-force comparison of one problem
+# ------------------------------------------------------------------------------------------
+def _assert_same_inf(a, b, atol, rtol=0.0, err=""):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    assert not np.any(np.isnan(a)), f"NaN in result {err}"
+    np.testing.assert_allclose(a, b, rtol=rtol, atol=atol, err_msg=err)
+
+
+def check_against_brute_force(energy, leaves, rng, n_subtrees=4):
+    n = energy.n_elements(leaves)
+    bf = brute_force(energy, leaves)
+    E = bf.enum
+    assert np.isfinite(bf.log_z)
+    sol = solve(energy, leaves)
+    assert sol.n_leaves == n
+    # log Z (Eq. 2) and the MAP value (Prop. 2)
+    assert abs(float(sol.log_z) - bf.log_z) <= TOL, (float(sol.log_z), bf.log_z)
+    assert abs(float(sol.map_log_phi) - bf.log_phi.max()) <= TOL
+    # the MAP tree: the argmax when unique, and in any case a tree with the MAP value
+    order = np.argsort(-bf.log_phi)
+    if len(order) == 1 or bf.log_phi[order[0]] - bf.log_phi[order[1]] > 1e-7:
+        assert sol.map_tree.same_hierarchy(E.trees[order[0]])
+    t_map = E.index[tuple(sorted(sol.map_tree.bitmasks()[n:].tolist()))]
+    assert abs(bf.log_phi[t_map] - bf.log_phi.max()) <= TOL
+    assert abs(float(log_phi_of_tree(energy, leaves, sol.map_tree)) - float(sol.map_log_phi)) <= TOL
+    # log_phi_of_tree on a few trees equals the sum of the split table
+    for t in rng.choice(len(E.trees), min(3, len(E.trees)), replace=False):
+        _assert_same_inf(log_phi_of_tree(energy, leaves, E.trees[t]), bf.log_phi[t], TOL)
+    # every cluster marginal P(S in H) (Sec. 2.4)
+    lm = np.asarray(sol.log_marginals)
+    assert lm.shape == (2**n,)
+    assert lm[0] == -np.inf
+    pm = np.exp(lm)
+    _assert_same_inf(pm, bf.marg, atol=1e-12, rtol=TOL, err="cluster marginals")
+    # every tree has 2N - 1 clusters; singletons and the root are in every tree
+    assert abs(pm.sum() - (2 * n - 1)) <= 1e-9 * (2 * n - 1)
+    np.testing.assert_allclose(pm[1 << np.arange(n)], 1.0, rtol=0, atol=1e-12)
+    assert abs(pm[2**n - 1] - 1.0) <= 1e-12
+    # the sub-trellis tables: log Z(S) and log phi*(S) of every vertex
+    for S in range(1, 2**n):
+        lz, mv = sub_trellis_brute(bf, S)
+        _assert_same_inf(sol.log_z_table[S], lz, TOL, err=f"log Z(S={S})")
+        _assert_same_inf(sol.map_table[S], mv, TOL, err=f"phi*(S={S})")
+    # sub-hierarchy marginals P(H_i) = sum of P(H) over trees containing H_i (Sec. 2.4)
+    for _ in range(n_subtrees):
+        k = int(rng.integers(1, n + 1))
+        elems = rng.permutation(n)[:k]  # leaf a of the subtree is element elems[a]
+        Ek = enumerate_trees(k)
+        sub = Ek.trees[int(rng.integers(len(Ek.trees)))]
+        clusters = _local_to_global(elems)[sub.bitmasks()]
+        p = bf.prob[np.all(E.contains[:, clusters], axis=1)].sum()
+        got = float(subtree_log_marginal(sol, energy, leaves, sub, elems))
+        assert not np.isnan(got), (elems, sub.to_nested())
+        assert abs(np.exp(got) - p) <= 1e-12 + TOL * p, (np.exp(got), p)
+    # the whole tree as its own sub-hierarchy: P(H_i) = P(H)
+    t = int(rng.integers(len(E.trees)))
+    got = float(subtree_log_marginal(sol, energy, leaves, E.trees[t], np.arange(n)))
+    assert abs(np.exp(got) - bf.prob[t]) <= 1e-12 + TOL * bf.prob[t]
+    return sol, bf
+
+
+# ------------------------------------------------------------------------------------------
+# brute force over every hierarchy, three kinds of energies
+# ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 6, 7])
+def test_dasgupta_against_brute_force(n):
+    rng = np.random.default_rng(n)
+    for _ in range(3 if n < 7 else 2):
+        W = random_affinity(rng, n, 0.05, 1.0)
+        check_against_brute_force(DasguptaEnergy(float(rng.uniform(0.05, 1.0))), W, rng)
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 5, 6, 7])
+def test_correlation_against_brute_force(n):
+    rng = np.random.default_rng(10 + n)
+    for _ in range(3 if n < 7 else 2):
+        W = random_affinity(rng, n, -1.0, 1.0)
+        check_against_brute_force(CorrelationEnergy(float(rng.uniform(0.2, 2.0))), W, rng)
+
+
+@pytest.mark.parametrize("likelihood", ["paper", "exact"])
+@pytest.mark.parametrize("n", [2, 3, 4, 5])
+def test_ginkgo_against_brute_force(n, likelihood):
+    rng = np.random.default_rng(20 + n)
+    problems = ginkgo_problems(n, likelihood)
+    assert len(problems) >= 3
+    for X, lam, tc in problems:
+        check_against_brute_force(GinkgoEnergy(lam, tc, likelihood=likelihood), X, rng, n_subtrees=2)
+
+
+def test_subtree_marginal_of_impossible_cluster_is_zero():
+    """A sub-hierarchy over a set with Z(S) = 0 (no allowed split) has probability 0, not NaN."""
+    j = next(j for j in reference_jets() if j["n_leaves"] == 5)
+    X = np.asarray(j["leaves"])
+    e = GinkgoEnergy(j["lam"], j["t_cut"])
+    sol = solve(e, X)
+    tz = np.asarray(sol.log_z_table)
+    S = next(S for S in range(1, 2**5) if bin(S).count("1") == 2 and tz[S] == -np.inf)
+    sub = Tree(np.array([[0, 1]]))
+    got = float(subtree_log_marginal(sol, e, X, sub, _bits(S)))
+    assert got == -np.inf
+
+
+# ------------------------------------------------------------------------------------------
+# the energies themselves: the library's log psi equals the formulas, split by split
+# ------------------------------------------------------------------------------------------
+def _check_table(energy, leaves, ref):
+    n = energy.n_elements(leaves)
+    table = split_table(energy, leaves)
+    got, want = [], []
+    for L in range(1, 2**n):
+        for R in range(1, 2**n):
+            if L & R == 0:
+                got.append(table[L, R])
+                want.append(ref(_bits(L), _bits(R)))
+    got, want = np.array(got), np.array(want)
+    assert np.array_equal(np.isfinite(got), np.isfinite(want))
+    fin = np.isfinite(want)
+    np.testing.assert_allclose(got[fin], want[fin], rtol=1e-10, atol=1e-10)
+    # psi is symmetric in its two children
+    fin_t = np.isfinite(table)
+    np.testing.assert_array_equal(fin_t, fin_t.T)
+
+
+def test_energies_match_paper_formulas():
+    rng = np.random.default_rng(5)
+    W = random_affinity(rng, 6, 0.05, 1.0)
+    _check_table(DasguptaEnergy(0.7), W, lambda l, r: ref_dasgupta(W, l, r, 0.7))
+    W = random_affinity(rng, 6, -1.0, 1.0)
+    _check_table(CorrelationEnergy(1.3), W, lambda l, r: ref_correlation(W, l, r, 1.3))
+    for j in reference_jets()[8:13]:
+        X = np.asarray(j["leaves"])
+        for lik in ("paper", "exact"):
+            e = GinkgoEnergy(j["lam"], j["t_cut"], likelihood=lik)
+            _check_table(e, X, lambda l, r: ref_ginkgo(X, l, r, j["lam"], j["t_cut"], lik))
+
+
+# ------------------------------------------------------------------------------------------
+# Ginkgo reference values (ClusterTrellis, the authors' implementation)
+# ------------------------------------------------------------------------------------------
+class AllowedSplits(Energy):
+    """Counting semiring restricted to the splits Ginkgo allows: psi = 1 where the Ginkgo
+    potential is non-zero, 0 elsewhere, so Z counts the trees of non-zero likelihood."""
+
+    base: GinkgoEnergy
+
+    def subset_features(self, leaves, masks):
+        return self.base.subset_features(leaves, masks)
+
+    def log_psi(self, parent, left, right):
+        lp = self.base.log_psi(parent, left, right)
+        return jnp.where(jnp.isfinite(lp), 0.0, -jnp.inf)
+
+    def validate_leaves(self, leaves, name="leaves"):
+        return self.base.validate_leaves(leaves, name)
+
+
+def truth_tree(jet) -> Tree:
+    """The generating tree as a `Tree` whose leaf i is row i of ``jet['leaves']`` (matched by
+    four-momentum)."""
+    rows = jet["truth_tree"]
+    content = np.asarray(jet["truth_content"])
+    X = np.asarray(jet["leaves"])
+
+    def nested(k):
+        l, r = rows[k]
+        if l == -1:
+            d = np.abs(X - content[k]).max(axis=1)
+            i = int(np.argmin(d))
+            assert d[i] <= 1e-9 * np.abs(content[k]).max()
+            return i
+        return (nested(l), nested(r))
+
+    return Tree.from_nested(nested(0))
+
+
+@pytest.mark.parametrize("n", [4, 5])
+def test_ginkgo_reference_values(n):
+    jets = [j for j in reference_jets() if j["n_leaves"] == n]
+    assert len(jets) == 10
+    for j in jets:
+        X = np.asarray(j["leaves"])
+        e = GinkgoEnergy(j["lam"], j["t_cut"], likelihood="paper")
+        sol = solve(e, X)
+        assert abs(float(sol.log_z) - j["ct_log_z"]) <= 1e-8
+        assert abs(float(sol.map_log_phi) - j["ct_map_log_likelihood"]) <= 1e-8
+        # number of trees with non-zero likelihood: brute force and the trellis in the
+        # counting semiring restricted to allowed splits
+        bf = brute_force(e, X)
+        assert int(np.sum(np.isfinite(bf.log_phi))) == j["ct_num_trees"]
+        count = float(jnp.exp(solve(AllowedSplits(e), X, marginals=False).log_z))
+        assert abs(count - j["ct_num_trees"]) <= 1e-9 * j["ct_num_trees"]
+        # the generating tree's likelihood (recorded by the generator; its node masses were
+        # stored in float32, hence the tolerance)
+        t = truth_tree(j)
+        lp = float(log_phi_of_tree(e, X, t))
+        assert abs(lp - j["truth_log_likelihood"]) <= 1e-5 * abs(j["truth_log_likelihood"])
+        assert lp <= float(sol.map_log_phi) + 1e-12
+
+
+# ------------------------------------------------------------------------------------------
+# counting semiring
+# ------------------------------------------------------------------------------------------
+def _log_double_factorial(k):
+    return float(np.sum(np.log(np.arange(k, 0, -2, dtype=np.float64)))) if k > 0 else 0.0
+
+
+@pytest.mark.parametrize("n", [2, 3, 12])
+def test_unit_energy_counts_trees(n):
+    sol = solve(UnitEnergy(), np.zeros((n, 1)), marginals=False)
+    assert abs(float(sol.log_z) - _log_double_factorial(2 * n - 3)) <= 1e-9
+    assert float(sol.map_log_phi) == 0.0
+    # every vertex S is the root of a sub-trellis over |S| elements: log Z(S) = log (2|S|-3)!!
+    # (this covers every N = 1 .. n)
+    sizes = np.array([bin(S).count("1") for S in range(2**n)])
+    want = np.array([_log_double_factorial(2 * k - 3) for k in sizes])
+    np.testing.assert_allclose(np.asarray(sol.log_z_table)[1:], want[1:], rtol=0, atol=1e-9)
+    np.testing.assert_array_equal(np.asarray(sol.map_table)[1:], 0.0)
+    assert len(list(all_binary_trees(min(n, 7)))) == _double_factorial(2 * min(n, 7) - 3)
+
+
+def test_uniform_marginals_closed_form():
+    """With psi = 1 (Dasgupta at beta = 0), P(S in H) = (2k-3)!! (2N-2k-1)!! / (2N-3)!!:
+    the trees containing S are a tree over S times a tree with S collapsed to one leaf."""
+    n = 7
+    rng = np.random.default_rng(0)
+    sol = solve(DasguptaEnergy(0.0), random_affinity(rng, n, 0.05, 1.0))
+    assert abs(float(sol.log_z) - _log_double_factorial(2 * n - 3)) <= 1e-9
+    assert abs(float(sol.map_log_phi)) <= 1e-12
+    for S in range(1, 2**n):
+        k = bin(S).count("1")
+        want = _log_double_factorial(2 * k - 3) + _log_double_factorial(2 * n - 2 * k - 1) - _log_double_factorial(2 * n - 3)
+        assert abs(float(sol.log_marginals[S]) - want) <= 1e-9
+
+
+def test_num_splits_and_memory():
+    for n in range(1, 11):
+        count = sum(math.comb(n, k) * (2 ** (k - 1) - 1) for k in range(2, n + 1))
+        assert num_splits(n) == count
+    mem = [memory_required(n) for n in range(1, MAX_EXACT_LEAVES + 1)]
+    assert all(b > a for a, b in zip(mem, mem[1:]))
+
+
+# ------------------------------------------------------------------------------------------
+# exact sampling (Alg. 2)
+# ------------------------------------------------------------------------------------------
+def test_sampling_matches_exact_distribution():
+    jets = [j for j in reference_jets() if j["n_leaves"] == 5]
+    j = max(jets, key=lambda j: j["ct_num_trees"])
+    X = np.asarray(j["leaves"])
+    e = GinkgoEnergy(j["lam"], j["t_cut"])
+    bf = brute_force(e, X)
+    num = 20000
+    key = jax.random.PRNGKey(0)
+    s = sample(key, e, X, num)
+    assert s.n_leaves == 5 and np.shape(s.parent) == (num, 4)
+    idx = np.array([bf.enum.index[k] for k in s.keys()])  # every sample is a valid hierarchy
+    # each sample's log phi is that of its tree
+    np.testing.assert_allclose(np.asarray(s.log_phi), bf.log_phi[idx], rtol=0, atol=TOL)
+    for i in range(3):
+        t = s.tree(i)
+        assert t.same_hierarchy(bf.enum.trees[idx[i]])
+        assert abs(float(log_phi_of_tree(e, X, t)) - float(s.log_phi[i])) <= TOL
+    # zero-probability trees are never drawn; frequencies match P(H) = phi(H) / Z
+    counts = np.bincount(idx, minlength=len(bf.prob)).astype(float)
+    assert np.all(counts[bf.prob == 0] == 0)
+    expected = num * bf.prob
+    big = expected >= 5
+    f_obs = np.append(counts[big], counts[~big].sum())
+    f_exp = np.append(expected[big], expected[~big].sum())
+    if f_exp[-1] == 0:
+        f_obs, f_exp = f_obs[:-1], f_exp[:-1]
+    assert len(f_obs) >= 10  # probabilities are spread over many trees
+    _, p = stats.chisquare(f_obs, f_exp * f_obs.sum() / f_exp.sum())
+    assert p > 1e-3, p
+    # same key, same samples; another key, other samples
+    s2 = sample(key, e, X, num)
+    np.testing.assert_array_equal(np.asarray(s2.parent), np.asarray(s.parent))
+    np.testing.assert_array_equal(np.asarray(s2.left), np.asarray(s.left))
+    s3 = sample(jax.random.PRNGKey(1), e, X, num)
+    assert not np.array_equal(np.asarray(s3.parent), np.asarray(s.parent))
+
+
+# ------------------------------------------------------------------------------------------
+# batches of problems of different sizes
+# ------------------------------------------------------------------------------------------
+def _ginkgo_batch():
+    """Ten jets with 3..7 leaves (twice each), all with lam = 2, t_cut = 16."""
+    ref = reference_jets()
+    gen = generator_jets()
+    pick = {
+        3: [np.asarray(ref[0]["leaves"])[[0, 1, 2]], np.asarray(ref[12]["leaves"])[[0, 2, 4]]],
+        4: [np.asarray(ref[1]["leaves"]), np.asarray(ref[5]["leaves"])],
+        5: [np.asarray(ref[11]["leaves"]), np.asarray(ref[17]["leaves"])],
+        6: [np.asarray(j["leaves"]) for j in gen if len(j["leaves"]) == 6][:2],
+        7: [np.asarray(j["leaves"]) for j in gen if len(j["leaves"]) == 7][:2],
+    }
+    jets = [x for k in (3, 4, 5, 6, 7) for x in pick[k]]
+    order = np.random.default_rng(3).permutation(len(jets))
+    return [jets[i] for i in order]
+
+
+def _pad(problems, n_max, fill, affinity):
+    B = len(problems)
+    shape = (B, n_max, n_max) if affinity else (B, n_max, 4)
+    out = np.empty(shape)
+    for b, x in enumerate(problems):
+        out[b] = fill(b, out[b].shape)
+        n = len(x)
+        if affinity:
+            out[b, :n, :n] = x
+        else:
+            out[b, :n] = x
+    return out
+
+
+_FILLS = [
+    lambda b, s: np.zeros(s),
+    lambda b, s: np.random.default_rng(b).uniform(-1e3, 1e3, s),
+    lambda b, s: np.full(s, np.nan),
+]
+
+
+def _compare_batch(batch, singles, n_leaves, marginals=False):
+    trees = map_trees(batch)
+    for b, (sol, n) in enumerate(zip(singles, n_leaves)):
+        assert int(batch.n_leaves[b]) == n
+        _assert_same_inf(batch.log_z[b], sol.log_z, 1e-10, err=f"log_z[{b}]")
+        _assert_same_inf(batch.map_log_phi[b], sol.map_log_phi, 1e-10, err=f"map[{b}]")
+        assert trees[b].same_hierarchy(sol.map_tree)
+        _assert_same_inf(np.asarray(batch.log_z_table[b])[: 2**n], sol.log_z_table, 1e-10)
+        if marginals:
+            lm = np.asarray(batch.log_marginals[b])
+            _assert_same_inf(lm[: 2**n], sol.log_marginals, 1e-10, err=f"log_marginals[{b}]")
+            assert np.all(lm[2**n :] == -np.inf)  # clusters containing padding
+
+
+@pytest.mark.parametrize("likelihood", ["paper", "exact"])
+def test_solve_batch_ginkgo_equals_individual(likelihood):
+    e = GinkgoEnergy(2.0, 16.0, likelihood=likelihood)
+    jets = _ginkgo_batch()
+    nl = np.array([len(x) for x in jets])
+    singles = [solve(e, x, marginals=False) for x in jets]
+    assert all(np.isfinite(float(s.log_z)) for s in singles)
+    results = [solve_batch(e, _pad(jets, 7, fill, False), nl, devices=[jax.devices()[0]]) for fill in _FILLS]
+    for batch in results:
+        _compare_batch(batch, singles, nl)
+    for batch in results[1:]:  # padding content does not matter: identical output
+        np.testing.assert_array_equal(np.asarray(batch.log_z), np.asarray(results[0].log_z))
+        np.testing.assert_array_equal(np.asarray(batch.backpointer), np.asarray(results[0].backpointer))
+
+
+@pytest.mark.parametrize("energy", [DasguptaEnergy(0.6), CorrelationEnergy(1.1)], ids=["dasgupta", "correlation"])
+def test_solve_batch_affinity_equals_individual(energy):
+    rng = np.random.default_rng(4)
+    low = 0.05 if isinstance(energy, DasguptaEnergy) else -1.0
+    probs = [random_affinity(rng, n, low, 1.0) for n in (5, 3, 7, 4, 6, 7)]
+    nl = np.array([len(x) for x in probs])
+    singles = [solve(energy, x) for x in probs]
+    results = [solve_batch(energy, _pad(probs, 7, fill, True), nl, marginals=True, devices=[jax.devices()[0]])
+               for fill in _FILLS[:2]]
+    for batch in results:
+        _compare_batch(batch, singles, nl, marginals=True)
+
+
+# ------------------------------------------------------------------------------------------
+# gradients
+# ------------------------------------------------------------------------------------------
+def _central_difference(f, x, h):
+    return (f(x + h) - f(x - h)) / (2 * h)
+
+
+def test_grad_log_partition_ginkgo_lam():
+    j = reference_jets()[13]
+    X = np.asarray(j["leaves"])
+    tc = j["t_cut"]
+    f = lambda lam: log_partition(GinkgoEnergy(lam, tc), X)
+    lam0 = 2.0
+    g = float(jax.grad(f)(lam0))
+    fd = float(_central_difference(f, lam0, 1e-5))
+    assert abs(g - fd) <= 1e-6 * abs(fd)
+    # gradient w.r.t. the module itself reaches the same field
+    gm = jax.grad(lambda e: log_partition(e, X))(GinkgoEnergy(lam0, tc))
+    assert abs(float(gm.lam) - g) <= 1e-10 * abs(g)
+    assert np.isfinite(float(gm.t_cut))
+    fd_tc = float(_central_difference(lambda t: log_partition(GinkgoEnergy(lam0, t), X), tc, 1e-5))
+    assert abs(float(gm.t_cut) - fd_tc) <= 1e-6 * abs(fd_tc)
+    # d log Z / d lam = E_P[d log phi(H) / d lam] by enumeration
+    e = GinkgoEnergy(lam0, tc)
+    bf = brute_force(e, X)
+    dtable = np.asarray(jax.jacfwd(lambda lam: jnp.nan_to_num(jnp.asarray(
+        _table_flat(GinkgoEnergy(lam, tc), X)), neginf=0.0))(lam0))
+    n = len(X)
+    d_tab = np.zeros((2**n, 2**n))
+    d_tab[_pairs(n)] = dtable
+    live = bf.prob > 0
+    dphi = d_tab[bf.enum.L[live], bf.enum.R[live]].sum(axis=1)
+    assert abs(np.sum(bf.prob[live] * dphi) - g) <= 1e-9 * abs(g)
+
+
+def _pairs(n):
+    s = np.arange(2**n)
+    return np.nonzero(((s[:, None] & s[None, :]) == 0) & (s[:, None] > 0) & (s[None, :] > 0))
+
+
+def _table_flat(energy, leaves):
+    n = energy.n_elements(leaves)
+    Ls, Rs = _pairs(n)
+    feats = energy.subset_features(jnp.asarray(leaves), jnp.asarray(_all_masks(n)))
+    take = lambda idx: jax.tree_util.tree_map(lambda x: x[idx], feats)
+    return energy.log_psi(take(Ls | Rs), take(Ls), take(Rs))
+
+
+def test_grad_log_partition_dasgupta_beta():
+    rng = np.random.default_rng(7)
+    n = 5
+    W = random_affinity(rng, n, 0.05, 1.0)
+    f = lambda b: log_partition(DasguptaEnergy(b), W)
+    b0 = 0.4
+    g = float(jax.grad(f)(b0))
+    fd = float(_central_difference(f, b0, 1e-5))
+    assert abs(g - fd) <= 1e-6 * abs(fd)
+    # d log Z / d beta = -E_P[cost(H)], Dasgupta's cost summed over the splits of H
+    bf = brute_force(DasguptaEnergy(b0), W)
+    E = bf.enum
+    cost = np.array([sum(-ref_dasgupta(W, _bits(l), _bits(r), 1.0) for l, r in zip(E.L[t], E.R[t]))
+                     for t in range(len(E.trees))])
+    assert abs(-np.sum(bf.prob * cost) - g) <= 1e-9 * abs(g)
+
+
+# ------------------------------------------------------------------------------------------
+# composition with jit and NumPyro
+# ------------------------------------------------------------------------------------------
+def test_log_partition_inside_jit_and_numpyro():
+    import numpyro
+    import numpyro.distributions as dist
+    from numpyro.infer.util import log_density
+
+    j = reference_jets()[2]
+    X = np.asarray(j["leaves"])
+    tc = j["t_cut"]
+    t = truth_tree(j)
+
+    def model(leaves, tree):
+        lam = numpyro.sample("lam", dist.Gamma(2.0, 1.0))
+        e = GinkgoEnergy(lam, tc)
+        # log P(tree | leaves, lam) = log phi(tree) - log Z
+        numpyro.factor("trellis", log_phi_of_tree(e, leaves, tree) - log_partition(e, leaves))
+
+    ld, _ = log_density(model, (X, t), {}, {"lam": 2.0})
+    e = GinkgoEnergy(2.0, tc)
+    want = float(dist.Gamma(2.0, 1.0).log_prob(2.0)) + float(log_phi_of_tree(e, X, t)) - float(solve(e, X).log_z)
+    assert np.isfinite(float(ld))
+    assert abs(float(ld) - want) <= 1e-9
+    g = jax.grad(lambda lam: log_density(model, (X, t), {}, {"lam": lam})[0])(2.0)
+    assert np.isfinite(float(g))
+    # log_partition traced inside jit (leaves as tracers) gives the same value
+    jitted = jax.jit(lambda lv: log_partition(e, lv))(jnp.asarray(X))
+    assert abs(float(jitted) - float(solve(e, X).log_z)) <= 1e-12
+
+
+# ------------------------------------------------------------------------------------------
+# bad input
+# ------------------------------------------------------------------------------------------
+def test_too_many_leaves_points_to_sparse_solve():
+    n = MAX_EXACT_LEAVES + 1
+    W = np.ones((n, n))
+    with pytest.raises(ValueError, match="sparse_solve"):
+        solve(DasguptaEnergy(), W)
+    with pytest.raises(ValueError, match="sparse_solve"):
+        sample(jax.random.PRNGKey(0), DasguptaEnergy(), W, 3)
+    with pytest.raises(ValueError, match="sparse_solve"):
+        log_partition(DasguptaEnergy(), W)
+    with pytest.raises(ValueError, match="sparse_solve"):
+        solve_batch(DasguptaEnergy(), W[None], np.array([3]))
+    with pytest.raises(ValueError, match="sparse_solve"):
+        solve(DasguptaEnergy(), np.ones((4, 4)), max_leaves=3)
+    with pytest.raises(ValueError, match="sparse_solve"):
+        solve(DasguptaEnergy(), np.ones((4, 4)), max_bytes=16)
+
+
+def test_bad_leaves_raise_value_error():
+    X = np.asarray(reference_jets()[0]["leaves"])
+    g = GinkgoEnergy(2.0, 16.0)
+    bad = X.copy()
+    bad[1, 2] = np.nan
+    for fn in (lambda lv: solve(g, lv), lambda lv: log_partition(g, lv),
+               lambda lv: sample(jax.random.PRNGKey(0), g, lv, 2)):
+        with pytest.raises(ValueError, match="NaN"):
+            fn(bad)
+        with pytest.raises(ValueError, match=r"\[N, 4\]"):
+            fn(X[:, :3])
+    with pytest.raises(ValueError, match="NaN"):
+        solve_batch(g, bad[None], np.array([4]))
+    W = random_affinity(np.random.default_rng(0), 4, 0.1, 1.0)
+    d = DasguptaEnergy()
+    with pytest.raises(ValueError, match="square"):
+        solve(d, W[:3])
+    asym = W.copy()
+    asym[0, 1] += 0.5
+    with pytest.raises(ValueError, match="symmetric"):
+        solve(d, asym)
+    with pytest.raises(ValueError, match="symmetric"):
+        solve(CorrelationEnergy(), asym)
+    with pytest.raises(ValueError):
+        solve(d, np.zeros((0, 0)))
+    with pytest.raises(ValueError):
+        GinkgoEnergy(-1.0, 16.0)
+    with pytest.raises(ValueError):
+        GinkgoEnergy(2.0, 16.0, likelihood="other")
+
+
+def test_non_energy_raises_type_error():
+    W = random_affinity(np.random.default_rng(0), 3, 0.1, 1.0)
+    for bad in ("dasgupta", lambda a, b, c: 0.0, None):
+        with pytest.raises(TypeError):
+            solve(bad, W)
+        with pytest.raises(TypeError):
+            sample(jax.random.PRNGKey(0), bad, W, 2)
+        with pytest.raises(TypeError):
+            solve_batch(bad, W[None], np.array([3]))
+        with pytest.raises(TypeError):
+            log_partition(bad, W)
+
+
+def test_bad_sample_counts_and_batch_sizes():
+    W = random_affinity(np.random.default_rng(0), 3, 0.1, 1.0)
+    d = DasguptaEnergy()
+    for num in (0, -2, 2.5):
+        with pytest.raises(ValueError, match="num_samples"):
+            sample(jax.random.PRNGKey(0), d, W, num)
+    with pytest.raises(ValueError, match="n_leaves"):
+        solve_batch(d, W[None], np.array([4]))  # above N_max = 3
+    with pytest.raises(ValueError, match="n_leaves"):
+        solve_batch(d, W[None], np.array([0]))
+    with pytest.raises(ValueError, match="n_leaves"):
+        solve_batch(d, np.stack([W, W]), np.array([3]))  # one size for two problems
+    with pytest.raises(ValueError, match="n_leaves"):
+        solve_batch(d, W[None], np.array([3.0]))
+    with pytest.raises(ValueError, match="leaves_padded"):
+        solve_batch(d, np.ones(3), np.array([3]))
+
+
+# ------------------------------------------------------------------------------------------
+# compilation
+# ------------------------------------------------------------------------------------------
+def test_solve_does_not_recompile_for_new_data():
+    rng = np.random.default_rng(9)
+    n = 4
+    solve(DasguptaEnergy(0.5), random_affinity(rng, n, 0.05, 1.0))
+    before = trellis_exact._solve_core._cache_size()
+    for beta in (0.5, 1.7):
+        solve(DasguptaEnergy(beta), random_affinity(rng, n, 0.05, 1.0))
+    assert trellis_exact._solve_core._cache_size() == before
+    X = np.asarray(reference_jets()[0]["leaves"])
+    solve(GinkgoEnergy(2.0, 16.0), X)
+    before = trellis_exact._solve_core._cache_size()
+    solve(GinkgoEnergy(3.0, 12.0), perturb_jet(rng, X))
+    assert trellis_exact._solve_core._cache_size() == before
