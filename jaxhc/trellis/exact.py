@@ -46,7 +46,7 @@ __all__ = [
 #: Above this many leaves the full trellis is refused (the bitmask indices are int32 and
 #: the work grows as 3^N); use `jaxhc.trellis.sparse_solve`.
 MAX_EXACT_LEAVES = 24
-_CHUNK_PAIRS = 1 << 18
+_CHUNK_PAIRS = 1 << 14
 
 
 def num_splits(n: int) -> int:
