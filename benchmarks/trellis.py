@@ -39,10 +39,11 @@ Method (recorded in the JSON under ``"method"``):
   solved by ``trellis.solve_batch`` (log Z + MAP per problem, no marginals): first call,
   then the median of later calls end to end (host validation + padding + kernel) and of the
   AOT-compiled ``_batch_core`` kernel alone.
-* search (only if ``jaxhc.trellis.search`` is importable): 100 Ginkgo-like jets of 8 leaves;
-  exact MAP ``log phi`` minus that of ``search.greedy`` and of ``search.beam`` (beam size
-  ``N(N-1)/2 = 28`` as in the paper), mean +- std (the paper's Table 1 on Ginkgo510:
-  trellis - beam 0.4 +- 0.5, trellis - greedy 1.5 +- 1.1).
+* search (only if ``jaxhc.trellis.search`` is importable): 100 Ginkgo-like jets of 8 leaves
+  and, when ``--ginkgo-data`` exists, the jets of the authors' Ginkgo generator with 5..10
+  leaves (lam = 2); exact MAP ``log phi`` minus that of ``search.greedy`` and of
+  ``search.beam`` (beam size ``N(N-1)/2`` as in the paper), mean +- std (the paper's Table 1
+  on Ginkgo510: trellis - beam 0.4 +- 0.5, trellis - greedy 1.5 +- 1.1).
 """
 from __future__ import annotations
 
@@ -431,6 +432,38 @@ def worker_batch(args) -> dict:
     return out
 
 
+def _search_compare(search, trellis, energy, jets) -> dict:
+    import numpy as np
+
+    ex, gr, bm = [], [], []
+    tg = tb = 0.0
+    for jet in jets:
+        n = len(jet)
+        ex.append(float(trellis.solve(energy, jet, marginals=False).map_log_phi))
+        t = time.perf_counter()
+        gr.append(float(search.greedy(energy, jet).log_phi))
+        tg += time.perf_counter() - t
+        t = time.perf_counter()
+        bm.append(float(search.beam(energy, jet, n * (n - 1) // 2).log_phi))
+        tb += time.perf_counter() - t
+    ex, gr, bm = map(np.asarray, (ex, gr, bm))
+
+    def ms(d):
+        d = d[np.isfinite(d)]
+        return [float(d.mean()), float(d.std(ddof=1))] if d.size > 1 else [float("nan")] * 2
+
+    J = len(jets)
+    return {
+        "jets": J, "sizes": sorted({len(j) for j in jets}), "beam_size": "N(N-1)/2",
+        "trellis_minus_beam": ms(ex - bm), "trellis_minus_greedy": ms(ex - gr), "beam_minus_greedy": ms(bm - gr),
+        "frac_beam_exact": float(np.mean(np.abs(ex - bm) < 1e-8)),
+        "frac_greedy_exact": float(np.mean(np.abs(ex - gr) < 1e-8)),
+        "min_trellis_minus_beam": float(np.min(ex - bm)), "min_trellis_minus_greedy": float(np.min(ex - gr)),
+        "greedy_s_per_jet": tg / J, "beam_s_per_jet": tb / J,
+        "nonfinite": int(np.sum(~np.isfinite(gr)) + np.sum(~np.isfinite(bm))),
+    }
+
+
 def worker_search(args) -> dict:
     import jax
 
@@ -443,36 +476,19 @@ def worker_search(args) -> dict:
         from jaxhc.trellis import search
     except ImportError as e:
         return {"skipped": f"jaxhc.trellis.search not importable: {e}"}
-    n, J = 8, args.search_jets
     rng = np.random.default_rng(args.seed + 12345)
+    out = {}
     energy = trellis.GinkgoEnergy(lam=2.0, t_cut=16.0, likelihood="paper")
-    jets = [ginkgo_like_jet(rng, n) for _ in range(J)]
-    beam_size = n * (n - 1) // 2
-    ex, gr, bm = [], [], []
-    tg = tb = 0.0
-    for jet in jets:
-        ex.append(float(trellis.solve(energy, jet, marginals=False).map_log_phi))
-        t = time.perf_counter()
-        gr.append(float(search.greedy(energy, jet).log_phi))
-        tg += time.perf_counter() - t
-        t = time.perf_counter()
-        bm.append(float(search.beam(energy, jet, beam_size).log_phi))
-        tb += time.perf_counter() - t
-    ex, gr, bm = map(np.asarray, (ex, gr, bm))
-
-    def ms(d):
-        d = d[np.isfinite(d)]
-        return [float(d.mean()), float(d.std(ddof=1))] if d.size > 1 else [float("nan")] * 2
-
-    return {
-        "jets": J, "n": n, "beam_size": beam_size,
-        "trellis_minus_beam": ms(ex - bm), "trellis_minus_greedy": ms(ex - gr), "beam_minus_greedy": ms(bm - gr),
-        "frac_beam_exact": float(np.mean(np.abs(ex - bm) < 1e-8)),
-        "frac_greedy_exact": float(np.mean(np.abs(ex - gr) < 1e-8)),
-        "min_trellis_minus_beam": float(np.min(ex - bm)), "min_trellis_minus_greedy": float(np.min(ex - gr)),
-        "greedy_s_per_jet": tg / J, "beam_s_per_jet": tb / J,
-        "nonfinite": int(np.sum(~np.isfinite(gr)) + np.sum(~np.isfinite(bm))),
-    }
+    jets = [ginkgo_like_jet(rng, 8) for _ in range(args.search_jets)]
+    out["ginkgo_like_n8"] = _search_compare(search, trellis, energy, jets)
+    if args.ginkgo_data and os.path.exists(args.ginkgo_data):
+        with open(args.ginkgo_data) as f:
+            data = json.load(f)
+        jets = [np.asarray(j["leaves"], np.float64) for j in data if 5 <= len(j["leaves"]) <= 10]
+        jets = jets[: args.search_jets * 3]
+        out["generator_jets_5_10"] = _search_compare(search, trellis, energy, jets)
+        out["generator_jets_5_10"]["source"] = os.path.basename(args.ginkgo_data)
+    return out
 
 
 # ------------------------------------------------------------------------------------------
@@ -496,7 +512,7 @@ def _run_worker(mode: str, args, extra: list, timeout: float) -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), "--_worker", mode, "--seed", str(args.seed),
            "--min-time", str(args.min_time), "--ref-max-n", str(args.ref_max_n),
            "--e2e-max-n", str(args.e2e_max_n), "--batch", str(args.batch),
-           "--search-jets", str(args.search_jets)] + extra
+           "--search-jets", str(args.search_jets), "--ginkgo-data", args.ginkgo_data] + extra
     t = time.perf_counter()
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
@@ -556,13 +572,18 @@ def table_search(r) -> str:
     if "skipped" in r or "error" in r:
         return f"search: {r.get('skipped') or r.get('error')[-300:]}"
     f = lambda m: f"{m[0]:.2f} +- {m[1]:.2f}"
-    return "\n".join([
-        f"| {r['jets']} jets, N={r['n']} | ours | paper Table 1 (Ginkgo510) |", "|---|---|---|",
-        f"| trellis - beam (beam {r['beam_size']}) | {f(r['trellis_minus_beam'])} | 0.4 +- 0.5 |",
-        f"| trellis - greedy | {f(r['trellis_minus_greedy'])} | 1.5 +- 1.1 |",
-        f"| beam - greedy | {f(r['beam_minus_greedy'])} | 1.1 +- 1.1 |",
-        f"| beam / greedy finds the exact MAP | {r['frac_beam_exact']:.0%} / {r['frac_greedy_exact']:.0%} | |",
-    ])
+    cols = [(k, v) for k, v in r.items() if isinstance(v, dict)]
+    names = {"ginkgo_like_n8": "Ginkgo-like, N = 8", "generator_jets_5_10": "Ginkgo generator jets, N = 5..10"}
+    head = "| mean +- std of the log phi difference | " + " | ".join(
+        f"{names.get(k, k)} ({v['jets']} jets)" for k, v in cols) + " | paper Table 1 (Ginkgo510) |"
+    lines = [head, "|---" * (len(cols) + 2) + "|"]
+    for key, label, paper in [("trellis_minus_beam", "trellis - beam (beam N(N-1)/2)", "0.4 +- 0.5"),
+                              ("trellis_minus_greedy", "trellis - greedy", "1.5 +- 1.1"),
+                              ("beam_minus_greedy", "beam - greedy", "1.1 +- 1.1")]:
+        lines.append(f"| {label} | " + " | ".join(f(v[key]) for _, v in cols) + f" | {paper} |")
+    lines.append("| beam / greedy find the exact MAP | " + " | ".join(
+        f"{v['frac_beam_exact']:.0%} / {v['frac_greedy_exact']:.0%}" for _, v in cols) + " | |")
+    return "\n".join(lines)
 
 
 def check_targets(single, batch) -> dict:
@@ -601,6 +622,9 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=None, help="problems in the batch benchmark (default 1000)")
     ap.add_argument("--batch-energies", default="ginkgo,dasgupta")
     ap.add_argument("--search-jets", type=int, default=None)
+    ap.add_argument("--ginkgo-data", default="/work/shared/data/ginkgo_generator_jets_lam2.0.json",
+                    help="Ginkgo generator jets (JSON list with 'leaves'); the search comparison also runs on "
+                         "those with 5..10 leaves when the file exists")
     ap.add_argument("--no-batch", action="store_true")
     ap.add_argument("--no-search", action="store_true")
     ap.add_argument("--ref-max-n", type=int, default=10, help="run the Python reference for N <= this")

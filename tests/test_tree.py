@@ -249,7 +249,7 @@ def test_from_linkage_rejects_bad_matrix():
 # ---------------------------------------------------------------------------------------
 # Newick
 # ---------------------------------------------------------------------------------------
-@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("n", [1] + SIZES)
 def test_newick_parses_back_to_same_clusters(n):
     t = random_tree(n, np.random.default_rng(n))
     s = t.to_newick()
@@ -298,7 +298,7 @@ def test_newick_deep_caterpillar():
 # ---------------------------------------------------------------------------------------
 # JSON
 # ---------------------------------------------------------------------------------------
-@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("n", [1] + SIZES)
 @pytest.mark.parametrize("with_heights", [True, False])
 def test_json_roundtrip(n, with_heights):
     t = random_tree(n, np.random.default_rng(n), values=True)
@@ -562,10 +562,11 @@ def test_parent_tree_dict_json_roundtrip(with_heights):
         ([2, 9, -1], 2, "parent out of range"),
         ([2, 2, -1], 0, "no leaves"),
         ([2, 2, -1], 4, "more leaves than nodes"),
+        ([2, 2, -1, 2], 2, "inner node 3 without children"),  # would print as '()' in Newick
     ],
 )
 def test_parent_tree_validate_rejects(parent, n_leaves, what):
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError):  # what: the defect
         ParentTree(np.asarray(parent), n_leaves).validate()
 
 

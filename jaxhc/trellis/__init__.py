@@ -22,8 +22,17 @@ from .exact import (
     solve_batch,
     subtree_log_marginal,
 )
+from .search import SearchResult, beam, greedy
+from .sparse import SparseSolution, double_factorial, seed_trees_from_beam, sparse_solve
 
 __all__ = [
+    "SearchResult",
+    "SparseSolution",
+    "beam",
+    "double_factorial",
+    "greedy",
+    "seed_trees_from_beam",
+    "sparse_solve",
     "CorrelationEnergy",
     "DasguptaEnergy",
     "Energy",

@@ -469,7 +469,7 @@ def _sample_core(key, energy, leaves, n, num_samples):
     def split_one(key, S):
         inS = ((S >> bits) & 1).astype(bool)
         k = jnp.sum(inS)
-        order = jnp.argsort(~inS, stable=True)  # positions of S's bits first, ascending
+        order = jnp.argsort(~inS, stable=True).astype(jnp.int32)  # positions of S's bits first
         L = jnp.left_shift(jnp.int32(1), order[0])
         for b in range(n - 1):
             L = L | (((j >> b) & 1) << order[b + 1]) * (b + 1 < k)

@@ -17,7 +17,6 @@ vectorised call per step for the whole beam).
 """
 from __future__ import annotations
 
-from functools import partial
 from typing import Any, List, NamedTuple
 
 import jax
@@ -119,9 +118,16 @@ def _search(energy, leaves, n, beam_size):
     triu = np.triu(np.ones((n, n), bool), k=1)
     eye = np.eye(n, dtype=bool)
     dtype = leaves.dtype
-    # all pairs of singletons at once: batch of n copies of the identity, slot i merged with all
-    M0 = jnp.broadcast_to(jnp.eye(n, dtype=dtype), (n, n, n))
-    s0 = np.asarray(_merge_scores(energy, leaves, M0, jnp.arange(n)), np.float64)
+    # the jitted batch is padded to Bp states (one compilation per (energy, N, Bp))
+    Bp = max(8, 1 << (beam_size - 1).bit_length())
+    # all pairs of singletons: slot i merged with every slot, Bp slots per call
+    eye_f = np.eye(n)
+    s0 = np.zeros((n, n))
+    for a in range(0, n, Bp):
+        idx = np.minimum(np.arange(a, a + Bp), n - 1)
+        M0 = jnp.broadcast_to(jnp.asarray(eye_f, dtype), (Bp, n, n))
+        rows = np.asarray(_merge_scores(energy, leaves, M0, jnp.asarray(idx)), np.float64)
+        s0[a : a + Bp] = rows[: min(Bp, n - a)]
     s0 = np.where(np.isnan(s0), -np.inf, s0)
     beam_states = [_State(eye.copy(), np.ones(n, bool), s0, 0.0, (), frozenset(), [1 << e for e in range(n)])]
     for _ in range(n - 1):
@@ -167,11 +173,11 @@ def _search(energy, leaves, n, beam_size):
             ints[i], ints[j] = new, 0
             children.append(_State(M, active, st.scores.copy(), float(vals[c]), st.merges + ((i, j),), key, ints))
         # recompute the scores of the merged slot, for all children in one padded call
-        Ms = np.stack([ch.M for ch in children] + [children[0].M] * (beam_size - len(children)))
-        idx = np.array([ch.merges[-1][0] for ch in children] + [0] * (beam_size - len(children)))
+        Ms = np.stack([ch.M for ch in children] + [children[0].M] * (Bp - len(children)))
+        idx = np.array([ch.merges[-1][0] for ch in children] + [0] * (Bp - len(children)))
         rows = np.asarray(_merge_scores(energy, leaves, jnp.asarray(Ms, dtype), jnp.asarray(idx)), np.float64)
         rows = np.where(np.isnan(rows), -np.inf, rows)
-        for ch, row, i in zip(children, rows, idx):
+        for ch, row, i in zip(children, rows, idx):  # zip stops at the real children
             ch.scores[i, :] = row
             ch.scores[:, i] = row
         beam_states = children

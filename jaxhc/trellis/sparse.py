@@ -19,7 +19,7 @@ so problems of similar size share one compilation.
 from __future__ import annotations
 
 from functools import partial
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -49,7 +49,7 @@ class SparseSolution(NamedTuple):
       map_log_phi: ``log phi`` of the best realised hierarchy.
       map_tree: that hierarchy as a `jaxhc.Tree`.
       log_marginals: ``[V]`` ``log P(S in H)`` of every vertex ``S`` under ``phi / Z`` restricted
-        to the realised hierarchies, aligned with ``clusters``.
+        to the realised hierarchies, aligned with ``clusters`` (NaN when ``log_z = -inf``).
       clusters: ``[V]`` bitmask of every vertex (leaf ``i`` is bit ``i``), sorted by size then
         value: ``int64`` for ``N <= 62``, Python ints (``object``) above.
       log_z_table: ``[V]`` ``log Z(S)`` of the sub-trellis under every vertex.
@@ -102,7 +102,9 @@ def _as_seed_list(seed_trees):
         return seed_trees.trees()
     if isinstance(seed_trees, Tree):
         return [seed_trees]
-    if hasattr(seed_trees, "trees") and isinstance(getattr(seed_trees, "trees"), list):  # SearchResult
+    from .search import SearchResult
+
+    if isinstance(seed_trees, SearchResult):
         return list(seed_trees.trees)
     try:
         seeds = list(seed_trees)
@@ -182,8 +184,9 @@ def _count_trees(V, sizes, sp, sl, sr) -> list:
     return cnt
 
 
-def _bucket(x: int) -> int:
-    return 1 << max(3, int(x - 1).bit_length())
+def _bucket(x: int, minimum: int) -> int:
+    """Padded size: the next power of two, at least ``minimum`` (fewer recompilations)."""
+    return max(minimum, 1 << int(x - 1).bit_length())
 
 
 # ------------------------------------------------------------------------------------------
@@ -253,6 +256,10 @@ def sparse_solve(energy: Energy, leaves, seed_trees) -> SparseSolution:
         vertices: a sequence of `jaxhc.Tree`, one `Tree`, a `SampledTrees` (from
         `jaxhc.trellis.sample`) or a `SearchResult` (its final beam).
 
+    Vertices are padded to a power of two (at least 128) and splits to a power of two (at
+    least 1024) with inert entries (a size-0 vertex, splits of potential ``-inf``), so
+    problems of similar size reuse one compilation.
+
     Returns:
       `SparseSolution` (Sec. 3 of the trellis paper; the DPs of Alg. 1, Prop. 2 and Sec. 2.4
       restricted to the sparse trellis). ``log_z`` and ``map_log_phi`` are lower bounds of the
@@ -283,7 +290,7 @@ def sparse_solve(energy: Energy, leaves, seed_trees) -> SparseSolution:
         z = jnp.zeros((), _float())
         return SparseSolution(z, z, t, jnp.zeros((1,), _float()), clusters, jnp.zeros((1,), _float()), 1, 1.0, 0, 1)
 
-    Vp, Ep = _bucket(V + 1), _bucket(max(E, 1))
+    Vp, Ep = _bucket(V + 1, 128), _bucket(max(E, 1), 1024)
     dt = _float()
     masks = np.zeros((Vp, n), np.float64)
     masks[:V] = rows
