@@ -257,7 +257,8 @@ class Tree:
     def from_dict(cls, d: dict) -> "Tree":
         h = d.get("heights")
         vals = {k: np.asarray(v) for k, v in d.get("values", {}).items()}
-        return cls(np.asarray(d["children"], np.int64), None if h is None else np.asarray(h, float), vals).validate()
+        children = np.asarray(d["children"], np.int64).reshape(-1, 2)
+        return cls(children, None if h is None else np.asarray(h, float), vals).validate()
 
     @classmethod
     def from_json(cls, s: str) -> "Tree":
@@ -307,10 +308,14 @@ class Tree:
         return memo[self.root]
 
     def to_parent(self) -> "ParentTree":
-        """The same hierarchy as a `ParentTree` (node ids unchanged)."""
+        """The same hierarchy as a `ParentTree` (node ids unchanged; heights, if any, become
+        times from the root at 0 to the leaves at 1)."""
         h = None
         if self.heights is not None:
-            h = np.concatenate([np.zeros(self.n_leaves), np.asarray(self.heights, float)])
+            # ParentTree times grow from the root (0) to the leaves (1), as diffusion trees
+            hh = np.concatenate([np.zeros(self.n_leaves), self.to_linkage()[:, 2]])
+            top = hh.max()
+            h = 1.0 - hh / top if top > 0 else np.ones_like(hh)
         return ParentTree(self.parents(), self.n_leaves, h)
 
     def relabel_leaves(self, perm) -> "Tree":
@@ -408,6 +413,9 @@ class ParentTree:
         ch = self.children_lists()
         if any(ch[k] for k in range(self.n_leaves)):
             raise ValueError("leaves 0..n_leaves-1 must have no children")
+        empty = [k for k in range(self.n_leaves, m) if not ch[k]]
+        if empty:
+            raise ValueError(f"inner nodes must have children; nodes {empty[:5]} have none")
         return self
 
     def leaf_sets(self) -> np.ndarray:
