@@ -112,6 +112,11 @@ def _affinity_features(W, masks):
 
 
 class _AffinityEnergy(Energy):
+    beta: jax.Array
+
+    def __init__(self, beta=1.0):
+        self.beta = jnp.asarray(beta, dtype=_float())
+
     def subset_features(self, leaves, masks):
         return _affinity_features(leaves, masks)
 
@@ -140,11 +145,6 @@ class DasguptaEnergy(_AffinityEnergy):
       beta: inverse temperature.
     """
 
-    beta: jax.Array
-
-    def __init__(self, beta=1.0):
-        self.beta = jnp.asarray(beta, dtype=_float())
-
     def cost(self, parent, left, right):
         cross = parent.w_in - left.w_in - right.w_in
         return parent.size * cross
@@ -161,11 +161,6 @@ class CorrelationEnergy(_AffinityEnergy):
     Args:
       beta: inverse temperature.
     """
-
-    beta: jax.Array
-
-    def __init__(self, beta=1.0):
-        self.beta = jnp.asarray(beta, dtype=_float())
 
     def log_psi(self, parent, left, right):
         pos_in = lambda f: f.w_in - f.neg_in
