@@ -33,6 +33,8 @@ _SCRIPT = textwrap.dedent(
         sharded = trellis.solve_batch(energy, leaves, n_leaves)
         single = trellis.solve_batch(energy, leaves, n_leaves, devices=[devices[0]])
         assert np.asarray(sharded.log_z).shape == (B,)
+        assert len(sharded.log_z.sharding.device_set) == 4  # computed on the 4-device mesh
+        assert len(single.log_z.sharding.device_set) == 1
         assert np.any(np.isfinite(np.asarray(single.log_z)))
         for field in ("log_z", "map_log_phi", "log_z_table", "map_table"):
             a, b = np.asarray(getattr(sharded, field)), np.asarray(getattr(single, field))

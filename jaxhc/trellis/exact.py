@@ -231,12 +231,12 @@ def _select(cond, a, b):
     return jax.tree_util.tree_map(sel, a, b)
 
 
-def _outside(energy: Energy, feats, n: int, log_z):
+def _outside(energy: Energy, feats, n: int, log_z, root=None):
     """Top-down outside pass: ``log_out(S) = log sum over trees of the potential of
     everything outside S`` (the root has 0), computed by pulling from every superset
     ``P = S | T`` with ``T`` a non-empty subset of the complement (gathers only)."""
     dtype = log_z.dtype
-    root = 2**n - 1
+    root = 2**n - 1 if root is None else root
     out = jnp.full((2**n,), -jnp.inf, dtype).at[root].set(0.0)
     for k in range(n - 1, 0, -1):
         masks_np, _ = _level_tables(n, k)
@@ -262,18 +262,19 @@ def _outside(energy: Energy, feats, n: int, log_z):
             return jax.scipy.special.logsumexp(out[P] + lp + log_z[T], axis=1)
 
         o = jax.lax.map(chunk, (jnp.asarray(masks_p), jnp.asarray(cpos_p)))
-        out = out.at[jnp.asarray(masks_p.reshape(-1))].set(o.reshape(-1))
+        S_all = jnp.asarray(masks_p.reshape(-1))
+        out = out.at[S_all].set(jnp.where(S_all == root, 0.0, o.reshape(-1)))
     return out
 
 
-def _solve_impl(energy, leaves, n, marginals=True):
+def _solve_impl(energy, leaves, n, marginals=True, root=None):
     feats = energy.features(leaves)
-    root = 2**n - 1
+    root = 2**n - 1 if root is None else root
     log_z, best, bp = _dp(energy, feats, n)
     log_m = None
     if marginals:
         # P(S in H) = outside(S) Z(S) / Z (Sec. 2.4 / App. A.4.2 of the trellis paper)
-        log_m = _outside(energy, feats, n, log_z) + log_z - log_z[root]
+        log_m = _outside(energy, feats, n, log_z, root) + log_z - log_z[root]
         log_m = log_m.at[0].set(-jnp.inf)
     return log_z[root], best[root], log_m, log_z, best, bp
 
@@ -308,6 +309,8 @@ def log_partition(energy: Energy, leaves) -> jax.Array:
 
     Shapes are checked eagerly only when ``leaves`` is concrete.
     """
+    if not isinstance(energy, Energy):
+        raise TypeError(f"energy must be a jaxhc.trellis Energy, got {type(energy).__name__}")
     n = energy.n_elements(leaves)
     if not isinstance(leaves, jax.core.Tracer):
         leaves, n = _prepare(energy, leaves, None, None)
@@ -342,7 +345,8 @@ def subtree_log_marginal(solution: TrellisSolution, energy: Energy, leaves, subt
     lv = jnp.asarray(leaves)[jnp.asarray(leaf_ids)] if not isinstance(energy, _affinity_types()) else \
         jnp.asarray(leaves)[jnp.ix_(leaf_ids, leaf_ids)]
     log_phi = log_phi_of_tree(energy, lv, subtree)
-    return solution.log_marginals[mask] + log_phi - solution.log_z_table[mask]
+    lm = solution.log_marginals[mask]
+    return jnp.where(lm == -jnp.inf, -jnp.inf, lm + log_phi - solution.log_z_table[mask])
 
 
 def _affinity_types():
@@ -357,8 +361,8 @@ def _affinity_types():
 @partial(jax.jit, static_argnames=("n_max", "marginals"))
 def _batch_core(energy, leaves_padded, n_leaves, n_max, marginals):
     def one(lv, nv):
-        out = _solve_impl(energy, lv, n_max, marginals)
         root = (jnp.left_shift(1, nv) - 1).astype(jnp.int32)
+        out = _solve_impl(energy, lv, n_max, marginals, root)
         log_z_tab, best_tab = out[3], out[4]
         return log_z_tab[root], best_tab[root], out[2], out[3], out[4], out[5]
 
