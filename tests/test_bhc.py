@@ -281,6 +281,24 @@ def test_rbhc_filtering_builds_valid_tree():
     assert abs(float(r.log_evidence) - float(b.log_evidence)) < 0.02 * abs(float(b.log_evidence))
 
 
+def test_rbhc_one_cluster_with_outliers():
+    # one Gaussian cluster plus far outliers: the top split peels outliers off (Algorithm 2)
+    # and RBHC keeps BHC's evidence; the balanced split (a speed knob) still gives a valid
+    # tree whose quantities are exact
+    rng = np.random.default_rng(15)
+    X = np.concatenate([rng.normal(size=(400, 2)), rng.normal(0, 30, size=(4, 2))])
+    c = jaxhc.NormalInverseWishart.from_data(X)
+    b = jaxhc.bhc(X, c, 1.0)
+    r = jaxhc.rbhc(jax.random.PRNGKey(2), X, c, 1.0, subset_size=16, leaf_size=64)
+    assert abs(float(r.log_evidence) - float(b.log_evidence)) < 0.05 * abs(float(b.log_evidence))
+    rb = jaxhc.rbhc(jax.random.PRNGKey(2), X, c, 1.0, subset_size=16, leaf_size=64, balance=0.2)
+    rb.tree.validate()
+    terms = jaxhc.tree_log_evidence(X, rb.tree, c, 1.0)
+    np.testing.assert_allclose(float(rb.log_evidence), float(terms.log_evidence), atol=1e-8)
+    with pytest.raises(ValueError, match="balance"):
+        jaxhc.rbhc(jax.random.PRNGKey(0), X, c, balance=0.7)
+
+
 def test_rbhc_bad_arguments():
     X = np.random.default_rng(0).normal(size=(20, 2))
     c = jaxhc.NormalInverseWishart.from_data(X)

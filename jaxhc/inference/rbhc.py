@@ -86,6 +86,7 @@ def rbhc(
     *,
     subset_size: int = 64,
     leaf_size: int = 256,
+    balance: float = 0.0,
     progress_bar: Optional[bool] = None,
 ) -> BHCResult:
     """Randomized BHC: a full binary tree over the rows of ``X`` in ``O(n log n)``.
@@ -98,6 +99,12 @@ def rbhc(
       subset_size: points in the random subset clustered by BHC at each level (>= 2).
       leaf_size: sides with at most this many points are clustered by plain BHC
         (>= subset_size).
+      balance: a speed knob. When the smaller top subtree of the subset's tree holds less
+        than this fraction of the subset, split at the subtree closest to half its size
+        instead (the rest scored by its cluster predictive), so peeled-off outliers cannot
+        make the recursion deep. Default 0: always the top split (Algorithm 2), which keeps
+        BHC's structure (a cluster with outliers peeled off) and its evidence; a positive
+        value is faster on data with many small outlying groups but can split a cluster.
       progress_bar: tqdm bar over points placed (default: n >= 5000).
 
     Returns:
@@ -109,6 +116,8 @@ def rbhc(
     n = Xh.shape[0]
     if not (isinstance(subset_size, (int, np.integer)) and subset_size >= 2):
         raise ValueError(f"subset_size must be an integer >= 2, got {subset_size!r}")
+    if not (0.0 <= float(balance) < 0.5):
+        raise ValueError(f"balance must be in [0, 0.5), got {balance!r}")
     if not (isinstance(leaf_size, (int, np.integer)) and leaf_size >= subset_size):
         raise ValueError(f"leaf_size must be an integer >= subset_size={subset_size}, got {leaf_size!r}")
     key = jnp.asarray(key) if not isinstance(key, jax.Array) else key
@@ -155,22 +164,42 @@ def rbhc(
         perm = rng.permutation(m)
         sub, rest = idx[perm[:subset_size]], idx[perm[subset_size:]]
         res = bhc_from_stats(component, alpha, stats_of(sub, _bucket(subset_size)), n_valid=subset_size)
-        top_a, top_b = np.asarray(res.tree.children)[-1]
         sets = res.tree.leaf_sets()
-        wa = _subtree_log_weights(res, top_a)
-        wb = _subtree_log_weights(res, top_b)
-        na, nb = sets[top_a].sum(), sets[top_b].sum()
+        sizes = sets.sum(axis=1)
+        top_a, top_b = np.asarray(res.tree.children)[-1]
+        # the two sides are T_a (a subtree; predictive = its BHC mixture) and the rest of
+        # the subset. Normally T_a and T_b are the root's children (Algorithm 2); when that
+        # split is very unbalanced (an outlier peeled off) we take the subtree whose size is
+        # closest to half the subset, and the rest's cluster predictive, so the recursion
+        # stays O(log n) deep.
+        if min(sizes[top_a], sizes[top_b]) >= balance * subset_size:
+            side_a = top_a
+            wb_nodes = _subtree_log_weights(res, top_b)
+            wb_rest = -np.inf
+        else:
+            cand = np.arange(res.tree.n_nodes - 1)
+            side_a = int(cand[np.argmin(np.abs(sizes[cand] - subset_size / 2))])
+            wb_nodes = np.full(res.tree.n_nodes, -np.inf)
+            wb_rest = 0.0
+        in_a = sets[side_a]
+        wa = np.append(_subtree_log_weights(res, side_a), -np.inf)
+        wb = np.append(wb_nodes, wb_rest)
+        rest_stats = component.stats(jnp.asarray(Xh[sub[~in_a]]))
+        node_stats = jax.tree_util.tree_map(
+            lambda x, y: jnp.concatenate([x, y[None]], axis=0), res.node_stats, rest_stats
+        )
+        na, nb = in_a.sum(), (~in_a).sum()
         la, lb = [], []
         for c0 in range(0, len(rest), _CHUNK):
             rows = rest[c0 : c0 + _CHUNK]
             Xr = np.concatenate([Xh[rows], np.repeat(Xh[rows[:1]], _CHUNK - len(rows), 0)])
-            sa, sb = _side_scores(component, res.node_stats, jnp.asarray(wa), jnp.asarray(wb), jnp.asarray(Xr))
+            sa, sb = _side_scores(component, node_stats, jnp.asarray(wa), jnp.asarray(wb), jnp.asarray(Xr))
             la.append(np.asarray(sa)[: len(rows)])
             lb.append(np.asarray(sb)[: len(rows)])
         la, lb = np.concatenate(la), np.concatenate(lb)
         to_a = (np.log(na) + la) > (np.log(nb) + lb)
-        idx_a = np.concatenate([sub[sets[top_a]], rest[to_a]])
-        idx_b = np.concatenate([sub[sets[top_b]], rest[~to_a]])
+        idx_a = np.concatenate([sub[in_a], rest[to_a]])
+        idx_b = np.concatenate([sub[~in_a], rest[~to_a]])
         ka, kb = _split(key)
         left = rec(np.sort(idx_a), ka)
         right = rec(np.sort(idx_b), kb)
