@@ -593,8 +593,9 @@ class BetaBernoulli(_BetaCounts):
     @classmethod
     def from_data(cls, X, strength: float = 2.0, eps: float = 0.05):
         """Mean-matched prior ``Beta(strength * m, strength * (1 - m))`` with ``m`` the column
-        means clipped to ``[eps, 1 - eps]`` (on binarized digits this gives purity ~0.88 where
-        Beta(1, 1) gives ~0.42)."""
+        means clipped to ``[eps, 1 - eps]``. On scikit-learn's binarized digits (classes 0, 2,
+        4; 40 per class; 10 subsets) BHC's dendrogram purity is 0.97 with this prior and 0.91
+        with Beta(1, 1); on all 10 classes 0.62 vs 0.16 (benchmarks/bhc_purity.py)."""
         X = _as_data(X)
         _check_finite(X, "X", True)
         m = np.clip(np.nanmean(np.where(np.isnan(X), np.nan, X), axis=0), eps, 1 - eps)
