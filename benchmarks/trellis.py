@@ -333,7 +333,6 @@ def worker_single(args) -> dict:
 
     jax.config.update("jax_enable_x64", True)
     import jax.numpy as jnp
-    import numpy as np
 
     from jaxhc import trellis
     from jaxhc.trellis import exact

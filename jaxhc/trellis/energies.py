@@ -172,6 +172,10 @@ class CorrelationEnergy(_AffinityEnergy):
 class _JetFeatures(NamedTuple):
     p: jax.Array  # [..., 4] summed four-momentum (E, px, py, pz)
     size: jax.Array
+    t: jax.Array  # mass squared (clamped at 0)
+    sqrt_t: jax.Array
+    log_t: jax.Array  # log t (0 where t = 0; never used there)
+    leaf_term: jax.Array  # log(1 - exp(-lam t_cut / t)): a leaf child's log f when this is the parent
 
 
 def _mass2(p):
@@ -225,7 +229,15 @@ class GinkgoEnergy(Energy):
         return arr
 
     def subset_features(self, leaves, masks):
-        return _JetFeatures(masks @ jnp.asarray(leaves), jnp.sum(masks, axis=-1))
+        # per-subset terms are computed once here, not once per split
+        p = masks @ jnp.asarray(leaves)
+        t = _mass2(p)
+        pos = t > 0
+        ts = jnp.where(pos, t, 1.0)
+        return _JetFeatures(
+            p, jnp.sum(masks, axis=-1), t, jnp.sqrt(t), jnp.where(pos, jnp.log(ts), 0.0),
+            jnp.log(-jnp.expm1(-self.lam * self.t_cut / ts)),
+        )
 
     def _log_norm(self):
         return -jnp.log1p(-jnp.exp(-self.lam))
@@ -237,26 +249,28 @@ class GinkgoEnergy(Energy):
 
     def _log_psi_paper(self, parent, left, right):
         lam, tc = self.lam, self.t_cut
-        tP = _mass2(parent.p)
-        tL = jnp.where(left.size > 1, _mass2(left.p), 0.0)
-        tR = jnp.where(right.size > 1, _mass2(right.p), 0.0)
-        tmax, tmin = jnp.maximum(tL, tR), jnp.minimum(tL, tR)
-        tP2 = (jnp.sqrt(tP) - jnp.sqrt(tmax)) ** 2
-
-        def logf(t, s):
-            s_safe = jnp.where(s > 0, s, 1.0)
-            inner = jnp.log(lam) - jnp.log(s_safe) - lam * t / s_safe
-            leaf = jnp.log(-jnp.expm1(-lam * tc / s_safe))
-            out = self._log_norm() + jnp.where(t > 0, inner, leaf)
-            return jnp.where(s > 0, out, -jnp.inf)
-
-        out = logf(tmax, tP) + logf(tmin, tP2) - jnp.log(4 * jnp.pi)
-        return jnp.where(tP < tc, -jnp.inf, out)
+        log_lam = jnp.log(lam)
+        tP, sP = parent.t, parent.sqrt_t
+        lin, rin = left.size > 1, right.size > 1  # leaves have t = 0 in the paper's convention
+        tL, tR = jnp.where(lin, left.t, 0.0), jnp.where(rin, right.t, 0.0)
+        l_is_max = tL >= tR
+        tmax, tmin = jnp.where(l_is_max, tL, tR), jnp.where(l_is_max, tR, tL)
+        smax = jnp.where(l_is_max, jnp.where(lin, left.sqrt_t, 0.0), jnp.where(rin, right.sqrt_t, 0.0))
+        # log f(t_max | t_P): the parent's log t and leaf term are per-subset features
+        tPs = jnp.where(tP > 0, tP, 1.0)
+        f1 = jnp.where(tmax > 0, log_lam - parent.log_t - lam * tmax / tPs, parent.leaf_term)
+        # log f(t_min | t_P2), t_P2 = (sqrt t_P - sqrt t_max)^2
+        tP2 = (sP - smax) ** 2
+        ok2 = tP2 > 0
+        s2 = jnp.where(ok2, tP2, 1.0)
+        f2 = jnp.where(tmin > 0, log_lam - jnp.log(s2) - lam * tmin / s2, jnp.log(-jnp.expm1(-lam * tc / s2)))
+        out = 2.0 * self._log_norm() + f1 + jnp.where(ok2, f2, -jnp.inf) - jnp.log(4 * jnp.pi)
+        return jnp.where((tP < tc) | (tP <= 0), -jnp.inf, out)
 
     def _log_psi_exact(self, parent, left, right):
         lam, tc = self.lam, self.t_cut
-        tP = _mass2(parent.p)
-        tL, tR = _mass2(left.p), _mass2(right.p)
+        tP = parent.t
+        tL, tR = left.t, right.t
 
         def logf(t, s, is_leaf):
             # truncated exponential density on [0, s); support: leaves t <= t_cut, inner t > t_cut
@@ -266,9 +280,9 @@ class GinkgoEnergy(Energy):
             return jnp.where(ok, val, -jnp.inf)
 
         lleaf, rleaf = left.size == 1, right.size == 1
-        sqP = jnp.sqrt(tP)
-        a = logf(tL, tP, lleaf) + logf(tR, (sqP - jnp.sqrt(tL)) ** 2, rleaf)
-        b = logf(tR, tP, rleaf) + logf(tL, (sqP - jnp.sqrt(tR)) ** 2, lleaf)
+        sqP = parent.sqrt_t
+        a = logf(tL, tP, lleaf) + logf(tR, (sqP - left.sqrt_t) ** 2, rleaf)
+        b = logf(tR, tP, rleaf) + logf(tL, (sqP - right.sqrt_t) ** 2, lleaf)
         K = tP**2 + tL**2 + tR**2 - 2 * tP * tL - 2 * tP * tR - 2 * tL * tR
         K_safe = jnp.where(K > 0, K, 1.0)
         phase = jnp.log(8.0 * jnp.where(tP > 0, tP, 1.0)) - 0.5 * jnp.log(K_safe) - jnp.log(4 * jnp.pi)
