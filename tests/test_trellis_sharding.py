@@ -30,8 +30,9 @@ _SCRIPT = textwrap.dedent(
     jets[..., 0] = np.sqrt(np.sum(jets[..., 1:] ** 2, axis=-1) + 1.0) + rng.uniform(5.0, 15.0, (B, n_max))
 
     for energy, leaves in ((trellis.DasguptaEnergy(0.7), W), (trellis.GinkgoEnergy(2.0, 4.0), jets)):
-        sharded = trellis.solve_batch(energy, leaves, n_leaves)
-        single = trellis.solve_batch(energy, leaves, n_leaves, devices=[devices[0]])
+        sharded = trellis.solve_batch(energy, leaves, n_leaves, group_by_size=False)
+        single = trellis.solve_batch(energy, leaves, n_leaves, devices=[devices[0]], group_by_size=False)
+        grouped = trellis.solve_batch(energy, leaves, n_leaves)  # per-size groups, each sharded
         assert np.asarray(sharded.log_z).shape == (B,)
         assert len(sharded.log_z.sharding.device_set) == 4  # computed on the 4-device mesh
         assert len(single.log_z.sharding.device_set) == 1
@@ -39,6 +40,7 @@ _SCRIPT = textwrap.dedent(
         for field in ("log_z", "map_log_phi", "log_z_table", "map_table"):
             a, b = np.asarray(getattr(sharded, field)), np.asarray(getattr(single, field))
             np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12, err_msg=field)
+            np.testing.assert_allclose(np.asarray(getattr(grouped, field)), b, rtol=1e-12, atol=1e-12, err_msg=field)
         ta, tb = trellis.map_trees(sharded), trellis.map_trees(single)
         assert all(x.same_hierarchy(y) for x, y in zip(ta, tb))
     print("SHARDING-OK")

@@ -363,13 +363,17 @@ def _batch_core(energy, leaves_padded, n_leaves, n_max, marginals):
     def one(lv, nv):
         root = (jnp.left_shift(1, nv) - 1).astype(jnp.int32)
         out = _solve_impl(energy, lv, n_max, marginals, root)
-        log_z_tab, best_tab = out[3], out[4]
-        return log_z_tab[root], best_tab[root], out[2], out[3], out[4], out[5]
+        # subsets holding padding elements are not part of this problem: -inf / 0
+        real = (jnp.arange(2**n_max, dtype=jnp.int32) & ~root) == 0
+        mask = lambda x, fill: None if x is None else jnp.where(real, x, fill)
+        log_z_tab, best_tab = mask(out[3], -jnp.inf), mask(out[4], -jnp.inf)
+        return log_z_tab[root], best_tab[root], mask(out[2], -jnp.inf), log_z_tab, best_tab, mask(out[5], 0)
 
     return jax.vmap(one)(leaves_padded, n_leaves)
 
 
-def solve_batch(energy: Energy, leaves_padded, n_leaves, *, marginals: bool = False, devices=None) -> TrellisSolution:
+def solve_batch(energy: Energy, leaves_padded, n_leaves, *, marginals: bool = False, devices=None,
+                group_by_size: bool = True) -> TrellisSolution:
     """Solves many problems of different sizes at once (``vmap``; sharded over devices).
 
     Args:
@@ -378,10 +382,13 @@ def solve_batch(energy: Energy, leaves_padded, n_leaves, *, marginals: bool = Fa
         rows; the padding rows are ignored (they never enter a subset of the real
         elements, whose masks are below ``2^n_leaves[b]``).
       n_leaves: ``[B]`` number of real elements of each problem.
-      marginals: also compute every cluster's marginal (tables over ``2^N_max``; clusters
-        containing padding have probability 0).
+      marginals: also compute every cluster's marginal (tables over ``2^N_max``; in every
+        table, subsets containing padding hold ``-inf`` (backpointer 0)).
       devices: devices to shard the batch over (default ``jax.devices()``; one device: no
         sharding).
+      group_by_size: solve the problems of each size together at their own ``N`` (one
+        compiled program per distinct size; far less work than padding everything to
+        ``N_max``); ``False`` runs one padded, vmapped program.
 
     Returns:
       `TrellisSolution` with a leading batch axis on every array field and ``map_tree=None``
@@ -406,6 +413,35 @@ def solve_batch(energy: Energy, leaves_padded, n_leaves, *, marginals: bool = Fa
     lp = np.stack(fixed)
     devices = list(jax.devices()) if devices is None else list(devices)
     B = lp.shape[0]
+    if not group_by_size:
+        out = _run_batch(energy, lp, nl, n_max, marginals, devices)
+    else:
+        # problems of the same size share one vmapped solve at their own N (the work of a
+        # padded problem grows as 3^N_max); tables are padded back to 2^N_max
+        size = 2**n_max
+        fill = (-np.inf, -np.inf, -np.inf, -np.inf, -np.inf, 0)
+        out = [None] * 6
+        for n in np.unique(nl):
+            idx = np.flatnonzero(nl == n)
+            sub = np.stack([np.asarray(energy.crop_leaves(lp[b], int(n))) for b in idx])
+            part = _run_batch(energy, sub, nl[idx], int(n), marginals, devices)
+            for f, (val, pad) in enumerate(zip(part, fill)):
+                if val is None:
+                    continue
+                val = np.asarray(val)
+                if val.ndim == 2:  # per-subset table: subsets of the first n bits keep their index
+                    val = np.concatenate([val, np.full((len(idx), size - val.shape[1]), pad, val.dtype)], 1)
+                if out[f] is None:
+                    out[f] = np.zeros((B,) + val.shape[1:], val.dtype)
+                out[f][idx] = val
+        out = tuple(None if o is None else jnp.asarray(o) for o in out)
+    log_z, map_v, log_m, tz, tb, bp = out
+    return TrellisSolution(log_z, map_v, None, log_m, tz, tb, bp, jnp.asarray(nl[:B]))
+
+
+def _run_batch(energy, lp, nl, n_max, marginals, devices):
+    """The vmapped solve of padded problems, sharded over ``devices`` when several."""
+    B = lp.shape[0]
     if len(devices) > 1:
         from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
@@ -420,9 +456,7 @@ def solve_batch(energy: Energy, leaves_padded, n_leaves, *, marginals: bool = Fa
     else:
         lpj, nlj = jnp.asarray(lp), jnp.asarray(nl, jnp.int32)
     out = _batch_core(energy, lpj, nlj, n_max, marginals)
-    out = jax.tree_util.tree_map(lambda x: x[:B] if x is not None else None, out)
-    log_z, map_v, log_m, tz, tb, bp = out
-    return TrellisSolution(log_z, map_v, None, log_m, tz, tb, bp, jnp.asarray(nl[:B]))
+    return jax.tree_util.tree_map(lambda x: x[:B] if x is not None else None, out)
 
 
 def map_trees(batch: TrellisSolution) -> list:
