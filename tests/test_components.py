@@ -226,24 +226,45 @@ def test_merge_equals_stats_of_union(family, seed):
     _assert_stats_close(_take(leaves, int(perm[0])), _take(_prefix_stats(comp, X[perm]), 1))
 
 
-@pytest.mark.xfail(reason="XLA CPU miscompile in jax/jaxlib 0.10.2: an unrelated extra output changes the "
-                          "fold result (fixed by XLA_FLAGS=--xla_cpu_use_fusion_emitters=false)", strict=False)
-def test_merge_fold_under_jit_with_unrelated_output():
-    """Regression guard: the same fold as `_merge_views`, plus an extra output that does not
-    feed the fold; the fold must not change."""
-    c = make_case("NormalInverseWishart", 1)
-    comp, X = c.comp, jnp.asarray(c.X)
-    perm = jnp.asarray([4, 0, 1, 2, 3])
+_FOLD_SCRIPT = """
+import jax, numpy as np
+jax.config.update("jax_enable_x64", True)
+import jax.numpy as jnp
+import jaxhc
+rng = np.random.default_rng(1)
+X = jnp.asarray(rng.normal(size=(5, 3)))
+comp = jaxhc.NormalInverseWishart.from_data(np.asarray(X))
+perm = jnp.asarray([4, 0, 1, 2, 3])
+take = lambda s, i: jax.tree_util.tree_map(lambda x: x[i], s)
 
-    def fold(comp, X, perm):
-        leaves = comp.leaf_stats(X)
-        acc = _take(leaves, perm[0])
-        for i in range(1, X.shape[0]):
-            acc = comp.merge(acc, _take(leaves, perm[i]))
-        return acc, comp.stats(X[perm[0]][None])
+def fold(X, perm):
+    leaves = comp.leaf_stats(X)
+    acc = take(leaves, perm[0])
+    for i in range(1, X.shape[0]):
+        acc = comp.merge(acc, take(leaves, perm[i]))
+    return acc, comp.stats(X[perm[0]][None])  # an extra output that does not feed the fold
 
-    acc, _ = eqx.filter_jit(fold)(comp, X, perm)
-    _assert_stats_close(acc, _take(_prefix_stats(comp, X), -1))
+acc, _ = jax.jit(fold)(X, perm)
+full = comp.stats(X)
+for a, b in zip(acc, full):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-10, atol=1e-10)
+print("FOLD-OK")
+"""
+
+
+def test_merge_fold_under_jit_with_unrelated_output_and_xla_workaround():
+    """jax/jaxlib 0.10.2 on CPU miscompiles this fold when the jitted function has an extra,
+    unrelated output (the fused fold changes by O(1)); ``--xla_cpu_use_fusion_emitters=false``
+    avoids it. This checks the documented workaround gives the exact statistics (run in a
+    fresh interpreter, since XLA flags are read at start-up)."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ)
+    env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_cpu_use_fusion_emitters=false").strip()
+    proc = subprocess.run([sys.executable, "-c", _FOLD_SCRIPT], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "FOLD-OK" in proc.stdout, proc.stderr
 
 
 @merge_params
