@@ -49,6 +49,9 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _memory import RssSampler, maxrss_mb, rss_mb  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_OUT = os.path.join(HERE, "results", "bhc.json")
 
@@ -62,44 +65,7 @@ TARGETS = {
 # ------------------------------------------------------------------------------------------
 # worker side (one configuration per process)
 # ------------------------------------------------------------------------------------------
-def _rss_mb() -> float:
-    with open("/proc/self/statm") as f:
-        pages = int(f.read().split()[1])
-    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
-
-
-def _maxrss_mb() -> float:
-    import resource
-
-    r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return r / 1024.0 if sys.platform.startswith("linux") else r / 2**20  # KiB on Linux, bytes on macOS
-
-
-class RssSampler:
-    """Samples this process's resident set size every ``interval`` seconds in a thread
-    (XLA releases the GIL while it runs, so the samples cover the computation)."""
-
-    def __init__(self, interval: float = 0.005):
-        import threading
-
-        self.interval = interval
-        self.peak = _rss_mb()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self):
-        while not self._stop.is_set():
-            self.peak = max(self.peak, _rss_mb())
-            self._stop.wait(self.interval)
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
-        self.peak = max(self.peak, _rss_mb())
+_rss_mb, _maxrss_mb = rss_mb, maxrss_mb
 
 
 def make_data(n: int, d: int, seed: int, k: int = 4):
