@@ -7,11 +7,21 @@ Subcommands:
   compared by dendrogram purity with scipy's average / complete / single linkage.
 * ``jaxhc bhc FILE [--component ...] [--alpha A] [--labels-column C] [--standardize]
   [--out DIR] [--no-progress]`` - BHC on a CSV (header optional) or ``.npy`` file.
+* ``jaxhc jets [--num-jets B] [--quick] [--min-leaves 5] [--max-leaves 10] [--lam 2]
+  [--t-cut 16] [--likelihood paper|exact] [--seed S] [--input FILE.json] [--out DIR]
+  [--no-progress] [--no-fastjet]`` - Ginkgo jets (simulated by `jaxhc.models.ginkgo`, or
+  read from a JSON list of objects with ``leaves``): the exact trellis MAP tree and log Z,
+  greedy and beam search, and kt / Cambridge-Aachen / anti-kt (FastJet, or the NumPy twin
+  with ``--no-fastjet``), compared by log likelihood (Table 1 of the trellis paper; see
+  `jaxhc.jets`).
 
-Both print a summary table and write, per data set, a dendrogram PNG (`jaxhc.plot.plot_bhc`)
-and a Newick file; ``bhc`` also writes a JSON with the tree, the flat labels at
-``r_k < 0.5`` and the log evidence. Problems with the input file end the command with exit
-code 2 and a one-line message on stderr. The CLI enables float64 in JAX.
+``demo`` and ``bhc`` print a summary table and write, per data set, a dendrogram PNG
+(`jaxhc.plot.plot_bhc`) and a Newick file; ``bhc`` also writes a JSON with the tree, the flat
+labels at ``r_k < 0.5`` and the log evidence. ``jets`` prints Table 1 and timings and writes
+``jets_results.json`` (per-jet log likelihoods and trees) and ``jets_logz_vs_map.png`` (log Z
+against the MAP log likelihood coloured by the number of leaves, Fig. 5 of the paper).
+Problems with the input file end the command with exit code 2 and a one-line message on
+stderr. The CLI enables float64 in JAX.
 """
 from __future__ import annotations
 
@@ -28,7 +38,7 @@ from typing import List, Optional, Sequence
 
 import numpy as np
 
-__all__ = ["main", "read_table", "InputError"]
+__all__ = ["main", "read_table", "read_jets", "InputError"]
 
 LINKAGE_METHODS = ("average", "complete", "single")
 COMPONENTS = ("niw", "bernoulli", "binomial", "multinomial", "normal")
@@ -462,6 +472,214 @@ def _cmd_bhc(args) -> int:
 
 
 # ---------------------------------------------------------------------------------------
+# jets: trellis vs greedy / beam / kt family on Ginkgo jets (Table 1 of the trellis paper)
+# ---------------------------------------------------------------------------------------
+#: Ginkgo settings of the paper's jets (and of tests/data/ginkgo_generator_jets_lam2.0.json):
+#: root mass 30, |p| = 400 along (1, 1, 1) / sqrt(3)
+JETS_ROOT_MASS2 = 900.0
+JETS_ROOT_P3 = tuple(400.0 / math.sqrt(3.0) for _ in range(3))
+JETS_QUICK = {"num_jets": 40, "max_leaves": 7}
+JETS_DEFAULT = {"num_jets": 1000, "max_leaves": 10}
+
+
+def read_jets(path: str):
+    """Reads jets from a JSON list of objects with ``leaves`` (four-momenta ``[n, 4]``).
+
+    Returns a list of float64 arrays; raises `InputError` naming the problem.
+    """
+    if not os.path.exists(path):
+        raise InputError(f"{path}: no such file")
+    if os.path.isdir(path):
+        raise InputError(f"{path}: is a directory, expected a JSON file")
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not a text JSON file") from None
+    except json.JSONDecodeError as e:
+        raise InputError(f"{path}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+    if not isinstance(data, list) or not data:
+        raise InputError(f"{path}: expected a non-empty JSON list of jets (objects with 'leaves')")
+    jets = []
+    for i, jet in enumerate(data):
+        if not isinstance(jet, dict) or "leaves" not in jet:
+            raise InputError(f"{path}: jet {i} is not an object with 'leaves'")
+        try:
+            L = np.asarray(jet["leaves"], dtype=np.float64)
+        except (TypeError, ValueError):
+            raise InputError(f"{path}: jet {i}: 'leaves' must be a numeric [n, 4] list of four-momenta") from None
+        if L.ndim != 2 or L.shape[1] != 4 or L.shape[0] == 0:
+            raise InputError(f"{path}: jet {i}: 'leaves' must be four-momenta [n, 4] (E, px, py, pz), "
+                             f"got shape {L.shape}")
+        if not np.all(np.isfinite(L)):
+            raise InputError(f"{path}: jet {i}: 'leaves' has NaN or infinite values")
+        if np.any(L[:, 0] <= 0):
+            raise InputError(f"{path}: jet {i}: every leaf needs a positive energy (column 0)")
+        jets.append(L)
+    return jets
+
+
+def _pad_jets(jets):
+    nl = np.array([len(j) for j in jets], np.int64)
+    lp = np.zeros((len(jets), int(nl.max()), 4))
+    for b, j in enumerate(jets):
+        lp[b, : len(j)] = j
+    return lp, nl
+
+
+def _simulate_jets(args, num_jets, min_leaves, max_leaves, progress):
+    import jax
+
+    try:
+        from .models import ginkgo
+    except ImportError as e:
+        raise InputError(f"generating jets needs jaxhc.models.ginkgo ({e}); pass --input FILE.json") from None
+    params = ginkgo.GinkgoParams(lam=args.lam, lam_root=args.lam, t_cut=args.t_cut,
+                                 root_mass2=JETS_ROOT_MASS2, root_p3=JETS_ROOT_P3)
+    try:
+        sim = ginkgo.simulate(jax.random.PRNGKey(args.seed), params, num_jets, min_leaves=min_leaves,
+                              max_leaves=max_leaves, progress=progress)
+    except ValueError as e:  # e.g. no jets in the leaf range after many showers
+        raise InputError(f"cannot simulate {num_jets} jets with {min_leaves}-{max_leaves} leaves: {e}") from None
+    lp = np.asarray(sim.leaves, np.float64)
+    nl = np.asarray(sim.n_leaves, np.int64)
+    return lp, nl
+
+
+def _finite_or_none(x) -> Optional[float]:
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def _rate(count: float, secs: float) -> str:
+    if secs <= 0:
+        return "-"
+    r = count / secs
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if r >= scale:
+            return f"{r / scale:.2f}{unit}"
+    return f"{r:.1f}"
+
+
+def _cmd_jets(args) -> int:
+    import jax
+
+    from . import jets as jetsmod
+    from . import trellis
+
+    progress = not args.no_progress
+    defaults = JETS_QUICK if args.quick else JETS_DEFAULT
+    num_jets = args.num_jets if args.num_jets is not None else defaults["num_jets"]
+    max_leaves = args.max_leaves if args.max_leaves is not None else defaults["max_leaves"]
+    min_leaves = args.min_leaves
+    if min_leaves > max_leaves:
+        raise InputError(f"--min-leaves {min_leaves} is above --max-leaves {max_leaves}")
+    if max_leaves > trellis.MAX_EXACT_LEAVES:
+        raise InputError(f"--max-leaves {max_leaves} is above the exact trellis limit of "
+                         f"{trellis.MAX_EXACT_LEAVES} leaves")
+    energy = trellis.GinkgoEnergy(args.lam, args.t_cut, likelihood=args.likelihood)
+    sim_seconds = None
+    if args.input is not None:
+        all_jets = read_jets(args.input)
+        kept = [j for j in all_jets if min_leaves <= len(j) <= max_leaves][:num_jets]
+        if not kept:
+            raise InputError(f"{args.input}: none of its {len(all_jets)} jets has {min_leaves} to {max_leaves} leaves")
+        lp, nl = _pad_jets(kept)
+        source = os.path.abspath(args.input)
+        _log(progress, f"[jaxhc jets] {args.input}: {len(kept)} of {len(all_jets)} jets with {min_leaves}-"
+                       f"{max_leaves} leaves")
+    else:
+        _log(progress, f"[jaxhc jets] simulating {num_jets} Ginkgo jets ({min_leaves}-{max_leaves} leaves, "
+                       f"lam={args.lam:g}, t_cut={args.t_cut:g}, seed={args.seed}) ...")
+        t0 = time.perf_counter()
+        lp, nl = _simulate_jets(args, num_jets, min_leaves, max_leaves, progress)
+        sim_seconds = time.perf_counter() - t0
+        source = "jaxhc.models.ginkgo.simulate"
+    backend = "numpy" if args.no_fastjet else "auto"
+    _log(progress, f"[jaxhc jets] {len(nl)} jets, likelihood={args.likelihood}: trellis, beam, greedy, kt family ...")
+    res = jetsmod.compare_map_methods(energy, lp, nl, kt_backend=backend, progress=progress)
+    # the first trellis call compiles one program per jet size; time a second, warm one
+    t0 = time.perf_counter()
+    jax.block_until_ready(trellis.solve_batch(energy, lp, nl).log_z)
+    warm = time.perf_counter() - t0
+    rows = jetsmod.table1(res)
+    B = len(nl)
+
+    print(f"## Table 1: {B} jets, {int(nl.min())}-{int(nl.max())} leaves, lam={args.lam:g}, t_cut={args.t_cut:g}, "
+          f"likelihood={args.likelihood}, beam size N(N-1)/2, kt family via "
+          f"{'FastJet' if res.kt_backend == 'fastjet' else 'NumPy'} (ee generalized kt, E scheme)")
+    print()
+    print(jetsmod.format_table1(rows))
+    print()
+    print("## timings")
+    print()
+    print("| method | seconds | jets/s | splits/s |")
+    print("|---|---|---|---|")
+    print(f"| trellis (first call, with JIT compilation) | {res.seconds['trellis']:.2f} | "
+          f"{_rate(B, res.seconds['trellis'])} | {_rate(res.num_splits, res.seconds['trellis'])} |")
+    print(f"| trellis (warm) | {warm:.2f} | {_rate(B, warm)} | {_rate(res.num_splits, warm)} |")
+    for m in res.methods:
+        if m != "trellis":
+            print(f"| {m} | {res.seconds[m]:.2f} | {_rate(B, res.seconds[m])} | |")
+    if sim_seconds is not None:
+        print(f"| simulating the jets (with JIT compilation) | {sim_seconds:.2f} | {_rate(B, sim_seconds)} | |")
+    print()
+
+    os.makedirs(args.out, exist_ok=True)
+    table = [r._asdict() for r in rows]
+    for r in table:
+        r["mean"], r["std"] = _finite_or_none(r["mean"]), _finite_or_none(r["std"])
+    per_jet = []
+    for b in range(B):
+        n = int(nl[b])
+        per_jet.append({
+            "n_leaves": n,
+            "leaves": lp[b, :n].tolist(),
+            "log_z": _finite_or_none(res.log_z[b]),
+            "map_log_likelihood": _finite_or_none(res.map_log_phi[b]),
+            "log_likelihood": {m: _finite_or_none(res.log_phi[m][b]) for m in res.methods},
+            "trees": {m: np.asarray(res.trees[m][b].children).tolist() for m in res.methods},
+        })
+    payload = {
+        "source": source,
+        "seed": args.seed if args.input is None else None,
+        "lam": args.lam,
+        "t_cut": args.t_cut,
+        "likelihood": args.likelihood,
+        "methods": list(res.methods),
+        "kt_backend": res.kt_backend,
+        "beam_sizes": np.asarray(res.beam_sizes).tolist(),
+        "seconds": dict(res.seconds, trellis_warm=warm, **({} if sim_seconds is None else {"simulate": sim_seconds})),
+        "num_splits": res.num_splits,
+        "table1": table,
+        "note": "log likelihoods are log phi of each method's tree under the Ginkgo energy; null is -inf (a "
+                "forbidden split); trees are [left, right] rows, merge t creating node n + t (scipy linkage layout)",
+        "jets": per_jet,
+    }
+    js = os.path.join(args.out, "jets_results.json")
+    with open(js, "w") as f:
+        json.dump(payload, f, indent=1)
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ax = jetsmod.plot_log_z_vs_map(res)
+    png = os.path.join(args.out, "jets_logz_vs_map.png")
+    ax.figure.tight_layout()
+    ax.figure.savefig(png, dpi=110)
+    plt.close(ax.figure)
+    for p in (js, png):
+        print(f"wrote {p}")
+    tb = next(r for r in rows if (r.a, r.b) == ("trellis", "beam"))
+    tg = next(r for r in rows if (r.a, r.b) == ("trellis", "greedy"))
+    print(f"jets done: {B} jets; trellis - beam {tb.mean:.2f} +- {tb.std:.2f}, trellis - greedy "
+          f"{tg.mean:.2f} +- {tg.std:.2f} (paper 0.4 +- 0.5, 1.5 +- 1.1); outputs in {args.out}")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------
 # entry point
 # ---------------------------------------------------------------------------------------
 def _positive_float(s: str) -> float:
@@ -519,6 +737,35 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--out", default="jaxhc_out", help="output folder (default: ./jaxhc_out)")
     b.add_argument("--no-progress", action="store_true", help="no progress messages or bars")
     b.set_defaults(func=_cmd_bhc)
+
+    j = sub.add_parser("jets", help="trellis MAP vs greedy / beam / kt on Ginkgo jets (Table 1)",
+                       description="Exact trellis MAP tree and log Z, greedy and beam search, and kt / "
+                                   "Cambridge-Aachen / anti-kt on Ginkgo jets, compared by log likelihood "
+                                   "(Table 1 and Fig. 5 of the trellis paper).")
+    j.add_argument("--num-jets", type=_positive_int, default=None,
+                   help=f"number of jets (default {JETS_DEFAULT['num_jets']}; {JETS_QUICK['num_jets']} with "
+                        "--quick; with --input, at most this many of the file's)")
+    j.add_argument("--quick", action="store_true",
+                   help=f"small run: {JETS_QUICK['num_jets']} jets of at most {JETS_QUICK['max_leaves']} leaves "
+                        "unless given")
+    j.add_argument("--min-leaves", type=_positive_int, default=5, help="fewest leaves per jet (default 5)")
+    j.add_argument("--max-leaves", type=_positive_int, default=None,
+                   help=f"most leaves per jet (default {JETS_DEFAULT['max_leaves']}; "
+                        f"{JETS_QUICK['max_leaves']} with --quick)")
+    j.add_argument("--lam", type=_positive_float, default=2.0, help="Ginkgo splitting rate lambda (default 2)")
+    j.add_argument("--t-cut", type=_positive_float, default=16.0, help="mass-squared cut-off t_cut (default 16)")
+    j.add_argument("--likelihood", choices=("paper", "exact"), default="paper",
+                   help="Ginkgo split likelihood: the trellis paper's (default) or the generator's exact density")
+    j.add_argument("--seed", type=int, default=0, help="random seed of the simulated jets (default 0)")
+    j.add_argument("--input", default=None, metavar="FILE.json",
+                   help="read jets from a JSON list of objects with 'leaves' ([n, 4] four-momenta E, px, py, pz) "
+                        "instead of simulating them")
+    j.add_argument("--out", default="jaxhc_out", help="output folder (default: ./jaxhc_out)")
+    j.add_argument("--no-progress", action="store_true", help="no progress messages or bars")
+    j.add_argument("--no-fastjet", action="store_true",
+                   help="kt family by the NumPy implementation instead of FastJet (used anyway when fastjet "
+                        "is not installed)")
+    j.set_defaults(func=_cmd_jets)
     return p
 
 

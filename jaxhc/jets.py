@@ -557,12 +557,17 @@ def plot_log_z_vs_map(result: MapComparison, ax=None):
 
     if ax is None:
         _, ax = plt.subplots(figsize=(5.5, 4.5))
+    from matplotlib.colors import BoundaryNorm
+
     x, y = result.map_log_phi, result.log_z
     ok = np.isfinite(x) & np.isfinite(y)
-    sc = ax.scatter(x[ok], y[ok], c=result.n_leaves[ok], cmap="viridis", s=10, alpha=0.8)
+    sizes = np.unique(result.n_leaves)
+    cmap = plt.get_cmap("viridis", len(sizes))
+    norm = BoundaryNorm(np.append(sizes - 0.5, sizes[-1] + 0.5), len(sizes))  # one colour per size
+    sc = ax.scatter(x[ok], y[ok], c=result.n_leaves[ok], cmap=cmap, norm=norm, s=10, alpha=0.8)
     lo, hi = (float(min(x[ok].min(), y[ok].min())), float(max(x[ok].max(), y[ok].max()))) if ok.any() else (0, 1)
     ax.plot([lo, hi], [lo, hi], color="0.5", lw=0.8, ls="--", label="log Z = MAP")
-    ax.figure.colorbar(sc, ax=ax, label="number of leaves")
+    ax.figure.colorbar(sc, ax=ax, label="number of leaves", ticks=sizes)
     ax.set_xlabel("MAP log likelihood (exact trellis)")
     ax.set_ylabel("log Z (all trees)")
     ax.set_title(f"{int(ok.sum())} jets: partition function vs MAP", fontsize=10)
