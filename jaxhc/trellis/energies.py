@@ -176,46 +176,70 @@ class _JetFeatures(NamedTuple):
     sqrt_t: jax.Array
     log_t: jax.Array  # log t (0 where t = 0; never used there)
     leaf_term: jax.Array  # log(1 - exp(-lam t_cut / t)): a leaf child's log f when this is the parent
+    is_root: jax.Array  # the subset holds every (real) leaf: its split uses lam_root
 
 
 def _mass2(p):
     return jnp.maximum(p[..., 0] ** 2 - jnp.sum(p[..., 1:] ** 2, axis=-1), 0.0)
 
 
+def kallen(a, b, c):
+    """The Kallen function ``a^2 + b^2 + c^2 - 2ab - 2ac - 2bc``."""
+    return a * a + b * b + c * c - 2.0 * (a * b + a * c + b * c)
+
+
 class GinkgoEnergy(Energy):
     """The Ginkgo toy parton shower's 1 -> 2 split likelihood (Eq. 5-6 of the trellis paper).
 
-    Leaves: four-momenta ``[N, 4]`` (E, px, py, pz); a cluster's momentum is the sum of its
-    leaves'. ``likelihood="paper"`` is the paper's formula (the one of the ClusterTrellis
-    reference values): leaves have ``t = 0``, ``t_max, t_min`` the larger and smaller child
-    mass squared, ``log psi = log f(t_max | t_P) + log f(t_min | (sqrt t_P - sqrt t_max)^2)
-    - log(4 pi)`` with ``f(t | s) = lam / (s (1 - e^-lam)) e^{-lam t / s}`` for inner children
-    and ``f(0 | s) = (1 - e^{-lam t_cut / s}) / (1 - e^-lam)`` for leaves; ``-inf`` when
-    ``t_P < t_cut``. ``likelihood="exact"`` is the exact density of the generator (see the
-    data README): both orders in which the children could have been drawn, truncated
-    exponentials with support conditions (inner children ``t > t_cut``, leaves ``t <=
-    t_cut`` with their observed masses), and the phase-space term ``log(8 t_P) - 1/2 log
-    K(t_P, t_L, t_R) - log(4 pi)``.
+    Leaves: four-momenta ``[N, 4]`` (E, px, py, pz; ``E > 0``); a cluster's momentum is the
+    sum of its leaves'. ``likelihood="paper"`` is the paper's formula (the one of the
+    ClusterTrellis reference values): leaves have ``t = 0``, ``t_max, t_min`` the larger and
+    smaller child mass squared, ``log psi = log f(t_max | t_P) + log f(t_min | (sqrt t_P -
+    sqrt t_max)^2) - log(4 pi)`` with ``f(t | s) = lam / (s (1 - e^-lam)) e^{-lam t / s}``
+    for inner children and ``f(0 | s) = (1 - e^{-lam t_cut / s}) / (1 - e^-lam)`` for
+    leaves; ``-inf`` when ``t_P < t_cut``. ``likelihood="exact"`` is the exact density of
+    the generator (see ``jaxhc.models.ginkgo`` and the data README): both orders in which
+    the children could have been drawn, truncated exponentials with support conditions
+    (inner children ``t > t_cut``, leaves ``t <= t_cut`` with their observed masses), and
+    the phase-space term ``log(8 t_P) - 1/2 log K(t_P, t_L, t_R)`` that makes it a density of
+    the child's four-momentum; ``- log(4 pi)`` for the direction.
 
     Args:
       lam: rate of the exponential splitting distribution (> 0).
       t_cut: mass-squared cut-off below which a particle is a leaf.
       likelihood: ``"paper"`` or ``"exact"``.
+      lam_root: rate of the root split (the split of the set of all leaves); ``None``: ``lam``.
+      ordered: (exact only) the first child of every split is the one drawn first, so only
+        that order counts; for scoring a tree whose drawing order is known
+        (`jaxhc.models.ginkgo.tree_log_likelihood`). The trellis splits are unordered: keep
+        ``False`` there.
+      phase_space: (exact only) include the phase-space term. ``False`` gives the density
+        of ``(t_first, t_second, direction)``, the coordinates the generator draws in.
     """
 
     lam: jax.Array
     t_cut: jax.Array
+    lam_root: jax.Array
     likelihood: str = eqx.field(static=True)
+    separate_root: bool = eqx.field(static=True)
+    ordered: bool = eqx.field(static=True)
+    phase_space: bool = eqx.field(static=True)
 
-    def __init__(self, lam=2.0, t_cut=16.0, likelihood: str = "paper"):
+    def __init__(self, lam=2.0, t_cut=16.0, likelihood: str = "paper", lam_root=None, *,
+                 ordered: bool = False, phase_space: bool = True):
         if likelihood not in ("paper", "exact"):
             raise ValueError(f"likelihood must be 'paper' or 'exact', got {likelihood!r}")
         self.lam = jnp.asarray(lam, dtype=_float())
         self.t_cut = jnp.asarray(t_cut, dtype=_float())
+        self.separate_root = lam_root is not None
+        self.lam_root = jnp.asarray(lam if lam_root is None else lam_root, dtype=_float())
         self.likelihood = likelihood
+        self.ordered = bool(ordered)
+        self.phase_space = bool(phase_space)
 
     def __check_init__(self):
-        for name in ("lam", "t_cut"):
+        names = ("lam", "t_cut", "lam_root") if self.separate_root else ("lam", "t_cut")
+        for name in names:
             v = getattr(self, name)
             if not isinstance(v, jax.core.Tracer):
                 a = np.asarray(v)
@@ -226,21 +250,36 @@ class GinkgoEnergy(Energy):
         arr = super().validate_leaves(leaves, name)
         if arr.ndim != 2 or arr.shape[1] != 4:
             raise ValueError(f"{name} must be four-momenta [N, 4] (E, px, py, pz), got shape {arr.shape}")
+        if np.any(arr[:, 0] <= 0):
+            raise ValueError(f"{name}: every energy E (column 0) must be positive")
         return arr
+
+    def pad_leaves(self, leaves, n_max: int):
+        """Pads with zero four-momenta (they mark padding: the root is the set of the rows
+        with ``E > 0``)."""
+        n = leaves.shape[0]
+        return jnp.pad(leaves, ((0, n_max - n), (0, 0)))
+
+    def _lam_of(self, is_root):
+        if not self.separate_root:
+            return self.lam
+        return jnp.where(is_root, self.lam_root, self.lam)
 
     def subset_features(self, leaves, masks):
         # per-subset terms are computed once here, not once per split
-        p = masks @ jnp.asarray(leaves)
+        leaves = jnp.asarray(leaves)
+        p = masks @ leaves
         t = _mass2(p)
         pos = t > 0
         ts = jnp.where(pos, t, 1.0)
+        size = jnp.sum(masks, axis=-1)
+        n_real = jnp.sum(leaves[:, 0] > 0)
+        is_root = size == n_real
+        lam = self._lam_of(is_root)
         return _JetFeatures(
-            p, jnp.sum(masks, axis=-1), t, jnp.sqrt(t), jnp.where(pos, jnp.log(ts), 0.0),
-            jnp.log(-jnp.expm1(-self.lam * self.t_cut / ts)),
+            p, size, t, jnp.sqrt(t), jnp.where(pos, jnp.log(ts), 0.0),
+            jnp.log(-jnp.expm1(-lam * self.t_cut / ts)), is_root,
         )
-
-    def _log_norm(self):
-        return -jnp.log1p(-jnp.exp(-self.lam))
 
     def log_psi(self, parent, left, right):
         if self.likelihood == "paper":
@@ -248,8 +287,9 @@ class GinkgoEnergy(Energy):
         return self._log_psi_exact(parent, left, right)
 
     def _log_psi_paper(self, parent, left, right):
-        lam, tc = self.lam, self.t_cut
+        lam, tc = self._lam_of(parent.is_root), self.t_cut
         log_lam = jnp.log(lam)
+        log_norm = -jnp.log(-jnp.expm1(-lam))
         tP, sP = parent.t, parent.sqrt_t
         lin, rin = left.size > 1, right.size > 1  # leaves have t = 0 in the paper's convention
         tL, tR = jnp.where(lin, left.t, 0.0), jnp.where(rin, right.t, 0.0)
@@ -264,30 +304,42 @@ class GinkgoEnergy(Energy):
         ok2 = tP2 > 0
         s2 = jnp.where(ok2, tP2, 1.0)
         f2 = jnp.where(tmin > 0, log_lam - jnp.log(s2) - lam * tmin / s2, jnp.log(-jnp.expm1(-lam * tc / s2)))
-        out = 2.0 * self._log_norm() + f1 + jnp.where(ok2, f2, -jnp.inf) - jnp.log(4 * jnp.pi)
+        out = 2.0 * log_norm + f1 + jnp.where(ok2, f2, -jnp.inf) - jnp.log(4 * jnp.pi)
         return jnp.where((tP < tc) | (tP <= 0), -jnp.inf, out)
 
     def _log_psi_exact(self, parent, left, right):
-        lam, tc = self.lam, self.t_cut
+        lam, tc = self._lam_of(parent.is_root), self.t_cut
+        log_c = jnp.log(lam) - jnp.log(-jnp.expm1(-lam))  # log(lam / (1 - e^-lam))
         tP = parent.t
         tL, tR = left.t, right.t
-
-        def logf(t, s, is_leaf):
-            # truncated exponential density on [0, s); support: leaves t <= t_cut, inner t > t_cut
-            s_safe = jnp.where(s > 0, s, 1.0)
-            val = self._log_norm() + jnp.log(lam) - jnp.log(s_safe) - lam * t / s_safe
-            ok = (s > 0) & (t < s) & jnp.where(is_leaf, t <= tc, t > tc)
-            return jnp.where(ok, val, -jnp.inf)
-
         lleaf, rleaf = left.size == 1, right.size == 1
+        # support of a child: leaves t <= t_cut, inner t > t_cut
+        okL = jnp.where(lleaf, tL <= tc, tL > tc)
+        okR = jnp.where(rleaf, tR <= tc, tR > tc)
+        tPs = jnp.where(tP > 0, tP, 1.0)
+
+        def logf2(t, s):
+            # truncated exponential density on [0, s), s the second child's bound
+            ok = (s > 0) & (t < s)
+            s_safe = jnp.where(ok, s, 1.0)
+            return jnp.where(ok, log_c - jnp.log(s_safe) - lam * t / s_safe, -jnp.inf)
+
+        # first-drawn child: density on [0, t_P) uses the parent's per-subset log t
+        f1L = jnp.where(tL < tP, log_c - parent.log_t - lam * tL / tPs, -jnp.inf)
         sqP = parent.sqrt_t
-        a = logf(tL, tP, lleaf) + logf(tR, (sqP - left.sqrt_t) ** 2, rleaf)
-        b = logf(tR, tP, rleaf) + logf(tL, (sqP - right.sqrt_t) ** 2, lleaf)
-        K = tP**2 + tL**2 + tR**2 - 2 * tP * tL - 2 * tP * tR - 2 * tL * tR
-        K_safe = jnp.where(K > 0, K, 1.0)
-        phase = jnp.log(8.0 * jnp.where(tP > 0, tP, 1.0)) - 0.5 * jnp.log(K_safe) - jnp.log(4 * jnp.pi)
-        out = jnp.logaddexp(a, b) + phase
-        return jnp.where((tP > tc) & (K > 0), out, -jnp.inf)
+        a = f1L + logf2(tR, (sqP - left.sqrt_t) ** 2)
+        if self.ordered:
+            tot = a
+        else:
+            f1R = jnp.where(tR < tP, log_c - parent.log_t - lam * tR / tPs, -jnp.inf)
+            b = f1R + logf2(tL, (sqP - right.sqrt_t) ** 2)
+            tot = jnp.logaddexp(a, b)
+        out = tot - jnp.log(4 * jnp.pi)
+        K = kallen(tP, tL, tR)
+        if self.phase_space:
+            K_safe = jnp.where(K > 0, K, 1.0)
+            out = out + jnp.log(8.0) + parent.log_t - 0.5 * jnp.log(K_safe)
+        return jnp.where((tP > tc) & (K > 0) & okL & okR, out, -jnp.inf)
 
 
 def log_phi_of_tree(energy: Energy, leaves, tree) -> jax.Array:
