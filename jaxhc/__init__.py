@@ -4,7 +4,7 @@ The public API is re-exported here; see README.md for one example per model.
 Importing jaxhc never changes JAX's configuration (enable float64 yourself with
 ``jax.config.update("jax_enable_x64", True)``; tests and the CLI do).
 """
-from . import components, datasets, metrics, tree, trellis
+from . import components, datasets, jets, metrics, tree, trellis
 from .components import (
     BetaBernoulli,
     BetaBinomial,
@@ -33,6 +33,7 @@ __all__ = [
     "bhc_predictive",
     "components",
     "datasets",
+    "jets",
     "learn_hyperparameters",
     "metrics",
     "rbhc",

@@ -41,7 +41,7 @@ def jets():
 def _trace_and_state(key, lam=2.0, lam_root=None, max_nodes=63):
     model = numpyro.handlers.seed(ginkgo.shower, key)
     tr = numpyro.handlers.trace(model).get_trace(lam, 16.0, None, lam_root, max_nodes=max_nodes)
-    state = tr["_RETURN"]["value"] if "_RETURN" in tr else model(lam, 16.0, None, lam_root, max_nodes=max_nodes)
+    state = model(lam, 16.0, None, lam_root, max_nodes=max_nodes)
     return tr, state
 
 
