@@ -22,6 +22,7 @@ import math
 from functools import lru_cache, partial
 from typing import Any, NamedTuple, Optional
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -34,6 +35,10 @@ __all__ = [
     "SampledTrees",
     "solve",
     "solve_batch",
+    "PreparedBatch",
+    "prepare_batch",
+    "log_partition_prepared",
+    "log_partition_batch",
     "log_partition",
     "cluster_marginals",
     "subtree_log_marginal",
@@ -106,6 +111,15 @@ def _splits_of(S_pos, k):
     return L
 
 
+def _logsumexp_rows(a):
+    """``logsumexp`` over the last axis whose derivatives (reverse and forward) stay finite
+    when a whole row is ``-inf`` (an impossible subset): such rows are summed as zeros and
+    their output reset to ``-inf``, so no ``0 / 0`` reaches the parameters' gradient."""
+    live = jnp.isfinite(jnp.max(a, axis=-1, keepdims=True))
+    out = jax.scipy.special.logsumexp(jnp.where(live, a, 0.0), axis=-1)
+    return jnp.where(live[..., 0], out, -jnp.inf)
+
+
 def _dp(energy: Energy, feats, n: int, u=None, with_map: bool = True):
     """Runs the trellis DP over all subsets of ``n`` elements.
 
@@ -134,14 +148,19 @@ def _dp(energy: Energy, feats, n: int, u=None, with_map: bool = True):
             R = S[:, None] ^ L
             fP = jax.tree_util.tree_map(lambda x: x[:, None], _take(feats, S))
             lp = energy.log_psi(fP, _take(feats, L), _take(feats, R))
-            z = jax.scipy.special.logsumexp(lp + log_z[L] + log_z[R], axis=1)
+            z = _logsumexp_rows(lp + log_z[L] + log_z[R])
             if best is None:
                 return z, None, None
             m = lp + best[L] + best[R]
             arg = jnp.argmax(m, axis=1)
             return z, jnp.max(m, axis=1), jnp.take_along_axis(L, arg[:, None], axis=1)[:, 0]
 
-        z, mv, mb = jax.lax.map(jax.checkpoint(chunk), (jnp.asarray(masks_p), jnp.asarray(pos_p)))
+        if n_chunks == 1:
+            # one chunk: no loop (a while loop per level costs compile time, most under grad)
+            z, mv, mb = jax.tree_util.tree_map(
+                lambda x: x[None], chunk((jnp.asarray(masks_p[0]), jnp.asarray(pos_p[0]))))
+        else:
+            z, mv, mb = jax.lax.map(jax.checkpoint(chunk), (jnp.asarray(masks_p), jnp.asarray(pos_p)))
         S_all = jnp.asarray(masks_p.reshape(-1))
         log_z = log_z.at[S_all].set(z.reshape(-1) + u[S_all])
         if with_map:
@@ -372,6 +391,38 @@ def _batch_core(energy, leaves_padded, n_leaves, n_max, marginals):
     return jax.vmap(one)(leaves_padded, n_leaves)
 
 
+def _validate_batch(energy: Energy, leaves_padded, n_leaves):
+    """Eager checks shared by `solve_batch` and `prepare_batch`.
+
+    Returns ``(lp, nl, n_max)``: host float64 ``[B, N_max, ...]`` with every problem's
+    padding replaced by `Energy.pad_leaves` (copies of real rows, so no padding value can
+    reach a feature), host integer ``[B]`` sizes, and ``N_max``.
+    """
+    if not isinstance(energy, Energy):
+        raise TypeError(f"energy must be a jaxhc.trellis Energy, got {type(energy).__name__}")
+    if isinstance(leaves_padded, jax.core.Tracer) or isinstance(n_leaves, jax.core.Tracer):
+        raise TypeError("leaves_padded and n_leaves must be concrete arrays (validated on the host); "
+                        "inside jit use prepare_batch outside and log_partition_groups inside")
+    try:
+        lp = np.asarray(leaves_padded, dtype=np.float64)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"leaves_padded must be a numeric array [B, N_max, ...]: {e}") from None
+    nl = np.asarray(n_leaves)
+    if lp.ndim < 2 or lp.shape[0] == 0:
+        raise ValueError(f"leaves_padded must be [B, N_max, ...] with B >= 1, got shape {lp.shape}")
+    if nl.shape != (lp.shape[0],) or not np.issubdtype(nl.dtype, np.integer):
+        raise ValueError(f"n_leaves must be an integer array [B={lp.shape[0]}], got {nl.shape} {nl.dtype}")
+    n_max = lp.shape[1]
+    if np.any(nl < 1) or np.any(nl > n_max):
+        raise ValueError(f"n_leaves must be in [1, N_max={n_max}]")
+    _check_n(n_max, None, None)
+    fixed = []
+    for b in range(lp.shape[0]):
+        real = energy.validate_leaves(energy.crop_leaves(lp[b], int(nl[b])), name=f"leaves_padded[{b}]")
+        fixed.append(np.asarray(energy.pad_leaves(jnp.asarray(real), n_max)))
+    return np.stack(fixed), nl, n_max
+
+
 def solve_batch(energy: Energy, leaves_padded, n_leaves, *, marginals: bool = False, devices=None,
                 group_by_size: bool = True) -> TrellisSolution:
     """Solves many problems of different sizes at once (``vmap``; sharded over devices).
@@ -392,25 +443,10 @@ def solve_batch(energy: Energy, leaves_padded, n_leaves, *, marginals: bool = Fa
 
     Returns:
       `TrellisSolution` with a leading batch axis on every array field and ``map_tree=None``
-      (use `map_trees`).
+      (use `map_trees`). Not differentiable (validates on the host); for gradients of
+      ``log Z`` use `log_partition_batch`.
     """
-    if not isinstance(energy, Energy):
-        raise TypeError(f"energy must be a jaxhc.trellis Energy, got {type(energy).__name__}")
-    lp = np.asarray(leaves_padded, dtype=np.float64)
-    nl = np.asarray(n_leaves)
-    if lp.ndim < 2:
-        raise ValueError(f"leaves_padded must be [B, N_max, ...], got shape {lp.shape}")
-    if nl.shape != (lp.shape[0],) or not np.issubdtype(nl.dtype, np.integer):
-        raise ValueError(f"n_leaves must be an integer array [B={lp.shape[0]}], got {nl.shape} {nl.dtype}")
-    n_max = lp.shape[1]
-    if np.any(nl < 1) or np.any(nl > n_max):
-        raise ValueError(f"n_leaves must be in [1, N_max={n_max}]")
-    _check_n(n_max, None, None)
-    fixed = []
-    for b in range(lp.shape[0]):
-        real = energy.validate_leaves(energy.crop_leaves(lp[b], int(nl[b])), name=f"leaves_padded[{b}]")
-        fixed.append(np.asarray(energy.pad_leaves(jnp.asarray(real), n_max)))
-    lp = np.stack(fixed)
+    lp, nl, n_max = _validate_batch(energy, leaves_padded, n_leaves)
     devices = list(jax.devices()) if devices is None else list(devices)
     B = lp.shape[0]
     if not group_by_size:
@@ -457,6 +493,205 @@ def _run_batch(energy, lp, nl, n_max, marginals, devices):
         lpj, nlj = jnp.asarray(lp), jnp.asarray(nl, jnp.int32)
     out = _batch_core(energy, lpj, nlj, n_max, marginals)
     return jax.tree_util.tree_map(lambda x: x[:B] if x is not None else None, out)
+
+
+class PreparedBatch(eqx.Module):
+    """A host-validated batch laid out for `log_partition_prepared` (see `prepare_batch`).
+
+    Every subset of every problem is one slot of a flat table (problem ``b`` owns the
+    ``2^n_b`` slots from its offset, its subset with bitmask ``s`` at ``offset + s``), and
+    the splits of all problems are evaluated level by level (parents of ``k`` elements),
+    so the whole batch is one program with one body per level ``k``, compiled once
+    whatever the mix of sizes. A pytree (an ``eqx.Module``): the arrays are its leaves,
+    the layout static, so it can be closed over or passed through ``jit``.
+
+    Fields:
+      leaves: ``[B, N_max, ...]`` the problems, padding rows from `Energy.pad_leaves`.
+      subset_problem: ``[T]`` int32 problem of each slot; subset_mask: ``[T]`` int32 its
+        bitmask within that problem (``T = sum_b 2^n_b``).
+      singles: int32 slots of the one-element subsets.
+      levels: per ``k = 2 .. N``, a tuple of row sets ``(offset [C], pos [C, k])`` int32:
+        the slot offset of each size-``k`` parent's problem and the positions of its
+        elements, padded up to whole chunks with copies of the first row (rows past the
+        set's count are not written).
+      roots: ``[B]`` int32 slot of each problem's full set of real elements.
+      num_slots: ``T``; layout: per level, per row set ``(count, rows per chunk, live)``;
+        rows of a set with ``live=False`` (parents holding padding, only with
+        ``group_by_size=False``) are evaluated without gradient.
+    """
+
+    leaves: jax.Array
+    subset_problem: jax.Array
+    subset_mask: jax.Array
+    singles: jax.Array
+    levels: tuple
+    roots: jax.Array
+    num_slots: int = eqx.field(static=True)
+    layout: tuple = eqx.field(static=True)
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.roots.shape[0])
+
+
+#: split evaluations per chunk of a level of `log_partition_prepared` (bounds the temporaries)
+_FLAT_CHUNK_PAIRS = 1 << 18
+
+
+def _row_set(off, pos, k, live):
+    count, per = len(off), 2 ** (k - 1) - 1
+    c = max(1, min(count, _FLAT_CHUNK_PAIRS // per))
+    padn = -count % c
+    off = np.concatenate([off, np.repeat(off[:1], padn)])
+    pos = np.concatenate([pos, np.repeat(pos[:1], padn, 0)])
+    return (jnp.asarray(off, jnp.int32), jnp.asarray(pos, jnp.int32)), (count, c, live)
+
+
+def prepare_batch(energy: Energy, leaves_padded, n_leaves, *, group_by_size: bool = True) -> PreparedBatch:
+    """Validates a batch on the host once and lays it out for `log_partition_prepared`.
+
+    Call it once, then evaluate the batch at many parameter values (optimisation loops,
+    MCMC) without re-validating.
+
+    Args:
+      energy: the energy whose `Energy.validate_leaves` checks each problem (its parameter
+        values do not matter; any instance of the same kind will do).
+      leaves_padded: ``[B, N_max, ...]`` each problem's leaves in its first ``n_leaves[b]``
+        rows; the remaining rows are never read (neither checked nor used).
+      n_leaves: ``[B]`` integers in ``[1, N_max]``.
+      group_by_size: lay each problem out at its own size (default: problem ``b`` costs
+        ``(3^n_b + 1) / 2 - 2^n_b`` split evaluations, and all sizes share one program);
+        ``False``: every problem padded to ``N_max`` as in `solve_batch` (the subsets holding
+        padding are evaluated too, ``3^N_max`` per problem, without gradient, and enter no
+        real subset), for cross-checks.
+
+    Returns:
+      `PreparedBatch`.
+    """
+    lp, nl, n_max = _validate_batch(energy, leaves_padded, n_leaves)
+    nl = nl.astype(np.int64)
+    n_eff = nl if group_by_size else np.full(len(nl), n_max, np.int64)
+    sizes = np.left_shift(1, n_eff)
+    T = int(sizes.sum())
+    if T >= 2**31:
+        raise ValueError(f"leaves_padded: {T} subsets in all is above the int32 index range; split the batch")
+    offs = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    sub_prob = np.repeat(np.arange(len(nl)), sizes)
+    sub_mask = np.concatenate([np.arange(s) for s in sizes])
+    singles = np.concatenate([offs[b] + np.left_shift(1, np.arange(n_eff[b])) for b in range(len(nl))])
+    levels, layout = [], []
+    for k in range(2, int(n_eff.max()) + 1):
+        rows = {True: ([], []), False: ([], [])}
+        for n, m in sorted({(int(a), int(b)) for a, b in zip(n_eff, nl) if a >= k}):
+            _, pos = _level_tables(n, k)
+            idx = np.flatnonzero((n_eff == n) & (nl == m))
+            live = pos.max(axis=1) < m  # parents made of real elements only
+            for flag in (True, False):
+                sel = pos[live == flag]
+                rows[flag][0].append(np.repeat(offs[idx], len(sel)))
+                rows[flag][1].append(np.tile(sel, (len(idx), 1)))
+        sets, info = [], []
+        for flag in (True, False):
+            off = np.concatenate(rows[flag][0])
+            if len(off):
+                s, i = _row_set(off, np.concatenate(rows[flag][1]), k, flag)
+                sets.append(s)
+                info.append(i)
+        levels.append(tuple(sets))
+        layout.append(tuple(info))
+    roots = offs + np.left_shift(1, nl) - 1
+    return PreparedBatch(
+        jnp.asarray(lp), jnp.asarray(sub_prob, jnp.int32), jnp.asarray(sub_mask, jnp.int32),
+        jnp.asarray(singles, jnp.int32), tuple(levels), jnp.asarray(roots, jnp.int32), T, tuple(layout))
+
+
+def _flat_features(energy, batch: PreparedBatch):
+    """Features of every slot: ``energy.subset_features`` of its problem, one mask row each."""
+    n_max = batch.leaves.shape[1]
+    dtype = jnp.result_type(batch.leaves, jnp.float32)
+    bits = ((batch.subset_mask[:, None] >> jnp.arange(n_max, dtype=jnp.int32)) & 1).astype(dtype)
+
+    def one(b, m):
+        f = energy.subset_features(batch.leaves[b], m[None])
+        return jax.tree_util.tree_map(lambda x: x[0], f)
+
+    return jax.vmap(one)(batch.subset_problem, bits)
+
+
+@jax.jit
+def _log_partition_flat(energy, batch: PreparedBatch):
+    feats = _flat_features(energy, batch)
+    dtype = jax.tree_util.tree_leaves(feats)[0].dtype
+    T = batch.num_slots
+    log_z = jnp.full((T,), -jnp.inf, dtype).at[batch.singles].set(0.0)
+    for i, (sets, info) in enumerate(zip(batch.levels, batch.layout)):
+        k = i + 2
+        updates = []
+        for (off, pos), (count, c, live) in zip(sets, info):
+            # dead rows (parents holding padding) see no gradient: their values are unused
+            # and an energy need not have finite derivatives on padding
+            en, fe = (energy, feats) if live else jax.lax.stop_gradient((energy, feats))
+
+            def chunk(args, log_z=log_z, k=k, en=en, fe=fe):
+                off, pos = args
+                Sl = jnp.sum(jnp.left_shift(jnp.int32(1), pos), axis=1, dtype=jnp.int32)
+                Ll = _splits_of(pos, k)
+                S, L, R = off + Sl, off[:, None] + Ll, off[:, None] + (Sl[:, None] ^ Ll)
+                fP = jax.tree_util.tree_map(lambda x: x[:, None], _take(fe, S))
+                lp = en.log_psi(fP, _take(fe, L), _take(fe, R))
+                return S, _logsumexp_rows(lp + log_z[L] + log_z[R])
+
+            n_chunks = off.shape[0] // c
+            if n_chunks == 1:
+                S, z = chunk((off, pos))
+            else:
+                S, z = jax.lax.map(jax.checkpoint(chunk), (off.reshape(n_chunks, c), pos.reshape(n_chunks, c, k)))
+                S, z = S.reshape(-1), z.reshape(-1)
+            # padding rows of the chunking (copies of the first) are dropped: index out of range
+            updates.append((jnp.where(jnp.arange(S.shape[0]) < count, S, T), z))
+        for S, z in updates:
+            log_z = log_z.at[S].set(z, mode="drop")
+    return log_z[batch.roots]
+
+
+def log_partition_prepared(energy: Energy, batch: PreparedBatch) -> jax.Array:
+    """``[B]`` exact ``log Z`` of every problem of a `prepare_batch` result, in batch order.
+
+    Traceable and differentiable in the energy's parameters (``jax.grad``, ``jax.jvp``,
+    ``eqx.filter_grad``; inside ``jit`` and NumPyro models): one jitted program for the
+    whole batch with the energy as a traced argument, so new parameter values do not
+    recompile. No host checks here (`prepare_batch` did them).
+    """
+    if not isinstance(energy, Energy):
+        raise TypeError(f"energy must be a jaxhc.trellis Energy, got {type(energy).__name__}")
+    if not isinstance(batch, PreparedBatch):
+        raise TypeError(f"batch must be a PreparedBatch from prepare_batch, got {type(batch).__name__}")
+    return _log_partition_flat(energy, batch)
+
+
+def log_partition_batch(energy: Energy, leaves_padded, n_leaves, *, group_by_size: bool = True) -> jax.Array:
+    """``[B]`` exact ``log Z`` of many problems of different sizes, differentiable in the
+    energy's parameters (unlike `solve_batch`, which leaves the device for its tables).
+
+    Validates on the host like `solve_batch` (so ``leaves_padded`` and ``n_leaves`` must be
+    concrete; the energy may be traced, e.g. ``jax.grad(lambda lam:
+    log_partition_batch(GinkgoEnergy(lam, 16.0, "exact"), X, n).sum())(2.0)``). To evaluate
+    one batch at many parameter values, call `prepare_batch` once and then
+    `log_partition_prepared`.
+
+    Args:
+      energy: the energy shared by all problems.
+      leaves_padded: ``[B, N_max, ...]`` each problem's leaves in its first ``n_leaves[b]``
+        rows; the remaining rows are never used.
+      n_leaves: ``[B]`` number of real elements of each problem.
+      group_by_size: evaluate each problem at its own size (default; the problems of all
+        sizes share one compiled program, see `PreparedBatch`), or ``False``: every problem
+        padded to ``N_max``.
+
+    Returns:
+      ``[B]`` ``log Z`` (Alg. 1 / Prop. 1 of the trellis paper), in batch order.
+    """
+    return log_partition_prepared(energy, prepare_batch(energy, leaves_padded, n_leaves, group_by_size=group_by_size))
 
 
 def map_trees(batch: TrellisSolution) -> list:
