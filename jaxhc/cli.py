@@ -561,6 +561,22 @@ def _rate(count: float, secs: float) -> str:
     return f"{r:.1f}"
 
 
+def _enable_compile_cache(path: Optional[str], progress: bool):
+    """JAX's persistent compilation cache: the trellis programs (one per jet size) are
+    compiled once per machine instead of once per run."""
+    import jax
+
+    path = path or os.environ.get("JAXHC_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "jaxhc", "xla")
+    try:
+        os.makedirs(path, exist_ok=True)
+        jax.config.update("jax_compilation_cache_dir", path)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+    except (OSError, AttributeError, ValueError) as e:  # read-only home, or an older JAX
+        _log(progress, f"[jaxhc jets] compilation cache off ({e})")
+        return
+    _log(progress, f"[jaxhc jets] compilation cache: {path} (--no-cache to turn off)")
+
+
 def _cmd_jets(args) -> int:
     import jax
 
@@ -568,6 +584,8 @@ def _cmd_jets(args) -> int:
     from . import trellis
 
     progress = not args.no_progress
+    if not args.no_cache:
+        _enable_compile_cache(args.cache_dir, progress)
     defaults = JETS_QUICK if args.quick else JETS_DEFAULT
     num_jets = args.num_jets if args.num_jets is not None else defaults["num_jets"]
     max_leaves = args.max_leaves if args.max_leaves is not None else defaults["max_leaves"]
@@ -762,6 +780,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "instead of simulating them")
     j.add_argument("--out", default="jaxhc_out", help="output folder (default: ./jaxhc_out)")
     j.add_argument("--no-progress", action="store_true", help="no progress messages or bars")
+    j.add_argument("--cache-dir", default=None, metavar="DIR",
+                   help="JAX compilation cache (default $JAXHC_CACHE_DIR or ~/.cache/jaxhc/xla)")
+    j.add_argument("--no-cache", action="store_true", help="do not use the compilation cache")
     j.add_argument("--no-fastjet", action="store_true",
                    help="kt family by the NumPy implementation instead of FastJet (used anyway when fastjet "
                         "is not installed)")

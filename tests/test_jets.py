@@ -305,7 +305,7 @@ def _check_outputs(out, n_jets):
 def test_cli_jets_from_file(tmp_path, capsys):
     out = tmp_path / "jets"
     argv = ["jets", "--input", GENERATOR_JETS, "--quick", "--min-leaves", "4", "--max-leaves", "5",
-            "--no-progress", "--out", str(out)]
+            "--no-progress", "--no-cache", "--out", str(out)]
     assert main(argv) == 0
     text = capsys.readouterr().out
     with open(GENERATOR_JETS) as f:
@@ -319,7 +319,7 @@ def test_cli_jets_from_file(tmp_path, capsys):
 def test_cli_jets_simulated_without_fastjet(tmp_path, capsys):
     out = tmp_path / "sim"
     argv = ["jets", "--num-jets", "6", "--min-leaves", "4", "--max-leaves", "5", "--seed", "3",
-            "--likelihood", "exact", "--no-fastjet", "--no-progress", "--out", str(out)]
+            "--likelihood", "exact", "--no-fastjet", "--no-progress", "--no-cache", "--out", str(out)]
     assert main(argv) == 0
     payload = _check_outputs(out, 6)
     assert payload["kt_backend"] == "numpy" and payload["likelihood"] == "exact"
@@ -343,7 +343,7 @@ def test_cli_jets_bad_input_exits_2(tmp_path, capsys, content, needle):
     if content is not None:
         path.write_text(content)
     with pytest.raises(SystemExit) as exc:
-        main(["jets", "--input", str(path), "--quick", "--no-progress", "--out", str(tmp_path / "o")])
+        main(["jets", "--input", str(path), "--quick", "--no-progress", "--no-cache", "--out", str(tmp_path / "o")])
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert "jaxhc jets: error:" in err and needle in err
@@ -352,6 +352,21 @@ def test_cli_jets_bad_input_exits_2(tmp_path, capsys, content, needle):
 
 def test_cli_jets_bad_leaf_range_exits_2(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
-        main(["jets", "--input", GENERATOR_JETS, "--min-leaves", "8", "--max-leaves", "6", "--out", str(tmp_path)])
+        main(["jets", "--input", GENERATOR_JETS, "--min-leaves", "8", "--max-leaves", "6", "--no-cache",
+              "--out", str(tmp_path)])
     assert exc.value.code == 2
     assert "--min-leaves 8 is above --max-leaves 6" in capsys.readouterr().err
+
+
+def test_cli_jets_compilation_cache(tmp_path):
+    """A separate process (the cache is process-wide JAX configuration): the trellis
+    programs land in --cache-dir."""
+    import subprocess
+    import sys
+
+    cache = tmp_path / "cache"
+    cmd = [sys.executable, "-m", "jaxhc", "jets", "--num-jets", "3", "--min-leaves", "6", "--max-leaves", "6",
+           "--no-fastjet", "--no-progress", "--cache-dir", str(cache), "--out", str(tmp_path / "o")]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert any(cache.iterdir()), "nothing was written to the compilation cache"
