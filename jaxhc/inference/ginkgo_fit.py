@@ -1,0 +1,397 @@
+"""Learning the Ginkgo shower rate ``lambda`` from observed jets, with the trees summed out.
+
+Only the leaves (final-state four-momenta) of each jet are observed; the shower history is
+not. The likelihood of ``lambda`` for one jet is the sum over every binary tree of the
+shower density of that tree, ``p(leaves | lambda) = Z(lambda)``, which the exact cluster
+trellis computes in ``O(3^N)`` (Alg. 1 of the trellis paper); over independent jets the
+log likelihood is ``sum_b log Z_b(lambda)``. Use ``likelihood="exact"`` (the generator's
+exact density, see the data README: with it the trees-summed-out maximum likelihood
+recovers the generating ``lambda``; the paper's likelihood does not).
+
+- `fit_lambda`: maximum likelihood (optax + Newton on ``u = log lambda``).
+- `lambda_model`: a NumPyro model, ``lam ~ prior``, ``factor(sum_b log Z_b(lam))``.
+- `sample_lambda`: NUTS over that model; posterior mean and 95% interval.
+
+All three validate the jets once on the host (`jaxhc.trellis.prepare_batch`) and accept an
+already prepared batch in place of ``leaves_padded`` (then ``n_leaves=None``), so a loop
+over many parameter values never re-validates. Fit in float64
+(``jax.config.update("jax_enable_x64", True)``): ``E^2 - |p|^2`` cancels badly in float32.
+"""
+from __future__ import annotations
+
+import warnings
+from functools import partial
+from typing import Any, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from ..trellis.energies import GinkgoEnergy
+from ..trellis.exact import PreparedBatch, log_partition_prepared, prepare_batch
+from .bhc import check_alpha
+
+__all__ = [
+    "LambdaFit",
+    "LambdaPosterior",
+    "default_lam_prior",
+    "fit_lambda",
+    "lambda_model",
+    "log_likelihood",
+    "prepare_jets",
+    "sample_lambda",
+]
+
+_LIKELIHOODS = ("paper", "exact")
+
+
+# ------------------------------------------------------------------------------------------
+# validation and data preparation
+# ------------------------------------------------------------------------------------------
+def _check_likelihood(likelihood) -> str:
+    if not isinstance(likelihood, str) or likelihood not in _LIKELIHOODS:
+        raise ValueError(f"likelihood must be 'paper' or 'exact', got {likelihood!r}")
+    return likelihood
+
+
+def _check_positive(x, name: str) -> float:
+    if isinstance(x, (bool, np.bool_, str, bytes)):
+        raise TypeError(f"{name} must be a positive scalar, got {x!r}")
+    return check_alpha(x, name)
+
+
+def _check_count(x, name: str, minimum: int) -> int:
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer, got {x!r}")
+    if x < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {x}")
+    return int(x)
+
+
+def prepare_jets(leaves_padded, n_leaves, t_cut, likelihood: str = "exact") -> PreparedBatch:
+    """Validates a batch of jets once and lays it out for the trellis (host work).
+
+    Args:
+      leaves_padded: ``[B, N_max, 4]`` four-momenta ``(E, px, py, pz)``; jet ``b`` in its
+        first ``n_leaves[b]`` rows, the remaining rows never read (zero padding is fine).
+        A `jaxhc.trellis.PreparedBatch` is returned as is (then ``n_leaves`` must be None).
+      n_leaves: ``[B]`` integer number of leaves of each jet, in ``[1, N_max]``.
+      t_cut: mass-squared cut-off of the shower (> 0, finite).
+      likelihood: ``"exact"`` or ``"paper"``.
+
+    Returns:
+      `jaxhc.trellis.PreparedBatch` (every jet at its own size, one compiled program).
+    """
+    _check_likelihood(likelihood)
+    tc = _check_positive(t_cut, "t_cut")
+    if isinstance(leaves_padded, PreparedBatch):
+        if n_leaves is not None:
+            raise ValueError("n_leaves must be None when leaves_padded is a PreparedBatch")
+        return leaves_padded
+    if n_leaves is None:
+        raise ValueError("n_leaves is required (the number of leaves of each jet)")
+    lp = leaves_padded if isinstance(leaves_padded, jax.core.Tracer) else np.asarray(leaves_padded)
+    if isinstance(lp, np.ndarray) and (lp.ndim != 3 or lp.shape[-1] != 4):
+        raise ValueError(f"leaves_padded must be four-momenta [B, N_max, 4], got shape {lp.shape}")
+    return prepare_batch(GinkgoEnergy(1.0, tc, likelihood), leaves_padded, n_leaves)
+
+
+def _warn_float32():
+    if not jax.config.jax_enable_x64:
+        warnings.warn("jax_enable_x64 is off: Ginkgo masses E^2 - |p|^2 lose most of their digits in "
+                      "float32; enable it (jax.config.update('jax_enable_x64', True)) before fitting",
+                      stacklevel=3)
+
+
+# ------------------------------------------------------------------------------------------
+# the objective: mean log Z per jet as a function of u = log lambda
+# ------------------------------------------------------------------------------------------
+def _mean_log_z(u, batch, t_cut, likelihood):
+    # only lam is passed: a root-split rate (lam_root), where the energy has one, stays tied to lam
+    energy = GinkgoEnergy(jnp.exp(u), t_cut, likelihood)
+    return jnp.mean(log_partition_prepared(energy, batch))
+
+
+@partial(jax.jit, static_argnames=("likelihood",))
+def _derivatives_jit(u, batch, t_cut, likelihood):
+    f = lambda v: _mean_log_z(v, batch, t_cut, likelihood)
+    df = lambda v: jax.jvp(f, (v,), (jnp.ones_like(v),))
+    (value, grad), (_, hess) = jax.jvp(df, (u,), (jnp.ones_like(u),))
+    return value, grad, hess
+
+
+def _derivatives(u, batch, t_cut, likelihood):
+    """``(f, f', f'')`` of the mean log Z per jet at ``u = log lambda`` (nested forward mode:
+    one parameter, so forward mode is the cheapest and the curvature comes with it)."""
+    dtype = jnp.result_type(float)
+    return _derivatives_jit(jnp.asarray(u, dtype), batch, jnp.asarray(t_cut, dtype), likelihood)
+
+
+class LambdaFit(NamedTuple):
+    """Output of `fit_lambda`.
+
+    Fields:
+      lam: the maximum-likelihood ``lambda``.
+      stderr: its asymptotic standard error, ``1 / sqrt(-d^2/dlam^2 sum_b log Z_b)`` at
+        ``lam`` (observed information; ``nan`` if the curvature is not negative).
+      trace: ``[num_steps + 1]`` mean ``log Z`` per jet at each iterate (entry 0: ``lam_init``).
+      num_steps: optimisation steps taken.
+      converged: ``|d/du mean log Z| <= tol`` at ``lam`` (``u = log lambda``).
+      grad: ``d/dlam`` of the summed ``log Z`` at ``lam``.
+    """
+
+    lam: float
+    stderr: float
+    trace: np.ndarray
+    num_steps: int
+    converged: bool
+    grad: float
+
+
+def fit_lambda(
+    leaves_padded,
+    n_leaves,
+    t_cut,
+    *,
+    lam_init: float = 1.0,
+    likelihood: str = "exact",
+    steps: int = 50,
+    learning_rate: float = 0.1,
+    optimizer: Optional[optax.GradientTransformation] = None,
+    tol: float = 1e-9,
+    max_newton_step: float = 1.0,
+    progress: bool = True,
+) -> LambdaFit:
+    """Maximum-likelihood ``lambda`` of a batch of jets with the trees summed out.
+
+    Maximises ``f(u) = (1/B) sum_b log Z_b(e^u)`` over the unconstrained ``u = log lambda``
+    (``Z_b`` the exact trellis partition function of jet ``b``: Alg. 1 of the trellis
+    paper). The method: every iteration computes ``f, f', f''`` at once by nested
+    forward-mode differentiation (one parameter, one compiled program). Where ``f'' < 0``
+    it takes a Newton step ``-f'/f''`` (at most ``max_newton_step`` in ``u``), halved until
+    ``f`` increases; elsewhere one step of ``optimizer`` (an optax transformation of the
+    gradient of ``-f``, default ``optax.adam(learning_rate)``). In 1-D Newton converges
+    quadratically near the maximum (``f`` is smooth and concave there), the backtracking
+    makes every Newton step an ascent step, and the optax steps carry the iterate out of
+    non-concave regions; a line-search method (``optax.lbfgs``) would trace the trellis
+    several times into its line search and compile it again. Stops when ``|f'| <= tol``.
+
+    Args:
+      leaves_padded: ``[B, N_max, 4]`` four-momenta, jet ``b`` in its first
+        ``n_leaves[b]`` rows (the rest never read), or a `PreparedBatch` from `prepare_jets`
+        (then ``n_leaves=None``).
+      n_leaves: ``[B]`` number of leaves per jet.
+      t_cut: the shower's mass-squared cut-off (> 0).
+      lam_init: starting ``lambda`` (> 0).
+      likelihood: ``"exact"`` (the generator's density; use it for inference) or ``"paper"``.
+      steps: maximum number of iterations.
+      learning_rate: of the default optimizer.
+      optimizer: optax transformation used where the objective is not locally concave.
+      tol: convergence tolerance on ``|d/du mean log Z|``.
+      max_newton_step: largest Newton step in ``u`` (a factor ``e`` in ``lambda`` by default).
+      progress: show a tqdm progress bar.
+
+    Returns:
+      `LambdaFit`. Only ``lam`` is fitted: a separate root-split rate of the energy, where it
+      exists, stays tied to ``lam``.
+    """
+    _check_likelihood(likelihood)
+    tc = _check_positive(t_cut, "t_cut")
+    lam0 = _check_positive(lam_init, "lam_init")
+    steps = _check_count(steps, "steps", 1)
+    lr = _check_positive(learning_rate, "learning_rate")
+    tol = _check_positive(tol, "tol")
+    max_step = _check_positive(max_newton_step, "max_newton_step")
+    if optimizer is not None and not isinstance(optimizer, optax.GradientTransformation):
+        raise TypeError(f"optimizer must be an optax GradientTransformation, got {type(optimizer).__name__}")
+    batch = prepare_jets(leaves_padded, n_leaves, tc, likelihood)
+    _warn_float32()
+    opt = optax.adam(lr) if optimizer is None else optimizer
+
+    u = jnp.asarray(np.log(lam0), jnp.result_type(float))
+    opt_state = opt.init(u)
+    value, grad, hess = (float(x) for x in _derivatives(u, batch, tc, likelihood))
+    trace = [value]
+    converged = abs(grad) <= tol
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=steps, desc="fit lambda", leave=False)
+    n_steps = 0
+    try:
+        while not converged and n_steps < steps:
+            if hess < 0:
+                delta = float(np.clip(-grad / hess, -max_step, max_step))
+                for _ in range(30):
+                    cand = _derivatives(u + delta, batch, tc, likelihood)
+                    if np.isfinite(float(cand[0])) and float(cand[0]) >= value:
+                        break
+                    delta *= 0.5
+                u = u + delta
+            else:
+                updates, opt_state = opt.update(jnp.asarray(-grad, u.dtype), opt_state, u)
+                u = optax.apply_updates(u, updates)
+                cand = _derivatives(u, batch, tc, likelihood)
+            value, grad, hess = (float(x) for x in cand)
+            trace.append(value)
+            n_steps += 1
+            converged = abs(grad) <= tol
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(lam=f"{float(np.exp(u)):.5g}", grad=f"{grad:.2e}")
+    finally:
+        if bar is not None:
+            bar.close()
+    lam = float(np.exp(u))
+    B = batch.batch_size
+    # d/dlam = f' / lam, d^2/dlam^2 = (f'' - f') / lam^2 (per jet; times B for the sum)
+    curv = B * (hess - grad) / lam**2
+    stderr = float(1.0 / np.sqrt(-curv)) if curv < 0 else float("nan")
+    return LambdaFit(lam, stderr, np.asarray(trace), n_steps, bool(converged), B * grad / lam)
+
+
+def log_likelihood(lam, leaves_padded, n_leaves, t_cut, *, likelihood: str = "exact"):
+    """``sum_b log Z_b(lam)``: the log likelihood of ``lam`` with the trees summed out
+    (traceable and differentiable in ``lam``; pass a `PreparedBatch` to skip the host
+    checks)."""
+    _check_likelihood(likelihood)
+    tc = _check_positive(t_cut, "t_cut")
+    batch = prepare_jets(leaves_padded, n_leaves, tc, likelihood)
+    if not isinstance(lam, jax.core.Tracer):
+        _check_positive(lam, "lam")
+    return jnp.sum(log_partition_prepared(GinkgoEnergy(lam, tc, likelihood), batch))
+
+
+# ------------------------------------------------------------------------------------------
+# Bayesian: NumPyro model and NUTS
+# ------------------------------------------------------------------------------------------
+def default_lam_prior():
+    """The default prior of ``lambda``: ``LogNormal(0, 1)`` (median 1, central 95% mass in
+    ``[0.14, 7.1]``): weakly informative over the rates a parton-shower toy uses (Ginkgo's
+    examples take 1 to 3), support ``lambda > 0``."""
+    import numpyro.distributions as dist
+
+    return dist.LogNormal(0.0, 1.0)
+
+
+def _check_prior(lam_prior):
+    import numpyro.distributions as dist
+
+    if lam_prior is None:
+        return default_lam_prior()
+    if not isinstance(lam_prior, dist.Distribution):
+        raise TypeError(f"lam_prior must be a numpyro Distribution, got {type(lam_prior).__name__}")
+    if lam_prior.batch_shape != () or lam_prior.event_shape != ():
+        raise ValueError(f"lam_prior must be a scalar distribution, got batch_shape {lam_prior.batch_shape} "
+                         f"and event_shape {lam_prior.event_shape}")
+    with jax.ensure_compile_time_eval():  # the model is traced under jit by NUTS
+        negative_allowed = lam_prior.support(jnp.asarray(-1.0))
+    if not isinstance(negative_allowed, jax.core.Tracer) and bool(negative_allowed):
+        raise ValueError("lam_prior must have support in lambda > 0 (e.g. LogNormal, Gamma, HalfNormal)")
+    return lam_prior
+
+
+def lambda_model(leaves_padded, n_leaves, t_cut, *, lam_prior=None, likelihood: str = "exact"):
+    """NumPyro model of ``lambda`` given jets' leaves, trees summed out.
+
+    ``lam ~ lam_prior`` (site ``"lam"``; default `default_lam_prior`, ``LogNormal(0, 1)``),
+    then ``numpyro.factor("log_z", sum_b log Z_b(lam))`` with ``Z_b`` the exact trellis
+    partition function of jet ``b`` under ``GinkgoEnergy(lam, t_cut, likelihood)``. Jittable
+    and differentiable in ``lam`` (NUTS, ``Predictive``, ``log_density``): the jets' layout
+    is static structure of the prepared batch.
+
+    Args:
+      leaves_padded: ``[B, N_max, 4]`` four-momenta (jet ``b`` in its first ``n_leaves[b]``
+        rows) or, better, a `PreparedBatch` from `prepare_jets` (``n_leaves=None``): raw
+        arrays are validated on the host each time the model is traced and must be concrete.
+      n_leaves: ``[B]`` number of leaves per jet (None with a `PreparedBatch`).
+      t_cut: mass-squared cut-off (> 0).
+      lam_prior: a scalar numpyro distribution with support ``lambda > 0``.
+      likelihood: ``"exact"`` or ``"paper"``.
+    """
+    import numpyro
+
+    prior = _check_prior(lam_prior)
+    _check_likelihood(likelihood)
+    if isinstance(t_cut, jax.core.Tracer):
+        if not isinstance(leaves_padded, PreparedBatch):
+            raise TypeError("with a traced t_cut, leaves_padded must be a PreparedBatch (prepare_jets)")
+        tc, batch = t_cut, leaves_padded
+    else:
+        tc = _check_positive(t_cut, "t_cut")
+        batch = prepare_jets(leaves_padded, n_leaves, tc, likelihood)
+    lam = numpyro.sample("lam", prior)
+    log_z = log_partition_prepared(GinkgoEnergy(lam, tc, likelihood), batch)
+    numpyro.factor("log_z", jnp.sum(log_z))
+
+
+class LambdaPosterior(NamedTuple):
+    """Output of `sample_lambda`.
+
+    Fields:
+      mcmc: the `numpyro.infer.MCMC` object (``print_summary()``; ``get_extra_fields()``
+        holds each draw's ``num_steps`` (leapfrog steps) and ``diverging``).
+      samples: ``[num_chains * num_samples]`` posterior draws of ``lambda``.
+      mean, sd: posterior mean and standard deviation.
+      interval: ``(2.5%, 97.5%)`` posterior quantiles (central 95% interval).
+    """
+
+    mcmc: Any
+    samples: np.ndarray
+    mean: float
+    sd: float
+    interval: tuple
+
+
+def sample_lambda(
+    key,
+    leaves_padded,
+    n_leaves,
+    t_cut,
+    *,
+    num_warmup: int = 300,
+    num_samples: int = 500,
+    num_chains: int = 1,
+    lam_prior=None,
+    likelihood: str = "exact",
+    progress: bool = True,
+) -> LambdaPosterior:
+    """Posterior of ``lambda`` given the jets' leaves by NUTS over `lambda_model`.
+
+    The jets are validated and laid out once (`prepare_jets`); NUTS differentiates the
+    potential in forward mode (one parameter: cheaper than reverse mode through the
+    trellis) and starts from the prior median. Same key, same samples.
+
+    Args:
+      key: a JAX PRNG key.
+      leaves_padded, n_leaves, t_cut, lam_prior, likelihood: as in `lambda_model`.
+      num_warmup, num_samples, num_chains: NUTS settings (chains run in parallel over
+        devices when there are enough, sequentially otherwise).
+      progress: NumPyro's progress bar.
+
+    Returns:
+      `LambdaPosterior`.
+    """
+    from numpyro.infer import MCMC, NUTS, init_to_median
+
+    if not isinstance(key, jax.Array):
+        raise TypeError(f"key must be a JAX PRNG key (jax.random.key or PRNGKey), got {type(key).__name__}")
+    _check_likelihood(likelihood)
+    tc = _check_positive(t_cut, "t_cut")
+    num_warmup = _check_count(num_warmup, "num_warmup", 0)
+    num_samples = _check_count(num_samples, "num_samples", 1)
+    num_chains = _check_count(num_chains, "num_chains", 1)
+    prior = _check_prior(lam_prior)
+    batch = prepare_jets(leaves_padded, n_leaves, tc, likelihood)
+    _warn_float32()
+    kernel = NUTS(lambda_model, forward_mode_differentiation=True, init_strategy=init_to_median)
+    method = "parallel" if jax.local_device_count() >= num_chains else "sequential"
+    mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
+                chain_method=method, progress_bar=progress)
+    mcmc.run(key, batch, None, tc, lam_prior=prior, likelihood=likelihood,
+             extra_fields=("num_steps", "diverging"))
+    s = np.asarray(mcmc.get_samples()["lam"])
+    lo, hi = np.quantile(s, [0.025, 0.975])
+    return LambdaPosterior(mcmc, s, float(s.mean()), float(s.std()), (float(lo), float(hi)))
