@@ -184,8 +184,8 @@ def test_lambda_model_log_density_is_prior_plus_log_z():
 
 @functools.lru_cache(maxsize=None)
 def nuts_batch():
-    """The first 60 generator jets with <= 9 leaves."""
-    X, nl = pad([x for x in generator_jets() if len(x) <= 9][:60])
+    """The first 40 generator jets with <= 9 leaves (maximum likelihood 1.89 +- 0.19)."""
+    X, nl = pad([x for x in generator_jets() if len(x) <= 9][:40])
     return prepare_jets(X, nl, T_CUT)
 
 
@@ -197,14 +197,14 @@ def test_nuts_posterior_covers_truth_and_matches_the_likelihood():
     assert not np.any(np.asarray(post.mcmc.get_extra_fields()["diverging"]))
     lo, hi = post.interval
     assert lo < TRUE_LAM < hi and lo < ml.lam < hi
-    # 60 jets: the posterior is close to normal around the maximum likelihood with the
+    # 40 jets: the posterior is close to normal around the maximum likelihood with the
     # observed-information width (Bernstein-von Mises); Monte Carlo error ~ 0.1 sd here
     assert abs(post.mean - ml.lam) < 0.35 * ml.stderr
     assert abs(post.sd - ml.stderr) < 0.25 * ml.stderr
 
 
 def test_sample_lambda_same_key_same_samples():
-    X, nl = pad(small_jets()[:4])
+    X, nl = pad([x for x in small_jets() if len(x) == 3])
     run = lambda key: sample_lambda(key, X, nl, T_CUT, num_warmup=20, num_samples=20, progress=False).samples
     a, b = run(jax.random.key(7)), run(jax.random.key(7))
     np.testing.assert_array_equal(a, b)

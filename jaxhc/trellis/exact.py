@@ -499,52 +499,59 @@ class PreparedBatch(eqx.Module):
     """A host-validated batch laid out for `log_partition_prepared` (see `prepare_batch`).
 
     Every subset of every problem is one slot of a flat table (problem ``b`` owns the
-    ``2^n_b`` slots from its offset, its subset with bitmask ``s`` at ``offset + s``), and
-    the splits of all problems are evaluated level by level (parents of ``k`` elements),
-    so the whole batch is one program with one body per level ``k``, compiled once
-    whatever the mix of sizes. A pytree (an ``eqx.Module``): the arrays are its leaves,
-    the layout static, so it can be closed over or passed through ``jit``.
+    ``2^n_b`` slots from its offset, its subset with bitmask ``s`` at ``offset + s``). Every
+    split ``(S, L, R)`` of every problem is one *pair*; the pairs are packed level by level
+    (parents of 2, 3, ... elements) into chunks of ``chunk_size`` pairs, each parent's
+    splits inside one chunk, and a ``lax.scan`` over the chunks runs the DP: one scan body,
+    compiled once, whatever the sizes in the batch. A pytree (an ``eqx.Module``): the
+    arrays are its leaves, the layout static, so it can be closed over or passed through
+    ``jit``.
 
     Fields:
       leaves: ``[B, N_max, ...]`` the problems, padding rows from `Energy.pad_leaves`.
       subset_problem: ``[T]`` int32 problem of each slot; subset_mask: ``[T]`` int32 its
         bitmask within that problem (``T = sum_b 2^n_b``).
       singles: int32 slots of the one-element subsets.
-      levels: per ``k = 2 .. N``, a tuple of row sets ``(offset [C], pos [C, k])`` int32:
-        the slot offset of each size-``k`` parent's problem and the positions of its
-        elements, padded up to whole chunks with copies of the first row (rows past the
-        set's count are not written).
+      pairs: int32 ``(parent, left, right, segment)`` each ``[C, chunk_size]``: the slots of
+        every split in chunk ``c`` and the index of its parent within the chunk (pairs that
+        only fill a chunk copy its first pair and have segment ``chunk_size``: ignored).
+      segment_slot: ``[C, chunk_size]`` int32 slot of each parent of a chunk (``T``: none).
+      live: ``[C]`` bool; ``False`` for chunks of parents holding padding (only with
+        ``group_by_size=False``): evaluated without gradient, never used.
       roots: ``[B]`` int32 slot of each problem's full set of real elements.
-      num_slots: ``T``; layout: per level, per row set ``(count, rows per chunk, live)``;
-        rows of a set with ``live=False`` (parents holding padding, only with
-        ``group_by_size=False``) are evaluated without gradient.
+      num_slots: ``T``; chunk_size: pairs per chunk.
     """
 
     leaves: jax.Array
     subset_problem: jax.Array
     subset_mask: jax.Array
     singles: jax.Array
-    levels: tuple
+    pairs: tuple
+    segment_slot: jax.Array
+    live: jax.Array
     roots: jax.Array
     num_slots: int = eqx.field(static=True)
-    layout: tuple = eqx.field(static=True)
+    chunk_size: int = eqx.field(static=True)
 
     @property
     def batch_size(self) -> int:
         return int(self.roots.shape[0])
 
 
-#: split evaluations per chunk of a level of `log_partition_prepared` (bounds the temporaries)
-_FLAT_CHUNK_PAIRS = 1 << 18
+#: largest number of split evaluations per scan step of `log_partition_prepared`
+_MAX_CHUNK_PAIRS = 1 << 16
 
 
-def _row_set(off, pos, k, live):
-    count, per = len(off), 2 ** (k - 1) - 1
-    c = max(1, min(count, _FLAT_CHUNK_PAIRS // per))
-    padn = -count % c
-    off = np.concatenate([off, np.repeat(off[:1], padn)])
-    pos = np.concatenate([pos, np.repeat(pos[:1], padn, 0)])
-    return (jnp.asarray(off, jnp.int32), jnp.asarray(pos, jnp.int32)), (count, c, live)
+@lru_cache(maxsize=None)
+def _host_splits(n: int, k: int):
+    """Host ``(parent masks [C], left masks [C, 2^(k-1) - 1])`` of every split of the size-k
+    subsets of n elements (the left side holds the lowest element; `_splits_of` order)."""
+    masks, pos = _level_tables(n, k)
+    j = np.arange(2 ** (k - 1) - 1, dtype=np.int64)[None, :]
+    L = np.left_shift(np.int64(1), pos[:, :1].astype(np.int64))
+    for b in range(k - 1):
+        L = L | (((j >> b) & 1) << pos[:, b + 1 : b + 2].astype(np.int64))
+    return masks.astype(np.int64), L
 
 
 def prepare_batch(energy: Energy, leaves_padded, n_leaves, *, group_by_size: bool = True) -> PreparedBatch:
@@ -560,10 +567,10 @@ def prepare_batch(energy: Energy, leaves_padded, n_leaves, *, group_by_size: boo
         rows; the remaining rows are never read (neither checked nor used).
       n_leaves: ``[B]`` integers in ``[1, N_max]``.
       group_by_size: lay each problem out at its own size (default: problem ``b`` costs
-        ``(3^n_b + 1) / 2 - 2^n_b`` split evaluations, and all sizes share one program);
-        ``False``: every problem padded to ``N_max`` as in `solve_batch` (the subsets holding
-        padding are evaluated too, ``3^N_max`` per problem, without gradient, and enter no
-        real subset), for cross-checks.
+        ``(3^n_b + 1) / 2 - 2^n_b`` split evaluations); ``False``: every problem padded to
+        ``N_max`` as in `solve_batch` (the subsets holding padding are evaluated too,
+        ``3^N_max`` per problem, without gradient, and enter no real subset), for
+        cross-checks.
 
     Returns:
       `PreparedBatch`.
@@ -573,36 +580,55 @@ def prepare_batch(energy: Energy, leaves_padded, n_leaves, *, group_by_size: boo
     n_eff = nl if group_by_size else np.full(len(nl), n_max, np.int64)
     sizes = np.left_shift(1, n_eff)
     T = int(sizes.sum())
-    if T >= 2**31:
+    if T >= 2**31 - 1:
         raise ValueError(f"leaves_padded: {T} subsets in all is above the int32 index range; split the batch")
     offs = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
     sub_prob = np.repeat(np.arange(len(nl)), sizes)
     sub_mask = np.concatenate([np.arange(s) for s in sizes])
     singles = np.concatenate([offs[b] + np.left_shift(1, np.arange(n_eff[b])) for b in range(len(nl))])
-    levels, layout = [], []
+    # every split of every problem, level by level; live: the parent holds real elements only
+    levels = []
     for k in range(2, int(n_eff.max()) + 1):
-        rows = {True: ([], []), False: ([], [])}
+        parts = {True: [], False: []}
         for n, m in sorted({(int(a), int(b)) for a, b in zip(n_eff, nl) if a >= k}):
-            _, pos = _level_tables(n, k)
-            idx = np.flatnonzero((n_eff == n) & (nl == m))
-            live = pos.max(axis=1) < m  # parents made of real elements only
+            masks, L = _host_splits(n, k)
+            off = offs[(n_eff == n) & (nl == m)][:, None]
+            live = masks < (1 << m)
             for flag in (True, False):
-                sel = pos[live == flag]
-                rows[flag][0].append(np.repeat(offs[idx], len(sel)))
-                rows[flag][1].append(np.tile(sel, (len(idx), 1)))
-        sets, info = [], []
+                if np.any(live == flag):
+                    s, l = masks[live == flag], L[live == flag]
+                    parts[flag].append((off + s[None], off[:, :, None] + l[None], off[:, :, None] + (s[:, None] ^ l)[None]))
         for flag in (True, False):
-            off = np.concatenate(rows[flag][0])
-            if len(off):
-                s, i = _row_set(off, np.concatenate(rows[flag][1]), k, flag)
-                sets.append(s)
-                info.append(i)
-        levels.append(tuple(sets))
-        layout.append(tuple(info))
+            if parts[flag]:
+                S = np.concatenate([p[0].reshape(-1) for p in parts[flag]])
+                P = 2 ** (k - 1) - 1
+                levels.append((S, np.concatenate([p[1].reshape(-1, P) for p in parts[flag]]),
+                               np.concatenate([p[2].reshape(-1, P) for p in parts[flag]]), flag))
+    total = sum(L.size for _, L, _, _ in levels)
+    p_max = max((L.shape[1] for _, L, _, _ in levels), default=1)
+    target = total / (4 * max(len(levels), 1))  # about 4 chunks per level: little padding
+    M = int(max(p_max, min(_MAX_CHUNK_PAIRS, 1 << max(0, int(np.ceil(np.log2(max(target, 1))))))))
+    chunks = []
+    for S, L, R, flag in levels:
+        P = L.shape[1]
+        rows = M // P
+        for r0 in range(0, len(S), rows):
+            s, l, r = S[r0 : r0 + rows], L[r0 : r0 + rows], R[r0 : r0 + rows]
+            used = l.size
+            fill = lambda x, v: np.concatenate([x.reshape(-1), np.full(M - used, v, np.int64)])
+            seg = np.concatenate([np.repeat(np.arange(len(s)), P), np.full(M - used, M)])
+            slot = np.concatenate([s, np.full(M - len(s), T)])
+            chunks.append((fill(np.repeat(s, P), s[0]), fill(l, l[0, 0]), fill(r, r[0, 0]), seg, slot, flag))
+    if not chunks:  # only one-element problems
+        chunks.append((np.zeros(M, np.int64), np.zeros(M, np.int64), np.zeros(M, np.int64),
+                       np.full(M, M), np.full(M, T), True))
+    cols = [np.stack([c[i] for c in chunks]) for i in range(5)]
+    pairs = tuple(jnp.asarray(c, jnp.int32) for c in cols[:4])
     roots = offs + np.left_shift(1, nl) - 1
     return PreparedBatch(
         jnp.asarray(lp), jnp.asarray(sub_prob, jnp.int32), jnp.asarray(sub_mask, jnp.int32),
-        jnp.asarray(singles, jnp.int32), tuple(levels), jnp.asarray(roots, jnp.int32), T, tuple(layout))
+        jnp.asarray(singles, jnp.int32), pairs, jnp.asarray(cols[4], jnp.int32),
+        jnp.asarray([c[5] for c in chunks]), jnp.asarray(roots, jnp.int32), T, M)
 
 
 def _flat_features(energy, batch: PreparedBatch):
@@ -618,39 +644,33 @@ def _flat_features(energy, batch: PreparedBatch):
     return jax.vmap(one)(batch.subset_problem, bits)
 
 
+def _no_grad_unless(live, tree):
+    """``tree`` whose inexact arrays carry gradient only where ``live`` (a scalar flag):
+    ``where`` selects, so even a NaN partial of a dead chunk cannot leak."""
+    f = lambda x: jnp.where(live, x, jax.lax.stop_gradient(x)) if eqx.is_inexact_array(x) else x
+    return jax.tree_util.tree_map(f, tree)
+
+
 @jax.jit
 def _log_partition_flat(energy, batch: PreparedBatch):
     feats = _flat_features(energy, batch)
     dtype = jax.tree_util.tree_leaves(feats)[0].dtype
-    T = batch.num_slots
+    T, M = batch.num_slots, batch.chunk_size
     log_z = jnp.full((T,), -jnp.inf, dtype).at[batch.singles].set(0.0)
-    for i, (sets, info) in enumerate(zip(batch.levels, batch.layout)):
-        k = i + 2
-        updates = []
-        for (off, pos), (count, c, live) in zip(sets, info):
-            # dead rows (parents holding padding) see no gradient: their values are unused
-            # and an energy need not have finite derivatives on padding
-            en, fe = (energy, feats) if live else jax.lax.stop_gradient((energy, feats))
 
-            def chunk(args, log_z=log_z, k=k, en=en, fe=fe):
-                off, pos = args
-                Sl = jnp.sum(jnp.left_shift(jnp.int32(1), pos), axis=1, dtype=jnp.int32)
-                Ll = _splits_of(pos, k)
-                S, L, R = off + Sl, off[:, None] + Ll, off[:, None] + (Sl[:, None] ^ Ll)
-                fP = jax.tree_util.tree_map(lambda x: x[:, None], _take(fe, S))
-                lp = en.log_psi(fP, _take(fe, L), _take(fe, R))
-                return S, _logsumexp_rows(lp + log_z[L] + log_z[R])
+    def step(log_z, chunk):
+        (S, L, R, seg), slot, live = chunk
+        en, fe = _no_grad_unless(live, (energy, feats))
+        lp = en.log_psi(_take(fe, S), _take(fe, L), _take(fe, R))
+        a = lp + log_z[L] + log_z[R]
+        # logsumexp over each parent's splits (segments); empty / impossible parents -> -inf
+        m = jax.lax.stop_gradient(jax.ops.segment_max(a, seg, num_segments=M + 1))
+        m = jnp.where(jnp.isfinite(m), m, 0.0)
+        s = jax.ops.segment_sum(jnp.exp(a - m[seg]), seg, num_segments=M + 1)[:M]
+        z = jnp.where(s > 0, jnp.log(jnp.where(s > 0, s, 1.0)) + m[:M], -jnp.inf)
+        return log_z.at[slot].set(z, mode="drop"), None
 
-            n_chunks = off.shape[0] // c
-            if n_chunks == 1:
-                S, z = chunk((off, pos))
-            else:
-                S, z = jax.lax.map(jax.checkpoint(chunk), (off.reshape(n_chunks, c), pos.reshape(n_chunks, c, k)))
-                S, z = S.reshape(-1), z.reshape(-1)
-            # padding rows of the chunking (copies of the first) are dropped: index out of range
-            updates.append((jnp.where(jnp.arange(S.shape[0]) < count, S, T), z))
-        for S, z in updates:
-            log_z = log_z.at[S].set(z, mode="drop")
+    log_z, _ = jax.lax.scan(step, log_z, (batch.pairs, batch.segment_slot, batch.live))
     return log_z[batch.roots]
 
 
