@@ -164,6 +164,24 @@ def test_fit_lambda_recovers_the_generator_lambda():
     assert abs(fit.lam - TRUE_LAM) < 3 * fit.stderr
 
 
+def test_fit_lambda_from_the_convex_small_lambda_side():
+    # 7 small jets: f(u) = mean log Z(e^u) is convex below lambda ~ 2 (it flattens out as
+    # lambda -> 0), so Newton does not apply there and the optax steps must carry the iterate
+    X, nl = pad(small_jets())
+    batch = prepare_jets(X, nl, T_CUT)
+    lam_grid = np.array([0.2, 0.5, 1.0])
+    assert all(float(log_likelihood(a, batch, None, T_CUT)) < float(log_likelihood(b, batch, None, T_CUT))
+               for a, b in zip(lam_grid[:-1], lam_grid[1:]))
+    import optax
+
+    fits = [fit_lambda(batch, None, T_CUT, lam_init=lam0, progress=False, **kw)
+            for lam0, kw in ((0.2, {}), (0.5, dict(optimizer=optax.sgd(0.5))), (20.0, {}))]
+    for fit in fits:
+        assert fit.converged and fit.trace[-1] >= fit.trace.max() - 1e-12
+        assert abs(fit.lam - fits[-1].lam) <= 1e-6 * fits[-1].lam
+    assert 1.0 < fits[-1].lam < 20.0
+
+
 # ------------------------------------------------------------------------------------------
 # NumPyro model and NUTS
 # ------------------------------------------------------------------------------------------

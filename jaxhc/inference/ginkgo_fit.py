@@ -137,7 +137,8 @@ class LambdaFit(NamedTuple):
         ``lam`` (observed information; ``nan`` if the curvature is not negative).
       trace: ``[num_steps + 1]`` mean ``log Z`` per jet at each iterate (entry 0: ``lam_init``).
       num_steps: optimisation steps taken.
-      converged: ``|d/du mean log Z| <= tol`` at ``lam`` (``u = log lambda``).
+      converged: ``|d/du mean log Z| <= tol`` and ``d^2/du^2 mean log Z < 0`` at ``lam``
+        (``u = log lambda``): a maximum, not the flat ``lambda -> 0`` end.
       grad: ``d/dlam`` of the summed ``log Z`` at ``lam``.
     """
 
@@ -156,8 +157,8 @@ def fit_lambda(
     *,
     lam_init: float = 1.0,
     likelihood: str = "exact",
-    steps: int = 50,
-    learning_rate: float = 0.1,
+    steps: int = 100,
+    learning_rate: float = 0.2,
     optimizer: Optional[optax.GradientTransformation] = None,
     tol: float = 1e-9,
     max_newton_step: float = 1.0,
@@ -174,8 +175,10 @@ def fit_lambda(
     gradient of ``-f``, default ``optax.adam(learning_rate)``). In 1-D Newton converges
     quadratically near the maximum (``f`` is smooth and concave there), the backtracking
     makes every Newton step an ascent step, and the optax steps carry the iterate out of
-    non-concave regions; a line-search method (``optax.lbfgs``) would trace the trellis
-    several times into its line search and compile it again. Stops when ``|f'| <= tol``.
+    non-concave regions (``f`` is convex at small ``lambda``, where it flattens out as
+    ``lambda -> 0``); a line-search method (``optax.lbfgs``) would trace the trellis several
+    times into its line search and compile it again. Stops when ``|f'| <= tol`` at a point
+    where ``f'' < 0``.
 
     Args:
       leaves_padded: ``[B, N_max, 4]`` four-momenta, jet ``b`` in its first
@@ -187,7 +190,9 @@ def fit_lambda(
       likelihood: ``"exact"`` (the generator's density; use it for inference) or ``"paper"``.
       steps: maximum number of iterations.
       learning_rate: of the default optimizer.
-      optimizer: optax transformation used where the objective is not locally concave.
+      optimizer: optax transformation of the gradient of ``-f`` used where the objective is
+        not locally concave (transformations taking extra arguments, e.g. ``optax.lbfgs``,
+        get ``value``, ``grad`` and ``value_fn``).
       tol: convergence tolerance on ``|d/du mean log Z|``.
       max_newton_step: largest Newton step in ``u`` (a factor ``e`` in ``lambda`` by default).
       progress: show a tqdm progress bar.
@@ -213,31 +218,36 @@ def fit_lambda(
     opt_state = opt.init(u)
     value, grad, hess = (float(x) for x in _derivatives(u, batch, tc, likelihood))
     trace = [value]
-    converged = abs(grad) <= tol
+    converged = abs(grad) <= tol and hess < 0
     bar = None
     if progress:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=steps, desc="fit lambda", leave=False)
+    extra_args = isinstance(opt, optax.GradientTransformationExtraArgs)
+    neg_f = lambda v: -_mean_log_z(v, batch, tc, likelihood)
     n_steps = 0
     try:
         while not converged and n_steps < steps:
-            if hess < 0:
+            cand = None
+            if hess < 0:  # Newton, halved until f does not decrease
                 delta = float(np.clip(-grad / hess, -max_step, max_step))
-                for _ in range(30):
-                    cand = _derivatives(u + delta, batch, tc, likelihood)
-                    if np.isfinite(float(cand[0])) and float(cand[0]) >= value:
+                for _ in range(20):
+                    trial = _derivatives(u + delta, batch, tc, likelihood)
+                    if np.isfinite(float(trial[0])) and float(trial[0]) >= value:
+                        u, cand = u + delta, trial
                         break
                     delta *= 0.5
-                u = u + delta
-            else:
-                updates, opt_state = opt.update(jnp.asarray(-grad, u.dtype), opt_state, u)
+            if cand is None:  # not locally concave (or no ascent found): one optax step on -f
+                g = jnp.asarray(-grad, u.dtype)
+                kw = dict(value=jnp.asarray(-value, u.dtype), grad=g, value_fn=neg_f) if extra_args else {}
+                updates, opt_state = opt.update(g, opt_state, u, **kw)
                 u = optax.apply_updates(u, updates)
                 cand = _derivatives(u, batch, tc, likelihood)
             value, grad, hess = (float(x) for x in cand)
             trace.append(value)
             n_steps += 1
-            converged = abs(grad) <= tol
+            converged = abs(grad) <= tol and hess < 0
             if bar is not None:
                 bar.update(1)
                 bar.set_postfix(lam=f"{float(np.exp(u)):.5g}", grad=f"{grad:.2e}")
