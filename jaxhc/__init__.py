@@ -13,6 +13,7 @@ from .components import (
     NormalKnownCov,
 )
 from .inference.bhc import BHCResult, bhc, bhc_predictive, tree_log_evidence
+from .inference.ginkgo_fit import LambdaFit, LambdaPosterior, fit_lambda, sample_lambda
 from .inference.hyperopt import HyperoptResult, learn_hyperparameters
 from .inference.rbhc import rbhc
 from .tree import ParentTree, Tree
@@ -25,6 +26,8 @@ __all__ = [
     "BetaBinomial",
     "DirichletMultinomial",
     "HyperoptResult",
+    "LambdaFit",
+    "LambdaPosterior",
     "NormalInverseWishart",
     "NormalKnownCov",
     "ParentTree",
@@ -33,10 +36,12 @@ __all__ = [
     "bhc_predictive",
     "components",
     "datasets",
+    "fit_lambda",
     "jets",
     "learn_hyperparameters",
     "metrics",
     "rbhc",
+    "sample_lambda",
     "tree",
     "tree_log_evidence",
     "trellis",

@@ -17,6 +17,9 @@ optional selection on the number of leaves. `tree_log_likelihood` is the density
 leaves' four-momenta given a tree (``likelihood="exact"``: the generator's own density;
 ``"paper"``: the trellis paper's likelihood). With the drawing order known (``ordered=True``)
 and ``phase_space=False`` it equals the log density of the program's trace for the same draw.
+`lambda_model` (from `jaxhc.inference.ginkgo_fit`) is the NumPyro model of ``lam`` given the
+leaves of many jets with the trees summed out by the exact trellis (``numpyro.factor`` of
+each jet's log Z), for NUTS.
 """
 from __future__ import annotations
 
@@ -33,6 +36,7 @@ from numpyro.contrib.control_flow import scan
 from numpyro.distributions import constraints
 from numpyro.distributions.util import promote_shapes, validate_sample
 
+from ..inference.ginkgo_fit import lambda_model
 from ..tree import Tree
 from ..trellis.energies import GinkgoEnergy, kallen, log_phi_of_tree
 
@@ -50,6 +54,7 @@ __all__ = [
     "load_jets",
     "save_jets",
     "mass2",
+    "lambda_model",
 ]
 
 UNUSED, PENDING, LEAF, SPLIT = 0, 1, 2, 3
