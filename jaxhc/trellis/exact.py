@@ -14,7 +14,10 @@ time, ``(3^N + 1) / 2 - 2^N`` split evaluations in all.
 - the marginal ``P(S in H) = out(S) Z(S) / Z`` of every cluster at once from a top-down
   outside pass (``out(S)`` pulls from every superset, gathers only; it equals the
   gradient of ``log Z`` with respect to a per-cluster log weight, which the tests check);
-- exact samples top-down with ``p(L | S) = psi(S, L, R) Z(L) Z(R) / Z(S)`` (Alg. 2, Eq. 3).
+- exact samples top-down with ``p(L | S) = psi(S, L, R) Z(L) Z(R) / Z(S)`` (Alg. 2, Eq. 3);
+- ``log Z`` of many problems of mixed sizes, differentiable in the energy's parameters
+  (`log_partition_batch`; `prepare_batch` once + `log_partition_prepared` per parameter
+  value): all splits of all problems in fixed-size chunks under one ``lax.scan``.
 """
 from __future__ import annotations
 
@@ -395,14 +398,14 @@ def _validate_batch(energy: Energy, leaves_padded, n_leaves):
     """Eager checks shared by `solve_batch` and `prepare_batch`.
 
     Returns ``(lp, nl, n_max)``: host float64 ``[B, N_max, ...]`` with every problem's
-    padding replaced by `Energy.pad_leaves` (copies of real rows, so no padding value can
-    reach a feature), host integer ``[B]`` sizes, and ``N_max``.
+    padding rows replaced by `Energy.pad_leaves` (so no user padding value, NaN included,
+    reaches a feature), host integer ``[B]`` sizes, and ``N_max``.
     """
     if not isinstance(energy, Energy):
         raise TypeError(f"energy must be a jaxhc.trellis Energy, got {type(energy).__name__}")
     if isinstance(leaves_padded, jax.core.Tracer) or isinstance(n_leaves, jax.core.Tracer):
         raise TypeError("leaves_padded and n_leaves must be concrete arrays (validated on the host); "
-                        "inside jit use prepare_batch outside and log_partition_groups inside")
+                        "inside jit, call prepare_batch outside and log_partition_prepared inside")
     try:
         lp = np.asarray(leaves_padded, dtype=np.float64)
     except (TypeError, ValueError) as e:
