@@ -411,14 +411,12 @@ def worker_nuts(args) -> dict:
         pass
     # one log Z evaluation of the whole batch, warm (what every leapfrog step costs, plus its tangent)
     batch = ginkgo_fit.prepare_jets(lp, nl, 16.0, lik)
-    energy = _energy(lik)
     f = jax.jit(lambda lam: exact.log_partition_prepared(_energy_traced(lik, lam), batch).sum())
     out["logz_batch_s"], _ = _time_calls(lambda: f(2.0), args.min_time, max_calls=50)
     out["splits_per_s_logz"] = splits / out["logz_batch_s"]
     g = jax.jit(lambda lam: jax.jvp(lambda l: exact.log_partition_prepared(_energy_traced(lik, l), batch).sum(),
                                     (lam,), (1.0,)))
     out["logz_jvp_batch_s"], _ = _time_calls(lambda: g(2.0), args.min_time, max_calls=50)
-    del energy
     return out
 
 
