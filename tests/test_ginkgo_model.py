@@ -316,3 +316,27 @@ def test_bad_input():
         ginkgo.load_jets([{"leaves": [[1, 2, 3]]}])
     with pytest.raises(ValueError, match="non-empty"):
         ginkgo.load_jets([])
+
+
+# ---------------------------------------------------------------------------------------
+# learning lam with the trees summed out (simulated jets, no selection on the leaf count)
+# ---------------------------------------------------------------------------------------
+def test_score_in_lam_changes_sign_around_the_generating_value():
+    """d/dlam of the mean exact log Z over 300 simulated jets is > 0 below the generating
+    lam and < 0 above it. Root mass 20: every jet is small enough for the exact trellis, so
+    no selection on the number of leaves (a lam-dependent selection would bias the score)."""
+    params = ginkgo.GinkgoParams(lam=2.0, root_mass2=400.0)
+    data = ginkgo.simulate(jax.random.PRNGKey(21), params, 300)
+    assert data.n_leaves.max() <= 12
+    batch = trellis.prepare_batch(params.energy("exact"), data.leaves, data.n_leaves)
+    score = jax.grad(lambda lam: jnp.mean(trellis.log_partition_prepared(
+        trellis.GinkgoEnergy(lam, 16.0, "exact"), batch)))
+    s_lo, s_hi = float(score(1.6)), float(score(2.5))
+    assert s_lo > 0 > s_hi, (s_lo, s_hi)
+    # and the score is a proper gradient: finite everywhere, also through zero-padded layouts
+    padded = trellis.prepare_batch(params.energy("exact"), data.leaves[:40], data.n_leaves[:40], group_by_size=False)
+    g = jax.grad(lambda lam: jnp.sum(trellis.log_partition_prepared(trellis.GinkgoEnergy(lam, 16.0, "exact"), padded)))
+    grouped = trellis.prepare_batch(params.energy("exact"), data.leaves[:40], data.n_leaves[:40])
+    g2 = jax.grad(lambda lam: jnp.sum(trellis.log_partition_prepared(trellis.GinkgoEnergy(lam, 16.0, "exact"), grouped)))
+    assert np.isfinite(float(g(2.0)))
+    np.testing.assert_allclose(float(g(2.0)), float(g2(2.0)), rtol=1e-9)

@@ -183,6 +183,15 @@ def _mass2(p):
     return jnp.maximum(p[..., 0] ** 2 - jnp.sum(p[..., 1:] ** 2, axis=-1), 0.0)
 
 
+def _logaddexp_safe(a, b):
+    """``logaddexp`` whose gradient is 0, not NaN, where both arguments are ``-inf``."""
+    m = jnp.maximum(a, b)
+    ok = m > -jnp.inf
+    a_s, b_s, m_s = (jnp.where(ok, x, 0.0) for x in (a, b, m))
+    out = m_s + jnp.log(jnp.exp(a_s - m_s) + jnp.exp(b_s - m_s))
+    return jnp.where(ok, out, -jnp.inf)
+
+
 def kallen(a, b, c):
     """The Kallen function ``a^2 + b^2 + c^2 - 2ab - 2ac - 2bc``."""
     return a * a + b * b + c * c - 2.0 * (a * b + a * c + b * c)
@@ -333,7 +342,7 @@ class GinkgoEnergy(Energy):
         else:
             f1R = jnp.where(tR < tP, log_c - parent.log_t - lam * tR / tPs, -jnp.inf)
             b = f1R + logf2(tL, (sqP - right.sqrt_t) ** 2)
-            tot = jnp.logaddexp(a, b)
+            tot = _logaddexp_safe(a, b)
         out = tot - jnp.log(4 * jnp.pi)
         K = kallen(tP, tL, tR)
         if self.phase_space:
