@@ -57,15 +57,12 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
-import math
 import os
-import platform
-import statistics
-import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _harness import aot as _aot, block as _block, fmt_t as _fmt_t, machine, run_worker, time_calls  # noqa: E402
 from _memory import maxrss_mb  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -99,31 +96,8 @@ def _setup():
     return jax
 
 
-def _block(x):
-    import jax
-
-    jax.block_until_ready(x)
-    return x
-
-
 def _time_calls(fn, min_time: float, max_calls: int = 200):
-    """Median wall time of ``fn()`` after one warm-up call, repeated for ~min_time s."""
-    _block(fn())
-    times = []
-    start = time.perf_counter()
-    while True:
-        t = time.perf_counter()
-        _block(fn())
-        times.append(time.perf_counter() - t)
-        if len(times) >= max_calls or time.perf_counter() - start >= min_time:
-            break
-    return statistics.median(times), len(times)
-
-
-def _aot(jitted, *args, **static):
-    t = time.perf_counter()
-    compiled = jitted.lower(*args, **static).compile()
-    return compiled, time.perf_counter() - t
+    return time_calls(fn, min_time, max_calls)
 
 
 def _energy(likelihood, lam=2.0, t_cut=16.0):
@@ -430,31 +404,13 @@ def _energy_traced(lik, lam):
 # driver
 # ------------------------------------------------------------------------------------------
 def _machine() -> dict:
-    import jax
-
-    cpu = platform.processor()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), cpu)
-    except OSError:
-        pass
-    try:
-        with open("/proc/meminfo") as f:
-            mem = int(next(l for l in f if l.startswith("MemTotal")).split()[1]) / 2**20
-    except (OSError, StopIteration):
-        mem = None
-    import numpy
-
     try:
         import fastjet  # noqa: F401
 
         fj = getattr(fastjet, "__version__", "installed")
     except ImportError:
         fj = None
-    return {"platform": platform.platform(), "cpu": cpu, "cpu_count": os.cpu_count(), "mem_gb": mem,
-            "python": platform.python_version(), "jax": jax.__version__, "numpy": numpy.__version__,
-            "fastjet": fj, "backend": jax.default_backend(), "devices": [str(d) for d in jax.devices()],
-            "loadavg_start": list(os.getloadavg())}
+    return machine({"fastjet": fj})
 
 
 _WORKER_FLAGS = ("seed", "min_time", "batch", "table1_jets", "sparse_test", "sparse_train", "sim_seeds",
@@ -463,34 +419,10 @@ _WORKER_FLAGS = ("seed", "min_time", "batch", "table1_jets", "sparse_test", "spa
 
 
 def _run_worker(mode: str, args, extra: list, timeout: float) -> dict:
-    cmd = [sys.executable, os.path.abspath(__file__), "--_worker", mode]
+    argv = []
     for k in _WORKER_FLAGS:
-        cmd += ["--" + k.replace("_", "-"), str(getattr(args, k))]
-    cmd += extra
-    load0 = os.getloadavg()[0]
-    t = time.perf_counter()
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"error": f"timeout after {timeout:.0f} s"}
-    wall = time.perf_counter() - t
-    lines = [l for l in p.stdout.splitlines() if l.startswith("RESULT ")]
-    if p.returncode != 0 or not lines:
-        return {"error": (p.stderr or p.stdout)[-2000:], "worker_wall_s": wall}
-    res = json.loads(lines[-1][len("RESULT "):])
-    res["worker_wall_s"] = wall
-    res["loadavg_1min_before_after"] = [load0, os.getloadavg()[0]]
-    return res
-
-
-def _fmt_t(s):
-    if s is None or (isinstance(s, float) and math.isnan(s)):
-        return "-"
-    if s < 1e-3:
-        return f"{s * 1e6:.0f} us"
-    if s < 1.0:
-        return f"{s * 1e3:.2f} ms"
-    return f"{s:.2f} s"
+        argv += ["--" + k.replace("_", "-"), str(getattr(args, k))]
+    return run_worker(__file__, mode, argv + extra, timeout)
 
 
 def _err_row(r, ncols):

@@ -52,13 +52,12 @@ import datetime as _dt
 import json
 import math
 import os
-import platform
-import statistics
-import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _harness import aot as _aot, block as _block, fmt_t as _fmt_t, machine, run_worker  # noqa: E402
+from _harness import time_calls as _time_calls  # noqa: E402
 from _memory import RssSampler, maxrss_mb, rss_mb  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -268,33 +267,6 @@ def reference_trellis(kind: str, leaves, lam: float = 2.0, t_cut: float = 16.0, 
 _rss_mb, _maxrss_mb = rss_mb, maxrss_mb
 
 
-def _block(x):
-    import jax
-
-    jax.block_until_ready(x)
-    return x
-
-
-def _time_calls(fn, min_time: float, max_calls: int = 50):
-    """Median wall time of ``fn()`` (after one warm-up call), repeated for ~min_time s."""
-    _block(fn())
-    times = []
-    start = time.perf_counter()
-    while True:
-        t = time.perf_counter()
-        _block(fn())
-        times.append(time.perf_counter() - t)
-        if len(times) >= max_calls or time.perf_counter() - start >= min_time:
-            break
-    return statistics.median(times), len(times)
-
-
-def _aot(jitted, *args, **static):
-    t = time.perf_counter()
-    compiled = jitted.lower(*args, **static).compile()
-    return compiled, time.perf_counter() - t
-
-
 def worker_single(args) -> dict:
     import jax
 
@@ -461,45 +433,14 @@ def worker_search(args) -> dict:
 # driver
 # ------------------------------------------------------------------------------------------
 def _machine() -> dict:
-    import jax
-
-    cpu = platform.processor()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), cpu)
-    except OSError:
-        pass
-    return {"platform": platform.platform(), "cpu": cpu, "cpu_count": os.cpu_count(),
-            "python": platform.python_version(), "jax": jax.__version__, "backend": jax.default_backend(),
-            "loadavg_start": list(os.getloadavg())}
+    return machine()
 
 
 def _run_worker(mode: str, args, extra: list, timeout: float) -> dict:
-    cmd = [sys.executable, os.path.abspath(__file__), "--_worker", mode, "--seed", str(args.seed),
-           "--min-time", str(args.min_time), "--ref-max-n", str(args.ref_max_n),
-           "--e2e-max-n", str(args.e2e_max_n), "--batch", str(args.batch),
-           "--search-jets", str(args.search_jets), "--ginkgo-data", args.ginkgo_data] + extra
-    t = time.perf_counter()
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"error": f"timeout after {timeout:.0f} s"}
-    if p.returncode != 0:
-        return {"error": (p.stderr or p.stdout)[-2000:]}
-    line = [l for l in p.stdout.splitlines() if l.startswith("RESULT ")][-1]
-    res = json.loads(line[len("RESULT "):])
-    res["worker_wall_s"] = time.perf_counter() - t
-    return res
-
-
-def _fmt_t(s):
-    if s is None or (isinstance(s, float) and math.isnan(s)):
-        return "-"
-    if s < 1e-3:
-        return f"{s * 1e6:.0f} us"
-    if s < 1.0:
-        return f"{s * 1e3:.2f} ms"
-    return f"{s:.2f} s"
+    argv = ["--seed", str(args.seed), "--min-time", str(args.min_time), "--ref-max-n", str(args.ref_max_n),
+            "--e2e-max-n", str(args.e2e_max_n), "--batch", str(args.batch),
+            "--search-jets", str(args.search_jets), "--ginkgo-data", args.ginkgo_data]
+    return run_worker(__file__, mode, argv + extra, timeout)
 
 
 def table_single(rows) -> str:

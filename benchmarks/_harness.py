@@ -1,0 +1,97 @@
+"""Timing and subprocess helpers shared by the benchmark scripts."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+
+def block(x):
+    """``jax.block_until_ready(x)``; returns ``x``."""
+    import jax
+
+    jax.block_until_ready(x)
+    return x
+
+
+def time_calls(fn, min_time: float, max_calls: int = 50):
+    """Median wall time of ``fn()`` after one warm-up call, repeated for ~min_time s;
+    returns ``(median seconds, number of timed calls)``."""
+    block(fn())
+    times = []
+    start = time.perf_counter()
+    while True:
+        t = time.perf_counter()
+        block(fn())
+        times.append(time.perf_counter() - t)
+        if len(times) >= max_calls or time.perf_counter() - start >= min_time:
+            break
+    return statistics.median(times), len(times)
+
+
+def aot(jitted, *args, **static):
+    """Ahead-of-time compile ``jitted`` for these arguments; returns ``(compiled, seconds)``."""
+    t = time.perf_counter()
+    compiled = jitted.lower(*args, **static).compile()
+    return compiled, time.perf_counter() - t
+
+
+def machine(extra: dict | None = None) -> dict:
+    """Platform, CPU model, core count, memory, Python / JAX / NumPy versions, devices, load."""
+    import jax
+    import numpy
+
+    cpu = platform.processor()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), cpu)
+    except OSError:
+        pass
+    try:
+        with open("/proc/meminfo") as f:
+            mem = int(next(l for l in f if l.startswith("MemTotal")).split()[1]) / 2**20
+    except (OSError, StopIteration):
+        mem = None
+    out = {"platform": platform.platform(), "cpu": cpu, "cpu_count": os.cpu_count(), "mem_gb": mem,
+           "python": platform.python_version(), "jax": jax.__version__, "numpy": numpy.__version__,
+           "backend": jax.default_backend(), "devices": [str(d) for d in jax.devices()],
+           "loadavg_start": list(os.getloadavg())}
+    out.update(extra or {})
+    return out
+
+
+def run_worker(script: str, mode: str, argv: list, timeout: float) -> dict:
+    """Runs ``script --_worker mode argv...`` in a fresh process and returns the JSON of its
+    last ``RESULT {...}`` line, with the worker's wall time and the 1-minute load average
+    before and after (``{"error": ...}`` on failure or timeout)."""
+    cmd = [sys.executable, os.path.abspath(script), "--_worker", mode] + list(argv)
+    load0 = os.getloadavg()[0]
+    t = time.perf_counter()
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timeout after {timeout:.0f} s"}
+    wall = time.perf_counter() - t
+    lines = [l for l in p.stdout.splitlines() if l.startswith("RESULT ")]
+    if p.returncode != 0 or not lines:
+        return {"error": (p.stderr or p.stdout)[-2000:], "worker_wall_s": wall}
+    res = json.loads(lines[-1][len("RESULT "):])
+    res["worker_wall_s"] = wall
+    res["loadavg_1min_before_after"] = [load0, os.getloadavg()[0]]
+    return res
+
+
+def fmt_t(s):
+    """Seconds as ``us`` / ``ms`` / ``s`` text (``-`` for None or NaN)."""
+    if s is None or (isinstance(s, float) and math.isnan(s)):
+        return "-"
+    if s < 1e-3:
+        return f"{s * 1e6:.0f} us"
+    if s < 1.0:
+        return f"{s * 1e3:.2f} ms"
+    return f"{s:.2f} s"
