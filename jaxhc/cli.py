@@ -498,25 +498,13 @@ def read_jets(path: str):
         raise InputError(f"{path}: not a text JSON file") from None
     except json.JSONDecodeError as e:
         raise InputError(f"{path}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
-    if not isinstance(data, list) or not data:
-        raise InputError(f"{path}: expected a non-empty JSON list of jets (objects with 'leaves')")
-    jets = []
-    for i, jet in enumerate(data):
-        if not isinstance(jet, dict) or "leaves" not in jet:
-            raise InputError(f"{path}: jet {i} is not an object with 'leaves'")
-        try:
-            L = np.asarray(jet["leaves"], dtype=np.float64)
-        except (TypeError, ValueError):
-            raise InputError(f"{path}: jet {i}: 'leaves' must be a numeric [n, 4] list of four-momenta") from None
-        if L.ndim != 2 or L.shape[1] != 4 or L.shape[0] == 0:
-            raise InputError(f"{path}: jet {i}: 'leaves' must be four-momenta [n, 4] (E, px, py, pz), "
-                             f"got shape {L.shape}")
-        if not np.all(np.isfinite(L)):
-            raise InputError(f"{path}: jet {i}: 'leaves' has NaN or infinite values")
-        if np.any(L[:, 0] <= 0):
-            raise InputError(f"{path}: jet {i}: every leaf needs a positive energy (column 0)")
-        jets.append(L)
-    return jets
+    from .models import ginkgo
+
+    try:
+        batch = ginkgo.load_jets(data)
+    except ValueError as e:
+        raise InputError(f"{path}: {e}") from None
+    return [batch.jet(i) for i in range(len(batch))]
 
 
 def _pad_jets(jets):

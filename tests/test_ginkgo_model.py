@@ -316,6 +316,8 @@ def test_bad_input():
         ginkgo.load_jets([{"leaves": [[1, 2, 3]]}])
     with pytest.raises(ValueError, match="non-empty"):
         ginkgo.load_jets([])
+    with pytest.raises(ValueError, match="malformed 'tree'"):
+        ginkgo.load_jets([{"leaves": [[5, 1, 0, 0], [5, -1, 0, 0]], "tree": [[1, 7], [-1, -1]], "content": [[10, 0, 0, 0]]}])
 
 
 # ---------------------------------------------------------------------------------------

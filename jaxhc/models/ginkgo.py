@@ -523,18 +523,29 @@ def load_jets(path_or_list, max_leaves: Optional[int] = None) -> JetBatch:
     if isinstance(data, dict):
         data = data.get("jets")
     if not isinstance(data, list) or not data:
-        raise ValueError("jets file must hold a non-empty list of jets (objects with 'leaves')")
+        raise ValueError("expected a non-empty JSON list of jets (objects with 'leaves')")
     leaves_list, trees, contents, ts = [], [], [], []
     for i, j in enumerate(data):
         if not isinstance(j, dict) or "leaves" not in j:
-            raise ValueError(f"jet {i}: expected an object with 'leaves'")
-        lv = np.asarray(j["leaves"], dtype=np.float64)
-        if lv.ndim != 2 or lv.shape[1] != 4 or lv.shape[0] < 1 or not np.all(np.isfinite(lv)):
-            raise ValueError(f"jet {i}: 'leaves' must be finite four-momenta [n, 4], got shape {lv.shape}")
+            raise ValueError(f"jet {i} is not an object with 'leaves'")
+        try:
+            lv = np.asarray(j["leaves"], dtype=np.float64)
+        except (TypeError, ValueError):
+            raise ValueError(f"jet {i}: 'leaves' must be a numeric [n, 4] list of four-momenta") from None
+        if lv.ndim != 2 or lv.shape[1] != 4 or lv.shape[0] == 0:
+            raise ValueError(f"jet {i}: 'leaves' must be four-momenta [n, 4] (E, px, py, pz), got shape {lv.shape}")
+        if not np.all(np.isfinite(lv)):
+            raise ValueError(f"jet {i}: 'leaves' has NaN or infinite values")
+        if np.any(lv[:, 0] <= 0):
+            raise ValueError(f"jet {i}: every leaf needs a positive energy (column 0)")
         tree = cont = tt = None
         pre = "" if "tree" in j else "truth_"
         if pre + "tree" in j and pre + "content" in j:
-            _, tr, cont, tt = _tree_from_rows(j[pre + "tree"], j[pre + "content"], j.get(pre + "deltas"))
+            try:
+                _, tr, cont, tt = _tree_from_rows(j[pre + "tree"], j[pre + "content"], j.get(pre + "deltas"))
+            except (TypeError, ValueError, IndexError, KeyError, RecursionError):
+                raise ValueError(f"jet {i}: malformed '{pre}tree' / '{pre}content' (rows [left, right] per "
+                                 "node, node 0 the root, -1 -1 for a leaf; one four-momentum per node)") from None
             # the file's leaves follow its own order; map tree leaves (DFS order) onto them
             dfs = cont[: lv.shape[0]]
             perm = _match_rows(dfs, lv)
