@@ -455,16 +455,16 @@ def solve_batch(energy: Energy, leaves_padded, n_leaves, *, marginals: bool = Fa
         compiled program whatever the sizes (about 1 s to compile), run on ``devices[0]``
         (not sharded); ``log Z`` / MAP only (``marginals=True`` raises ``ValueError``).
         ``"grouped"``: a vmapped level-unrolled DP, one compiled program per distinct size
-        with ``group_by_size`` (2-8 s each for 5..10 leaves), sharded over ``devices``; the
+        with ``group_by_size`` (seconds each for 8..10 leaves), sharded over ``devices``; the
         only layout with marginals. ``None`` (default): ``"flat"`` when
         ``marginals=False``, ``group_by_size=True``, a single device is used and the batch
         has at most ``2^25`` splits in all (the flat layout holds every split's indices in
         memory, 16 bytes each on the device, more while it is built on the host), else
-        ``"grouped"`` (for 1000 Ginkgo jets of 5..10 leaves on CPU the first call of the
-        flat layout took 4-8 s against about 1-2 minutes grouped, and its warm calls were
-        not slower). Both give the same values up to
-        float rounding (features are computed in different programs; the backpointers can
-        differ only between splits whose values tie to rounding).
+        ``"grouped"`` (for 1000 Ginkgo jets of 5..10 leaves on 2 CPU cores the first call
+        took about 2 s flat against 17-20 s grouped, warm calls about 0.5 s in both).
+        Both give the same values up to float rounding (features are computed in different
+        programs; the backpointers can differ only between splits whose values tie to
+        rounding).
 
     Returns:
       `TrellisSolution` with a leading batch axis on every array field and ``map_tree=None``
