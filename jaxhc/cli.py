@@ -604,7 +604,7 @@ def _cmd_jets(args) -> int:
     backend = "numpy" if args.no_fastjet else "auto"
     _log(progress, f"[jaxhc jets] {len(nl)} jets, likelihood={args.likelihood}: trellis, beam, greedy, kt family ...")
     res = jetsmod.compare_map_methods(energy, lp, nl, kt_backend=backend, progress=progress)
-    # the first trellis call compiles one program per jet size; time a second, warm one
+    # the first trellis call compiles its program (one for the batch; one per size with marginals); time a second, warm one
     t0 = time.perf_counter()
     jax.block_until_ready(trellis.solve_batch(energy, lp, nl).log_z)
     warm = time.perf_counter() - t0
