@@ -1,4 +1,4 @@
 """NumPyro programs (generative models): usable with ``Predictive``, handlers and NUTS."""
-from . import ginkgo
+from . import cdpm, dpm, ginkgo
 
-__all__ = ["ginkgo"]
+__all__ = ["ginkgo", "dpm", "cdpm"]

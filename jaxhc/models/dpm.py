@@ -1,0 +1,324 @@
+"""The Dirichlet-process mixture (DPM) with a conjugate component, as a NumPyro program.
+
+Model (Neal 1998; Heller & Ghahramani 2005, Sec. 2): row labels ``z ~ CRP(alpha)``,
+per-cluster parameters ``theta_k ~ H`` (the component's prior), rows ``x_i ~ F(. |
+theta_{z_i})``.
+
+`dpm` is the generative program. The CRP is drawn *sequentially* (the Chinese restaurant
+itself, not a truncated stick-breaking): a `scan` over rows with one ``Categorical`` site
+``z`` (stacked ``[num_rows]``), so the labels come out in order of first appearance
+(``z[0] = 0``, a new cluster takes the next free label) and ``sum log p(z)`` over the trace
+is exactly ``crp_log_prob(z, alpha)``. The capacity is fixed (``max_clusters``, default
+``num_rows``, which can never be exceeded, so the default draw is exact). With a smaller
+capacity a row that would open a cluster beyond it is forced into an existing one; the
+program then reports ``truncated = True`` (also the deterministic site ``"truncated"``) and
+the draw is not from the CRP.
+
+Parameter / data sites: ``BetaBernoulli`` / ``BetaBinomial``: ``theta [K, d] ~ Beta(a, b)``
+(plates ``clusters``, ``columns``), ``X [n, d] ~ Bernoulli / Binomial(trials, theta[z])``;
+``NormalKnownCov``: ``mu [K, d] ~ N(mean, prior_cov)``, ``X [n, d] ~ N(mu[z], noise_cov)``.
+Other families raise ``TypeError`` in the program (the collapsed functions accept any
+component).
+
+`dpm_log_joint` is the collapsed joint ``log p(X, z) = log CRP(z | alpha) + sum_k log
+p(X_k)`` (component parameters integrated out). `dpm_log_evidence_bruteforce` sums it over
+all set partitions of the rows (tiny data only).
+"""
+from __future__ import annotations
+
+from typing import Iterator, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+from jax.scipy.special import gammaln, logsumexp
+from numpyro.contrib.control_flow import scan
+
+from ..components import BetaBernoulli, BetaBinomial, Component, NormalKnownCov
+
+__all__ = [
+    "DPMSample",
+    "dpm",
+    "crp_log_prob",
+    "dpm_log_joint",
+    "dpm_log_evidence_bruteforce",
+    "set_partitions",
+    "MAX_BRUTEFORCE_ROWS",
+]
+
+MAX_BRUTEFORCE_ROWS = 6
+
+
+# ------------------------------------------------------------------------------------------
+# validation helpers (shared with cdpm)
+# ------------------------------------------------------------------------------------------
+def _float():
+    return jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
+
+
+def _is_concrete(x) -> bool:
+    return not isinstance(x, jax.core.Tracer)
+
+
+def _check_alpha(alpha, name="alpha"):
+    if isinstance(alpha, (str, bytes)) or alpha is None:
+        raise TypeError(f"{name} must be a positive number, got {alpha!r}")
+    if _is_concrete(alpha):
+        a = np.asarray(alpha)
+        if a.ndim != 0 or not np.issubdtype(a.dtype, np.number):
+            raise TypeError(f"{name} must be a positive scalar, got {alpha!r}")
+        if not np.isfinite(a) or a <= 0:
+            raise ValueError(f"{name} must be positive and finite, got {float(a)}")
+    return jnp.asarray(alpha, _float())
+
+
+def _check_component(component, name="component"):
+    if not isinstance(component, Component):
+        raise TypeError(
+            f"{name} must be a jaxhc.components.Component (e.g. BetaBernoulli()), got "
+            f"{type(component).__name__}"
+        )
+
+
+def _check_count(v, name, allow_none=False):
+    if v is None:
+        if allow_none:
+            return None
+        raise ValueError(f"{name} is required")
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+        raise ValueError(f"{name} must be a positive integer, got {v!r}")
+    return int(v)
+
+
+def _check_labels(labels, n, name="labels") -> np.ndarray:
+    """Concrete integer labels ``[n]``, relabelled ``0..K-1`` in order of first appearance."""
+    if isinstance(labels, jax.core.Tracer):
+        raise TypeError(f"{name} must be concrete (not traced)")
+    arr = np.asarray(labels)
+    if arr.ndim != 1 or arr.shape[0] != n:
+        raise ValueError(f"{name} must have shape [{n}], got {arr.shape}")
+    if not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.bool_)):
+        if not np.issubdtype(arr.dtype, np.floating) or np.any(arr != np.round(arr)):
+            raise TypeError(f"{name} must be integer labels, got dtype {arr.dtype}")
+    arr = arr.astype(np.int64)
+    _, first, inv = np.unique(arr, return_index=True, return_inverse=True)
+    order = np.argsort(np.argsort(first))  # rank of each unique label by first appearance
+    return order[inv.reshape(-1)]
+
+
+def set_partitions(n: int) -> Iterator[np.ndarray]:
+    """All set partitions of ``n`` items as restricted growth strings (labels ``[n]`` in
+    order of first appearance); there are Bell(n) of them."""
+    n = _check_count(n, "n")
+
+    def rec(prefix, k):
+        if len(prefix) == n:
+            yield np.array(prefix, dtype=np.int64)
+            return
+        for c in range(k + 1):
+            yield from rec(prefix + [c], max(k, c + 1))
+
+    yield from rec([0], 1)
+
+
+# ------------------------------------------------------------------------------------------
+# CRP
+# ------------------------------------------------------------------------------------------
+def crp_log_prob(labels, alpha):
+    """``log CRP(labels | alpha) = K log alpha + sum_k log Gamma(n_k) + log Gamma(alpha) -
+    log Gamma(alpha + n)`` for a partition given as integer labels ``[n]`` (any label values
+    when concrete; traced labels must lie in ``0..n-1``). Differentiable in ``alpha``."""
+    alpha = _check_alpha(alpha)
+    if _is_concrete(labels):
+        arr = np.asarray(labels)
+        labels = _check_labels(arr, arr.shape[0] if arr.ndim == 1 else -1)
+    labels = jnp.asarray(labels)
+    n = labels.shape[0]
+    counts = jnp.sum(labels[:, None] == jnp.arange(n)[None, :], axis=0).astype(alpha.dtype)
+    occ = counts > 0
+    K = jnp.sum(occ)
+    return (
+        K * jnp.log(alpha)
+        + jnp.sum(jnp.where(occ, gammaln(jnp.where(occ, counts, 1.0)), 0.0))
+        + gammaln(alpha)
+        - gammaln(alpha + n)
+    )
+
+
+def _crp_scan(name, alpha, n, K, batch=()):
+    """Sequential CRP over ``n`` items with capacity ``K``, ``len(batch)`` independent
+    restaurants in parallel. Returns labels ``[n, *batch]`` and a truncation flag."""
+    f = alpha.dtype
+
+    def step(carry, _):
+        counts, trunc = carry
+        occupied = counts > 0
+        num = jnp.sum(occupied, axis=-1)
+        new = jnp.arange(K) == num[..., None]
+        w = jnp.where(occupied, counts, jnp.where(new, alpha, 0.0))
+        d = dist.Categorical(probs=w / jnp.sum(w, axis=-1, keepdims=True))
+        if batch:
+            d = d.to_event(len(batch))
+        z = numpyro.sample(name, d)
+        counts = counts + jax.nn.one_hot(z, K, dtype=f)
+        return (counts, trunc | jnp.any(num >= K)), z
+
+    init = (jnp.zeros(tuple(batch) + (K,), f), jnp.asarray(False))
+    (_, trunc), z = scan(step, init, None, length=n)
+    return z, trunc
+
+
+# ------------------------------------------------------------------------------------------
+# generative program
+# ------------------------------------------------------------------------------------------
+class DPMSample(NamedTuple):
+    """Output of `dpm`: data ``X [n, d]``, labels ``z [n]`` (first-appearance order), and
+    ``truncated`` (True when the capacity ``max_clusters`` was hit)."""
+
+    X: jax.Array
+    labels: jax.Array
+    truncated: jax.Array
+
+
+_PROGRAM_FAMILIES = (BetaBernoulli, BetaBinomial, NormalKnownCov)
+
+
+def _check_program_component(component):
+    _check_component(component)
+    if not isinstance(component, _PROGRAM_FAMILIES):
+        raise TypeError(
+            f"the generative program supports BetaBernoulli, BetaBinomial and NormalKnownCov "
+            f"components, got {type(component).__name__} (the collapsed log joint and "
+            f"brute-force evidence accept any component)"
+        )
+
+
+def _program_data(X, component, num_rows, num_cols, name="X"):
+    """Eager checks shared by `dpm` and `cdpm`; returns (X or None, n, d)."""
+    if X is not None:
+        if isinstance(X, jax.core.Tracer):
+            Xa = X
+            if Xa.ndim != 2:
+                raise ValueError(f"{name} must be 2-D [num_rows, num_cols], got shape {Xa.shape}")
+        else:
+            Xa = component.validate_data(X, name)
+            if np.any(np.isnan(Xa)):
+                raise ValueError(f"{name} has missing entries (NaN); the generative program needs complete data")
+        n, d = Xa.shape
+        if num_rows is not None and _check_count(num_rows, "num_rows") != n:
+            raise ValueError(f"num_rows={num_rows} but {name} has {n} rows")
+        if num_cols is not None and _check_count(num_cols, "num_cols") != d:
+            raise ValueError(f"num_cols={num_cols} but {name} has {d} columns")
+        return jnp.asarray(Xa, _float()), n, d
+    if num_rows is None:
+        raise ValueError("num_rows is required when X is None (sampling data)")
+    n = _check_count(num_rows, "num_rows")
+    d = _check_count(num_cols, "num_cols", allow_none=True)
+    if d is None:
+        d = component.dim
+    elif (isinstance(component, NormalKnownCov) or np.ndim(getattr(component, "a", 0))
+          or np.ndim(getattr(component, "b", 0))) and d != component.dim:
+        raise ValueError(f"num_cols={d} but the component was built for {component.dim} columns")
+    return None, n, d
+
+
+def _col_vec(v, d):
+    return jnp.broadcast_to(jnp.asarray(v, _float()), (d,))
+
+
+def dpm(X=None, component: Optional[Component] = None, alpha=1.0, num_rows: Optional[int] = None,
+        *, num_cols: Optional[int] = None, max_clusters: Optional[int] = None) -> DPMSample:
+    """The DPM as a NumPyro program (see the module docstring for the sites).
+
+    Args:
+      X: data ``[n, d]`` to condition on, or None to sample it.
+      component: a `BetaBernoulli`, `BetaBinomial` or `NormalKnownCov`.
+      alpha: CRP concentration (> 0).
+      num_rows: number of rows (required when ``X`` is None).
+      num_cols: number of columns when sampling (default ``component.dim``).
+      max_clusters: capacity of the CRP (default ``num_rows``: exact).
+
+    Returns:
+      `DPMSample` ``(X, labels, truncated)``.
+    """
+    _check_program_component(component)
+    alpha = _check_alpha(alpha)
+    Xo, n, d = _program_data(X, component, num_rows, num_cols)
+    K = n if max_clusters is None else _check_count(max_clusters, "max_clusters")
+    K = min(K, n)
+
+    z, trunc = _crp_scan("z", alpha, n, K)
+    numpyro.deterministic("truncated", trunc)
+    if isinstance(component, (BetaBernoulli, BetaBinomial)):
+        with numpyro.plate("clusters", K, dim=-2), numpyro.plate("columns", d, dim=-1):
+            theta = numpyro.sample("theta", dist.Beta(_col_vec(component.a, d), _col_vec(component.b, d)))
+        p = theta[z]
+        with numpyro.plate("rows", n, dim=-2), numpyro.plate("columns", d, dim=-1):
+            if isinstance(component, BetaBernoulli):
+                x = numpyro.sample("X", dist.Bernoulli(probs=p), obs=Xo)
+            else:
+                t = jnp.broadcast_to(jnp.asarray(component.trials), (d,))
+                x = numpyro.sample("X", dist.Binomial(total_count=t, probs=p), obs=Xo)
+    else:  # NormalKnownCov
+        with numpyro.plate("clusters", K, dim=-1):
+            mu = numpyro.sample("mu", dist.MultivariateNormal(component.mean, component.prior_cov))
+        with numpyro.plate("rows", n, dim=-1):
+            x = numpyro.sample("X", dist.MultivariateNormal(mu[z], component.noise_cov), obs=Xo)
+    return DPMSample(x, z, trunc)
+
+
+# ------------------------------------------------------------------------------------------
+# collapsed joint and brute-force evidence
+# ------------------------------------------------------------------------------------------
+def _cluster_log_marginal(component, Xa, rows):
+    return component.log_marginal(component.stats(jnp.asarray(Xa[np.asarray(rows)], _float())))
+
+
+def dpm_log_joint(X, labels, component: Component, alpha):
+    """Collapsed ``log p(X, labels) = log CRP(labels | alpha) + sum_k log p(X_{labels=k})``
+    with the component parameters integrated out (``component.log_marginal``). Any
+    component family; labels are any integers ``[n]`` (only the partition matters)."""
+    _check_component(component)
+    alpha = _check_alpha(alpha)
+    Xa = component.validate_data(X, "X")
+    lab = _check_labels(labels, Xa.shape[0])
+    out = crp_log_prob(lab, alpha)
+    for k in range(int(lab.max()) + 1):
+        out = out + _cluster_log_marginal(component, Xa, np.flatnonzero(lab == k))
+    return out
+
+
+def _subset_log_marginals(component, Xa):
+    """``log p(X_S)`` for every non-empty subset ``S`` of rows, indexed by bitmask."""
+    n = Xa.shape[0]
+    table = [jnp.zeros((), _float())]
+    for mask in range(1, 1 << n):
+        rows = [i for i in range(n) if mask >> i & 1]
+        table.append(_cluster_log_marginal(component, Xa, rows))
+    return table
+
+
+def _partition_masks(p):
+    masks = [0] * (int(p.max()) + 1)
+    for i, c in enumerate(p):
+        masks[c] |= 1 << i
+    return masks
+
+
+def dpm_log_evidence_bruteforce(X, component: Component, alpha, *, max_rows: int = MAX_BRUTEFORCE_ROWS):
+    """``log p(X) = log sum_z exp dpm_log_joint(X, z)`` over all Bell(n) set partitions of
+    the rows. Raises ``ValueError`` above ``max_rows`` rows (default 6)."""
+    _check_component(component)
+    alpha = _check_alpha(alpha)
+    Xa = component.validate_data(X, "X")
+    n = Xa.shape[0]
+    if n > max_rows:
+        raise ValueError(f"X has {n} rows; the brute-force evidence is limited to {max_rows} rows")
+    table = _subset_log_marginals(component, Xa)
+    terms = []
+    for p in set_partitions(n):
+        lm = sum(table[m] for m in _partition_masks(p))
+        terms.append(crp_log_prob(p, alpha) + lm)
+    return logsumexp(jnp.stack(terms))
