@@ -36,6 +36,7 @@ import numpyro.distributions as dist
 from jax.scipy.special import gammaln, logsumexp
 from numpyro.contrib.control_flow import scan
 
+from ..inference.bhc import check_alpha, check_component
 from ..components import BetaBernoulli, BetaBinomial, Component, NormalKnownCov
 
 __all__ = [
@@ -63,23 +64,11 @@ def _is_concrete(x) -> bool:
 
 
 def _check_alpha(alpha, name="alpha"):
-    if isinstance(alpha, (str, bytes)) or alpha is None:
-        raise TypeError(f"{name} must be a positive number, got {alpha!r}")
-    if _is_concrete(alpha):
-        a = np.asarray(alpha)
-        if a.ndim != 0 or not np.issubdtype(a.dtype, np.number):
-            raise TypeError(f"{name} must be a positive scalar, got {alpha!r}")
-        if not np.isfinite(a) or a <= 0:
-            raise ValueError(f"{name} must be positive and finite, got {float(a)}")
-    return jnp.asarray(alpha, _float())
+    """`jaxhc.inference.bhc.check_alpha`, returned as a JAX scalar (traced values pass)."""
+    return jnp.asarray(check_alpha(alpha, name), _float())
 
 
-def _check_component(component, name="component"):
-    if not isinstance(component, Component):
-        raise TypeError(
-            f"{name} must be a jaxhc.components.Component (e.g. BetaBernoulli()), got "
-            f"{type(component).__name__}"
-        )
+_check_component = check_component
 
 
 def _check_count(v, name, allow_none=False):
