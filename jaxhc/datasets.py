@@ -28,6 +28,7 @@ __all__ = [
     "load_wine",
     "sample_dpm",
     "mixture_of_gaussians",
+    "cross_clustering_synthetic",
 ]
 
 
@@ -314,3 +315,55 @@ def mixture_of_gaussians(key, n_per_cluster, centers, scale=1.0) -> Tuple[np.nda
     eps = _numpy_rng(key).standard_normal((labels.size, d))
     X = C[labels] + sc[labels, None] * eps
     return X, labels.astype(np.int64)
+
+
+def cross_clustering_synthetic(key, n_rows: int = 100, n_cols: int = 200, n_views: int = 4, n_clusters=4,
+                               trials: int = 50, a: float = 0.5, b: float = 0.5, view_sizes=None):
+    """Binomial cross-clustering data as in the BHCC paper's synthetic study (section 8.2).
+
+    The columns are split into ``n_views`` views; in each view the rows are split into
+    ``n_clusters`` clusters (equal sizes, independently shuffled per view); every (view,
+    cluster, column) has ``theta ~ Beta(a, b)`` and ``X[i, j] ~ Binomial(trials, theta)``.
+    With the defaults (Beta(0.5, 0.5), 50 trials) the clusters are well separated.
+
+    Args:
+      key: a JAX PRNG key (its bits seed the host-side draws) or an integer seed.
+      n_rows, n_cols: table size (defaults 100 x 200).
+      n_views: number of views (column groups).
+      n_clusters: row clusters per view, an int or ``[n_views]`` ints.
+      trials: Binomial trials per entry.
+      a, b: Beta prior of the cluster probabilities.
+      view_sizes: columns per view ``[n_views]`` summing to ``n_cols`` (default: as equal as
+        possible).
+
+    Returns:
+      ``(X, column_views, row_labels)``: ``X`` float64 ``[n_rows, n_cols]``, the view of
+      each column ``[n_cols]`` (views are contiguous column blocks), the row cluster of each
+      row in each view ``[n_rows, n_views]``.
+    """
+    key = _as_key(key, "key")
+    n_rows, n_cols, n_views = (_positive_int(v, nm) for v, nm in
+                               ((n_rows, "n_rows"), (n_cols, "n_cols"), (n_views, "n_views")))
+    trials = _positive_int(trials, "trials")
+    a, b = _positive_float(a, "a"), _positive_float(b, "b")
+    if n_views > n_cols:
+        raise ValueError(f"n_views={n_views} is more than n_cols={n_cols}")
+    ks = np.broadcast_to(np.asarray(n_clusters), (n_views,))
+    if ks.dtype.kind not in "iu" or np.any(ks < 1) or np.any(ks > n_rows):
+        raise ValueError(f"n_clusters must be positive ints <= n_rows (one or one per view), got {n_clusters!r}")
+    if view_sizes is None:
+        sizes = np.full(n_views, n_cols // n_views)
+        sizes[: n_cols % n_views] += 1
+    else:
+        sizes = np.asarray(view_sizes)
+        if sizes.shape != (n_views,) or sizes.dtype.kind not in "iu" or np.any(sizes < 1) or sizes.sum() != n_cols:
+            raise ValueError(f"view_sizes must be {n_views} positive ints summing to n_cols={n_cols}, got {view_sizes!r}")
+    rng = _numpy_rng(key)
+    column_views = np.repeat(np.arange(n_views), sizes)
+    row_labels = np.stack([rng.permutation(np.arange(n_rows) % k) for k in ks], axis=1)
+    X = np.empty((n_rows, n_cols))
+    for j in range(n_cols):
+        v = column_views[j]
+        theta = rng.beta(a, b, size=int(ks[v]))
+        X[:, j] = rng.binomial(trials, theta[row_labels[:, v]])
+    return X, column_views.astype(np.int64), row_labels.astype(np.int64)

@@ -73,12 +73,17 @@ class _Merge(NamedTuple):
     logit: jax.Array
 
 
-def _merge_terms(comp, log_alpha, sa, na, log_da, log_pTa, sb, nb, log_db, log_pTb, cache=None) -> _Merge:
-    """All BHC quantities of merging clusters a and b (broadcasts over leading axes)."""
+def _merge_terms(comp, log_alpha, sa, na, log_da, log_pTa, sb, nb, log_db, log_pTb, cache=None,
+                 lgamma_table=None) -> _Merge:
+    """All BHC quantities of merging clusters a and b (broadcasts over leading axes);
+    ``lgamma_table[m] = log Gamma(m)`` replaces ``gammaln`` of the integer count when given."""
     s = comp.merge(sa, sb)
     n = na + nb
     log_h1 = comp.log_marginal(s) if cache is None else comp.log_marginal(s, cache)
-    lag = log_alpha + gammaln(n)
+    if lgamma_table is None:
+        lag = log_alpha + gammaln(n)
+    else:
+        lag = log_alpha + jnp.take(lgamma_table, jnp.round(n).astype(jnp.int32), mode="clip")
     ldd = log_da + log_db
     log_d = jnp.logaddexp(lag, ldd)
     a = lag - log_d + log_h1  # log pi_k p(D_k|H1)
@@ -138,8 +143,34 @@ def _progress_callback(total):
     return cb
 
 
-@partial(jax.jit, static_argnames=("progress_every", "row_batch"))
-def _bhc_core(comp, log_alpha, leaf_stats, n_valid, progress_every=0, row_batch=1):
+def _argmax(x):
+    """First index of the maximum along the last axis (as ``jnp.argmax``; a max reduction
+    and a min over indices, several times faster than XLA's argmax on CPU)."""
+    io = jnp.arange(x.shape[-1])
+    return jnp.min(jnp.where(x == jnp.max(x, axis=-1, keepdims=True), io, x.shape[-1]), axis=-1)
+
+
+def _top2(x):
+    """``(values [..., 2], indices [..., 2])`` of the two largest entries along the last axis,
+    ties to the lower index (as ``lax.top_k(x, 2)``, without its sort)."""
+    io = jnp.arange(x.shape[-1])
+    i = _argmax(x)
+    y = jnp.where(io == i[..., None], -jnp.inf, x)
+    j = _argmax(y)
+    v1 = jnp.max(x, axis=-1)
+    v2 = jnp.max(y, axis=-1)
+    return jnp.stack([v1, v2], -1), jnp.stack([i, j], -1)
+
+
+@partial(jax.jit, static_argnames=("progress_every", "row_batch", "keep_matrix", "evidence_only"))
+def _bhc_core(comp, log_alpha, leaf_stats, n_valid, progress_every=0, row_batch=1, S0=None, keep_matrix=True,
+              evidence_only=False):
+    """The greedy search. ``S0`` optionally gives the initial pair log-odds ``[n, n]``
+    (-inf on the diagonal and for padding); with ``keep_matrix=False`` the score matrix is
+    not kept: a row whose cached best partner is gone is recomputed instead of read (the
+    same values; ``O(n)`` memory per step instead of ``O(n^2)``, but rescans cost ``O(n d)``).
+    With ``evidence_only`` no per-merge outputs are recorded and the result is ``(log p(D|T),
+    log d)`` of the root (slot 0 always holds the root: a merge keeps the smaller slot)."""
     n = jax.tree_util.tree_leaves(leaf_stats)[0].shape[0]
     dtype = jnp.result_type(log_alpha, jnp.float32)
     idx = jnp.arange(n)
@@ -149,61 +180,82 @@ def _bhc_core(comp, log_alpha, leaf_stats, n_valid, progress_every=0, row_batch=
     log_pT = jnp.where(active, comp.log_marginal(leaf_stats), 0.0).astype(dtype)
     neg_inf = jnp.array(-jnp.inf, dtype)
     cache = comp.count_cache(n)
+    lgam = gammaln(jnp.arange(n + 1, dtype=dtype))
 
     def row(i, stats, cnt, log_d, log_pT, active):
         si = _take(stats, i)
         m = _merge_terms(
-            comp, log_alpha, si, cnt[i], log_d[i], log_pT[i], stats, cnt, log_d, log_pT, cache
+            comp, log_alpha, si, cnt[i], log_d[i], log_pT[i], stats, cnt, log_d, log_pT, cache, lgam
         )
         ok = active & active[i] & (idx != i)
         return jnp.where(ok, m.logit, neg_inf)
 
-    S = jax.lax.map(lambda i: row(i, leaf_stats, cnt, log_d, log_pT, active), idx, batch_size=row_batch)
-    top2, top2_idx = jax.lax.top_k(S, 2) if n >= 2 else (jnp.full((n, 2), neg_inf), jnp.zeros((n, 2), jnp.int32))
+    if S0 is None:
+        S = jax.lax.map(lambda i: row(i, leaf_stats, cnt, log_d, log_pT, active), idx, batch_size=row_batch)
+    else:
+        ok = active[:, None] & active[None, :] & (idx[:, None] != idx[None, :])
+        S = jnp.where(ok, S0.astype(dtype), neg_inf)
+    top2, top2_idx = _top2(S) if n >= 2 else (jnp.full((n, 2), neg_inf), jnp.zeros((n, 2), jnp.int32))
     best_val, best_idx, second = top2[:, 0], top2_idx[:, 0].astype(jnp.int32), top2[:, 1]
 
-    empty_stats = jax.tree_util.tree_map(lambda x: jnp.zeros((max(n - 1, 0),) + x.shape[1:], x.dtype), leaf_stats)
-    zeros = jnp.zeros((max(n - 1, 0),), dtype)
+    n_out = 0 if evidence_only else max(n - 1, 0)
+    empty_stats = jax.tree_util.tree_map(lambda x: jnp.zeros((n_out,) + x.shape[1:], x.dtype), leaf_stats)
+    zeros = jnp.zeros((n_out,), dtype)
+    if not keep_matrix:
+        S = jnp.zeros((0, n), dtype)
     state = _State(
         leaf_stats, cnt, log_d, log_pT, idx, active, S, best_val, best_idx, second, jnp.zeros((n,), bool),
-        jnp.zeros((max(n - 1, 0), 2), jnp.int32), empty_stats, zeros, zeros, zeros, zeros, zeros,
+        jnp.zeros((n_out, 2), jnp.int32), empty_stats, zeros, zeros, zeros, zeros, zeros,
     )
     cb = _progress_callback(n_valid) if progress_every else None
 
-    def exact_row(k, S, bv, bi, sec, stl):
-        t2, t2i = jax.lax.top_k(S[k], 2)
-        return bv.at[k].set(t2[0]), bi.at[k].set(t2i[0].astype(bi.dtype)), sec.at[k].set(t2[1]), stl.at[k].set(False)
+    def exact_row(k, vals, bv, bi, sec, stl):
+        t2, t2i = _top2(vals)
+        at_k = idx == k
+        return (jnp.where(at_k, t2[0], bv), jnp.where(at_k, t2i[0].astype(bi.dtype), bi), jnp.where(at_k, t2[1], sec),
+                stl & ~at_k)
 
     def body(t, st: _State):
         # lazy selection: rescan stale rows while one of them is on top (bounds are upper
         # bounds, so the first exact row on top is the exact maximum)
         def cond(c):
-            return c[3][jnp.argmax(c[0])]
+            return c[3][_argmax(c[0])]
 
         def rescan(c):
-            return exact_row(jnp.argmax(c[0]), st.S, *c)
+            k = _argmax(c[0])
+            vals = st.S[k] if keep_matrix else row(k, st.stats, st.cnt, st.log_d, st.log_pT, st.active)
+            return exact_row(k, vals, *c)
 
         best_val, best_idx, second, stale = jax.lax.while_loop(
             cond, rescan, (st.best_val, st.best_idx, st.second, st.stale)
         )
-        i = jnp.argmax(best_val)
+        i = _argmax(best_val)
         j = best_idx[i]
         a, b = jnp.minimum(i, j), jnp.maximum(i, j)
         m = _merge_terms(
             comp, log_alpha,
             _take(st.stats, a), st.cnt[a], st.log_d[a], st.log_pT[a],
-            _take(st.stats, b), st.cnt[b], st.log_d[b], st.log_pT[b], cache,
+            _take(st.stats, b), st.cnt[b], st.log_d[b], st.log_pT[b], cache, lgam,
         )
         na, nb = st.node[a], st.node[b]
-        children = st.children.at[t].set(jnp.stack([jnp.minimum(na, nb), jnp.maximum(na, nb)]).astype(jnp.int32))
-        stats = _set(st.stats, a, m.stats)
-        cnt = st.cnt.at[a].set(m.n)
-        log_d = st.log_d.at[a].set(m.log_d)
-        log_pT = st.log_pT.at[a].set(m.log_pT)
-        node = st.node.at[a].set(n + t)
-        active = st.active.at[b].set(False)
+        if evidence_only:
+            children = st.children
+        else:
+            children = st.children.at[t].set(jnp.stack([jnp.minimum(na, nb), jnp.maximum(na, nb)]).astype(jnp.int32))
+        # one-slot updates as selects (cheaper than scatters under vmap)
+        at_a, at_b = idx == a, idx == b
+        stats = jax.tree_util.tree_map(
+            lambda x, v: jnp.where(at_a.reshape((n,) + (1,) * (x.ndim - 1)), v[None], x), st.stats, m.stats)
+        cnt = jnp.where(at_a, m.n, st.cnt)
+        log_d = jnp.where(at_a, m.log_d, st.log_d)
+        log_pT = jnp.where(at_a, m.log_pT, st.log_pT)
+        node = jnp.where(at_a, n + t, st.node)
+        active = st.active & ~at_b
         r = row(a, stats, cnt, log_d, log_pT, active)
-        S = st.S.at[a, :].set(r).at[:, a].set(r).at[b, :].set(neg_inf).at[:, b].set(neg_inf)
+        if keep_matrix:
+            S = st.S.at[a, :].set(r).at[:, a].set(r).at[b, :].set(neg_inf).at[:, b].set(neg_inf)
+        else:
+            S = st.S
         # update the row caches for the new scores r[k] = S[k, a]
         other = active & (idx != a)
         lost = ~stale & ((best_idx == a) | (best_idx == b))  # cached partner changed or died
@@ -221,15 +273,18 @@ def _bhc_core(comp, log_alpha, leaf_stats, n_valid, progress_every=0, row_batch=
         best_val = jnp.where(take_r, r, jnp.where(lost_stale, second, best_val))
         best_idx = jnp.where(take_r, a.astype(best_idx.dtype), best_idx)
         stale = (stale & ~stale_new) | lost_stale
-        best_val, best_idx, second, stale = exact_row(a, S, best_val, best_idx, second, stale)
-        best_val = best_val.at[b].set(neg_inf)
-        stale = stale.at[b].set(False)
+        best_val, best_idx, second, stale = exact_row(a, r, best_val, best_idx, second, stale)
+        best_val = jnp.where(at_b, neg_inf, best_val)
+        stale = stale & ~at_b
         if cb is not None:
             jax.lax.cond(
                 ((t + 1) % progress_every == 0) | (t + 2 == n_valid),
                 lambda: jax.debug.callback(cb, t + 2, ordered=True),
                 lambda: None,
             )
+        if evidence_only:
+            return _State(stats, cnt, log_d, log_pT, node, active, S, best_val, best_idx, second, stale,
+                          *st[11:])
         return _State(
             stats, cnt, log_d, log_pT, node, active, S, best_val, best_idx, second, stale,
             children,
@@ -242,6 +297,8 @@ def _bhc_core(comp, log_alpha, leaf_stats, n_valid, progress_every=0, row_batch=
         )
 
     state = jax.lax.fori_loop(0, n_valid - 1, body, state)
+    if evidence_only:
+        return state.log_pT[0], state.log_d[0]
     leaf_log_h1 = jnp.where(active, comp.log_marginal(leaf_stats), 0.0)
     return (
         state.children, state.out_stats, state.out_log_h1, state.out_log_d, state.out_log_pT,
