@@ -86,6 +86,7 @@ __all__ = [
 ]
 
 _tmap = jax.tree_util.tree_map
+_BLOCK = 8  # cluster / view slots evaluated together by the CDPM sweeps
 
 
 # ==========================================================================================
@@ -361,7 +362,7 @@ def _split_merge(key, state, leaves, component, alpha, cache, num_scans):
     N = labels.shape[0]
     ar = jnp.arange(N)
     f = state.counts.dtype
-    k_i, k_j, k_launch, k_scans, k_final, k_acc = jax.random.split(key, 6)
+    k_i, k_j, k_launch, k_scans, k_acc = jax.random.split(key, 5)
     i = jax.random.randint(k_i, (), 0, N)
     j = jax.random.randint(k_j, (), 0, N - 1)
     j = j + (j >= i)
@@ -377,7 +378,12 @@ def _split_merge(key, state, leaves, component, alpha, cache, num_scans):
     sB = _take(_masked_sum_stats(leaves, mB), 0)
     nA, nB = jnp.sum(mA).astype(f), jnp.sum(mB).astype(f)
 
-    def restricted_scan(key, carry, forced):
+    def restricted_scan(carry, inp):
+        """One restricted Gibbs scan over ``S``; the last one (``final``) accumulates ``log
+        q`` and, for a merge proposal, is forced to the current split."""
+        key, final = inp
+        forced = final & ~same
+
         def update(carry, r, k):
             side, sA, sB, nA, nB, logq = carry
             leaf = _take(leaves, r)
@@ -391,7 +397,7 @@ def _split_merge(key, state, leaves, component, alpha, cache, num_scans):
             log_pB = lB - jnp.logaddexp(lA, lB)
             log_pA = lA - jnp.logaddexp(lA, lB)
             newB = jnp.where(forced, orig_B[r], jnp.log(jax.random.uniform(k, dtype=f)) < log_pB)
-            logq = logq + jnp.where(newB, log_pB, log_pA)
+            logq = logq + jnp.where(final, jnp.where(newB, log_pB, log_pA), 0.0)
             sA = tree_select(newB, sAm, mgA)
             sB = tree_select(newB, mgB, sBm)
             return (side.at[r].set(newB), sA, sB, nAm + (~newB), nBm + newB, logq)
@@ -401,14 +407,12 @@ def _split_merge(key, state, leaves, component, alpha, cache, num_scans):
             return jax.lax.cond(in_S[r], update, lambda c, r, k: c, carry, r, k), None
 
         carry, _ = jax.lax.scan(body, carry, (ar, jax.random.split(key, N)))
-        return carry
+        return carry, None
 
     carry = (side, sA, sB, nA, nB, jnp.zeros((), f))
-    if num_scans:
-        carry, _ = jax.lax.scan(lambda c, k: (restricted_scan(k, c, False), None), carry,
-                                jax.random.split(k_scans, num_scans))
-    carry = carry[:5] + (jnp.zeros((), f),)
-    side, sA, sB, nA, nB, logq = restricted_scan(k_final, carry, ~same)
+    finals = jnp.arange(num_scans + 1) == num_scans
+    carry, _ = jax.lax.scan(restricted_scan, carry, (jax.random.split(k_scans, num_scans + 1), finals))
+    side, sA, sB, nA, nB, logq = carry
 
     log_a = jnp.log(alpha)
     lms = state.log_marginals
@@ -719,6 +723,7 @@ def _row_sweep(key, st, cols, alpha, beta):
     K = N
     ar_J, ar_V, ar_K = jnp.arange(J), jnp.arange(V), jnp.arange(K)
     log_alpha = jnp.log(alpha)
+    BK = min(_BLOCK, K)
 
     def body(carry, inp):
         Z, stats, counts, lms = carry
@@ -732,17 +737,28 @@ def _row_sweep(key, st, cols, alpha, beta):
         s_m = _select_rows(alive, s_m, _zeros_like(s_m))
         stats = _tmap(lambda a, b: a.at[c_col, ar_J].set(b), stats, s_m)
         lms = lms.at[c_col, ar_J].set(jnp.where(alive, _col_lm(cols, s_m, 0), 0.0))
-        merged = _col_merge(cols, stats, cell, 1)
-        lm_merged = _col_lm(cols, merged, 1)  # [K, J]
-        view_delta = jax.ops.segment_sum((lm_merged - lms).T, u, num_segments=V)  # [V, K]
         occ = counts > 0
         e = jnp.argmin(occ, axis=1)
+        # candidates are the occupied slots and each view's first empty one, all below
+        # k_hi (new clusters take the lowest free slot): only blocks of BK slots below k_hi
+        # are evaluated (`fori_loop` with a dynamic trip count)
+        k_hi = jnp.maximum(jnp.max(jnp.where(occ, ar_K[None, :], 0)), jnp.max(e)) + 1
+
+        def block(b, vd):
+            start = jnp.minimum(b * BK, K - BK)
+            sb = _tmap(lambda a: jax.lax.dynamic_slice_in_dim(a, start, BK, 0), stats)
+            lmm = _col_lm(cols, _col_merge(cols, sb, cell, 1), 1)  # [BK, J]
+            d = lmm - jax.lax.dynamic_slice_in_dim(lms, start, BK, 0)
+            return jax.lax.dynamic_update_slice_in_dim(vd, jax.ops.segment_sum(d.T, u, num_segments=V), start, 1)
+
+        view_delta = jax.lax.fori_loop(0, (k_hi + BK - 1) // BK, block, jnp.zeros((V, K), lms.dtype))
         prior = jnp.where(occ, jnp.log(jnp.where(occ, counts, 1.0)),
                           jnp.where(ar_K[None, :] == e[:, None], log_alpha, -jnp.inf))
         znew = jax.random.categorical(k, beta * (prior + view_delta), axis=-1).astype(jnp.int32)
         c_new = znew[u]
-        stats = _tmap(lambda a, b: a.at[c_new, ar_J].set(b[c_new, ar_J]), stats, merged)
-        lms = lms.at[c_new, ar_J].set(lm_merged[c_new, ar_J])
+        s_new = _col_merge(cols, _take(stats, (c_new, ar_J)), cell, 0)
+        stats = _tmap(lambda a, b: a.at[c_new, ar_J].set(b), stats, s_new)
+        lms = lms.at[c_new, ar_J].set(_col_lm(cols, s_new, 0))
         counts = counts.at[ar_V, znew].add(1.0)
         return (Z.at[i].set(znew), stats, counts, lms), None
 
@@ -760,6 +776,7 @@ def _column_sweep(key, st, cols, alpha, beta, num_aux):
     f = counts.dtype
     m = num_aux
     log_alpha = jnp.log(alpha)
+    BV = min(_BLOCK, V)
     k_aux, k_cols = jax.random.split(key)
     aux_Z, aux_counts = _crp_draw(k_aux, N, K, alpha, (J, m), f)  # [J, m, N], [J, m, K]
 
@@ -772,16 +789,24 @@ def _column_sweep(key, st, cols, alpha, beta, num_aux):
         aZ = aZ.at[0].set(jnp.where(single, Z[:, v_old], aZ[0]))
         ac = ac.at[0].set(jnp.where(single, counts[v_old], ac[0]))
         cell = _take(cols.cells, (slice(None), j))  # [N, ...]
-        ids = (Z + jnp.arange(V)[None, :] * K).reshape(-1)
-        rep = _tmap(lambda a: jnp.repeat(a, V, axis=0), cell)
-        S_v = _tmap(lambda a: a.reshape((V, K) + a.shape[1:]), _segment_stats(rep, ids, V * K))
+        # view likelihoods sum_k G_j(X[Z_v = k, j]), only for blocks of BV view slots below
+        # the highest occupied one (new views take the lowest free slot)
+        v_hi = jnp.max(jnp.where(sizes > 0, jnp.arange(V), 0)) + 1
+        rep = _tmap(lambda a: jnp.repeat(a, BV, axis=0), cell)
+
+        def block(b, lv):
+            start = jnp.minimum(b * BV, V - BV)
+            Zb = jax.lax.dynamic_slice_in_dim(Z, start, BV, 1)
+            S = _segment_stats(rep, (Zb + jnp.arange(BV)[None, :] * K).reshape(-1), BV * K)
+            S = _tmap(lambda a: a.reshape((BV, K) + a.shape[1:]), S)
+            return jax.lax.dynamic_update_slice_in_dim(lv, jnp.sum(_col_lm_j(cols, j, S), -1), start, 0)
+
+        lm_v = jax.lax.fori_loop(0, (v_hi + BV - 1) // BV, block, jnp.zeros(V, counts.dtype))
         rep_a = _tmap(lambda a: jnp.tile(a, (m,) + (1,) * (a.ndim - 1)), cell)
         ids_a = (aZ + jnp.arange(m)[:, None] * K).reshape(-1)
         S_a = _tmap(lambda a: a.reshape((m, K) + a.shape[1:]), _segment_stats(rep_a, ids_a, m * K))
-        lm_v = _col_lm_j(cols, j, S_v)  # [V, K]
         lm_a = _col_lm_j(cols, j, S_a)  # [m, K]
-        lv = jnp.where(sizes > 0, beta * (jnp.log(jnp.where(sizes > 0, sizes, 1.0)) + jnp.sum(lm_v, -1)),
-                       -jnp.inf)
+        lv = jnp.where(sizes > 0, beta * (jnp.log(jnp.where(sizes > 0, sizes, 1.0)) + lm_v), -jnp.inf)
         la = (beta * log_alpha - jnp.log(m) + (beta - 1.0) * _crp_log_prob_counts(ac, alpha)
               + beta * jnp.sum(lm_a, -1))
         choice = jax.random.categorical(k, jnp.concatenate([lv, la]))
@@ -791,8 +816,8 @@ def _column_sweep(key, st, cols, alpha, beta, num_aux):
         v_new = jnp.where(is_aux, e, choice).astype(jnp.int32)
         Z = jnp.where(is_aux, Z.at[:, e].set(aZ[a_idx]), Z)
         counts = jnp.where(is_aux, counts.at[e].set(ac[a_idx]), counts)
-        s_new = tree_select(is_aux, _take(S_a, a_idx), _take(S_v, jnp.clip(choice, 0, V - 1)))
-        lm_new = jnp.where(is_aux, lm_a[a_idx], lm_v[jnp.clip(choice, 0, V - 1)])
+        s_new = _segment_stats(cell, Z[:, v_new], K)  # column j under its new view's partition
+        lm_new = _col_lm_j(cols, j, s_new)
         occ_new = counts[v_new] > 0
         stats = _tmap(lambda a, b: a.at[:, j].set(b), stats, s_new)
         lms = lms.at[:, j].set(jnp.where(occ_new, lm_new, 0.0))
