@@ -145,7 +145,7 @@ def _cdpm_key(u, Z):
 X_C = np.array([[1, 1, 0], [1, 1, 1], [0, 0, 1]], float)
 
 
-@pytest.mark.parametrize("heat,num_aux", [(0.8, 1), (0.5, 2)])
+@pytest.mark.parametrize("heat,num_aux", [(0.5, 2)])  # a strongly heated partner: swaps must not bias
 def test_cdpm_mcmc_matches_enumerated_posterior(heat, num_aux):
     comp, alpha = BetaBernoulli(jnp.array([0.6, 1.0, 1.5]), 0.8), 1.1
     exact = _cdpm_exact(X_C, comp, alpha)
