@@ -727,24 +727,25 @@ def _node_stats(leaf, out_stats):
     return jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b], axis=0), leaf, out_stats)
 
 
+@jax.jit
+def _views_full(cd: _Columns, cols, log_alpha):
+    """Full row-BHC outputs of the padded views ``cols [B, W]`` (vmapped; used for the few
+    views the predictives need)."""
+    return jax.vmap(lambda c: _row_bhc(cd, c, log_alpha)[2])(cols)
+
+
 @partial(jax.jit, static_argnames=("mode",))
-def _views_predict(cd: _Columns, cols, log_alpha, q_view, q_a, q_b, mode: str):
-    """Per query ``q`` (view ``q_view[q]`` of the batch ``cols [B, W]``), per mode:
+def _views_predict(cd: _Columns, cols, outs, log_alpha, q_view, q_a, q_b, mode: str):
+    """Per query ``q`` (view ``q_view[q]`` of the batch ``cols [B, W]`` with row-BHC outputs
+    ``outs`` from `_views_full`), per mode:
 
     - ``"cell"``: ``log sum_{m in path(i)} w_m p(X_ij = v | D_m)`` with ``q_a = (i, pos)``
       int ``[Q, 2]`` and ``q_b`` = values ``[Q, K]`` (column index ``cols[view, pos]``);
     - ``"row"``: the BHC predictive ``log p(x | view)`` of padded rows ``q_a [Q, W]``;
     - ``"column"``: ``log p(y | view's row tree)`` (Eq. 12 through the row tree) of new
-      columns ``q_a [Q, I]`` (component of column ``q_b [Q]``, a column id or ``J`` for
-      the null parameters of a new column).
+      columns ``q_a [Q, I]`` with the prior of column ``q_b [Q]``.
     """
     I = cd.n_rows
-
-    def run(c):
-        comp, leaf, out = _row_bhc(cd, c, log_alpha)
-        return out
-
-    outs = jax.vmap(run)(cols)
     children, out_stats, log_h1, log_d, log_pT, log_r, log_1mr, leaf_h1 = outs
 
     def per_query(v, qa, qb):
@@ -804,19 +805,23 @@ def _tree_log_pT(log_h1, children, log_alpha, I):
     return lp[-1]
 
 
-def _node_queries(res: BHCCResult, nodes, mode, per_node_queries):
-    """Runs `_views_predict` for the views of ``nodes``; ``per_node_queries[n] = (q_a, q_b)``
-    arrays for node ``nodes[n]``. Returns a list of result arrays, one per node."""
-    cd = _column_model(res.component, res.X)
+_VIEW_CHUNK = 16
+_QUERY_CHUNK = {"cell": 1024, "row": 256, "column": 64}
+
+
+def _node_queries(cd: _Columns, col_lists, alpha, mode, per_node_queries):
+    """Runs `_views_predict` for the views ``col_lists`` (column ids of ``cd``);
+    ``per_node_queries[n] = (q_a, q_b)`` arrays for view ``n``. Returns a list of result
+    arrays, one per view. Views run in chunks of `_VIEW_CHUNK`, queries in fixed-size
+    chunks (padded), so one program compiles per view width and mode."""
     J = cd.n_cols
-    sets = res.tree.leaf_sets()
-    col_lists = [list(np.flatnonzero(sets[k])) for k in nodes]
-    log_alpha = jnp.log(jnp.asarray(res.alpha, jnp.result_type(float)))
-    results = [None] * len(nodes)
-    B = 16
+    log_alpha = jnp.log(jnp.asarray(alpha, jnp.result_type(float)))
+    results = [None] * len(col_lists)
+    B, Qc = _VIEW_CHUNK, _QUERY_CHUNK[mode]
     chunks = [(idx[s0 : s0 + B], W) for idx, W in _grouped(col_lists) for s0 in range(0, len(idx), B)]
     for idx, W in chunks:
-        cols = _pad_views([col_lists[i] for i in idx], W, J, B)
+        cols = jnp.asarray(_pad_views([col_lists[i] for i in idx], W, J, B))
+        outs = _views_full(cd, cols, log_alpha)
         qv, qa, qb = [], [], []
         for r, i in enumerate(idx):
             a, b = per_node_queries[i]
@@ -827,19 +832,31 @@ def _node_queries(res: BHCCResult, nodes, mode, per_node_queries):
             qb.append(b)
         sizes = [len(x) for x in qv]
         Q = sum(sizes)
-        Qp = max(16, 1 << int(np.ceil(np.log2(max(Q, 1)))))
+        if Q == 0:
+            for i in idx:
+                results[i] = np.zeros((0,) + np.shape(per_node_queries[i][1])[1:])
+            continue
         qv, qa, qb = (np.concatenate(x) for x in (qv, qa, qb))
+        Qp = -(-Q // Qc) * Qc
         padn = Qp - Q
         qv = np.concatenate([qv, np.zeros(padn, np.int32)])
         qa = np.concatenate([qa, np.repeat(qa[:1], padn, axis=0)])
         qb = np.concatenate([qb, np.repeat(qb[:1], padn, axis=0)])
-        out = np.asarray(_views_predict(cd, jnp.asarray(cols), log_alpha, jnp.asarray(qv), jnp.asarray(qa),
-                                        jnp.asarray(qb), mode))
+        out = np.concatenate([
+            np.asarray(_views_predict(cd, cols, outs, log_alpha, jnp.asarray(qv[s0 : s0 + Qc]),
+                                      jnp.asarray(qa[s0 : s0 + Qc]), jnp.asarray(qb[s0 : s0 + Qc]), mode))
+            for s0 in range(0, Qp, Qc)])
         off = 0
         for r, i in enumerate(idx):
             results[i] = out[off : off + sizes[r]]
             off += sizes[r]
     return results
+
+
+def _result_queries(res: "BHCCResult", nodes, mode, per_node_queries):
+    cd = _column_model(res.component, res.X)
+    sets = res.tree.leaf_sets()
+    return _node_queries(cd, [list(np.flatnonzero(sets[k])) for k in nodes], res.alpha, mode, per_node_queries)
 
 
 def _pad_rows_to(a, W):
@@ -871,7 +888,7 @@ def bhcc_predictive_row(result: BHCCResult, X_new) -> np.ndarray:
     nodes = _live_nodes(result, lr)
     sets = result.tree.leaf_sets()
     qs = [(Xn[:, np.flatnonzero(sets[k])], np.zeros(len(Xn), np.int32)) for k in nodes]
-    outs = _node_queries(result, nodes, "row", qs)
+    outs = _result_queries(result, nodes, "row", qs)
     dpm = {int(k): o for k, o in zip(nodes, outs)}
     ch = np.asarray(result.tree.children)
     val = {}
@@ -914,7 +931,7 @@ def bhcc_predictive_column(result: BHCCResult, Y, column: Optional[int] = None) 
     lw = result.log_omega(size_weighted=True)
     nodes = _live_nodes(result, lw)
     qs = [(Yn, np.full(len(Yn), c, np.int32)) for _ in nodes]
-    outs = _node_queries(result, nodes, "column", qs)
+    outs = _result_queries(result, nodes, "column", qs)
     terms = np.stack([lw[k] + o for k, o in zip(nodes, outs)])
     return np.asarray(logsumexp(jnp.asarray(terms), axis=0))
 
@@ -965,9 +982,185 @@ def bhcc_predictive_cell(result: BHCCResult, rows, cols, values) -> np.ndarray:
         qs.append((np.stack([rows[sel], pos], axis=1).astype(np.int32).reshape(-1, 2), vals2[sel]))
         which.append(sel)
     nonempty = [i for i, w in enumerate(which) if len(w)]
-    outs = _node_queries(result, nodes[nonempty], "cell", [qs[i] for i in nonempty])
+    outs = _result_queries(result, nodes[nonempty], "cell", [qs[i] for i in nonempty])
     acc = np.full(vals2.shape, -np.inf)
     for i, o in zip(nonempty, outs):
         k = nodes[i]
         acc[which[i]] = np.logaddexp(acc[which[i]], lw[k] + o)
     return acc[:, 0] if squeeze else acc
+
+
+# ------------------------------------------------------------------------------------------
+# Algorithm 2: randomized BHCC
+# ------------------------------------------------------------------------------------------
+@jax.jit
+def _direct_evidence(cd: _Columns, cols, log_alpha):
+    """``log p(X[:, cols] | BHC)`` of one padded view (no pair tables: for wide views)."""
+    return _dpm_bound(_row_bhc(cd, cols, log_alpha)[2], log_alpha, cd.n_rows)
+
+
+def _group_evidence(cd: _Columns, cols, log_alpha) -> float:
+    return float(_direct_evidence(cd, jnp.asarray(_pad_views([list(cols)], _width(len(cols)), cd.n_cols, 1)[0]),
+                                  log_alpha))
+
+
+def _subtree_weights(children, log_r, log_1mr, sizes, top) -> np.ndarray:
+    """Size-weighted ``log omega`` of the nodes of the subtree rooted at ``top`` (-inf
+    elsewhere): Eq. 11's weights of a new column under ``T_top``."""
+    m = len(children) + 1
+    N = 2 * m - 1
+    par = np.full(N, -1)
+    for t, (a, b) in enumerate(children):
+        par[a] = par[b] = m + t
+    lw = np.full(N, -np.inf)
+    lw[top] = 0.0
+    for k in range(N - 1, -1, -1):  # parents have larger ids than their children
+        if k != top and par[k] >= 0 and np.isfinite(lw[par[k]]):
+            p = par[k]
+            lw[k] = lw[p] + log_1mr[p] + np.log(sizes[k] / sizes[p])
+    out = np.full(N, -np.inf)
+    inside = np.isfinite(lw)
+    out[inside] = lw[inside] + log_r[inside]
+    return out
+
+
+def rbhcc(key, X, component: Component, alpha: float = 1.0, *, subset_size: int = 32, threshold: int = 64,
+          levels: Optional[int] = None, progress_bar: Optional[bool] = None) -> BHCCResult:
+    """Randomized BHCC (Algorithm 2): a column tree in ``O(J log J)`` column comparisons.
+
+    At each level: if fewer than ``threshold`` columns remain, plain BHCC (Algorithm 1)
+    builds the subtree. Otherwise BHCC runs on a random subset ``V0`` of ``subset_size``
+    columns; the root of its tree splits ``V0`` into ``L(T_a)`` and ``L(T_b)``, and every
+    other column ``y`` goes to the side with the larger ``pi_a p(y | T_a)`` vs ``pi_b p(y |
+    T_b)``, where ``p(y | T)`` is the new-column predictive of Eq. 11-12 under that subtree
+    and ``pi`` the side's share of ``V0`` (the CRP's prior for a new column joining it). Both
+    sides recurse; their union becomes node ``c`` with ``r_c`` from Eq. 6-8 and ``p(X_c | H1)``
+    from one BHC over all of its columns.
+
+    ``levels`` truncates the hierarchy (the paper's linear-time variant): a group reached
+    at depth ``levels`` (the root is depth 0) is not split further; it becomes one view
+    (``r = 1``, ``pi = 1``: its only tree-consistent column partition is itself), and the
+    binary tree below it is an arbitrary comb whose nodes carry no hypothesis (``log_h1``
+    NaN, zero predictive weight). The CDPM bound stays a valid lower bound.
+
+    Args:
+      key: a `jax.random` key (the random subsets; the same key gives the same tree).
+      X, component, alpha: as in `bhcc`.
+      subset_size: ``|V0|`` (>= 2).
+      threshold: groups with fewer columns are clustered by plain BHCC (>= subset_size).
+      levels: number of filtering levels kept (None: no truncation).
+      progress_bar: tqdm bar over columns placed (default ``J >= 500``).
+
+    Returns:
+      `BHCCResult` (as `bhcc`).
+    """
+    check_component(component)
+    alpha = check_alpha(alpha)
+    Xh = _validate(X, component)
+    I, J = Xh.shape
+    if not (isinstance(subset_size, (int, np.integer)) and subset_size >= 2):
+        raise ValueError(f"subset_size must be an integer >= 2, got {subset_size!r}")
+    if not (isinstance(threshold, (int, np.integer)) and threshold >= subset_size):
+        raise ValueError(f"threshold must be an integer >= subset_size={subset_size}, got {threshold!r}")
+    if levels is not None and not (isinstance(levels, (int, np.integer)) and levels >= 0):
+        raise ValueError(f"levels must be None or a non-negative integer, got {levels!r}")
+    from ..datasets import _check_key, _numpy_rng
+
+    rng = _numpy_rng(_check_key(key, "key"))
+    cd = _column_model(component, Xh)
+    la = float(np.log(alpha))
+    log_alpha = jnp.log(jnp.asarray(alpha, jnp.result_type(float)))
+    N = 2 * J - 1
+    node_h1, node_d, node_pT = np.full(N, np.nan), np.full(N, la), np.zeros(N)
+    node_1mr, node_r = np.full(N, -np.inf), np.zeros(N)
+    children: list = []
+    if progress_bar is None:
+        progress_bar = J >= 500
+    bar = None
+    if progress_bar:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=J, desc="RBHCC columns placed", leave=False)
+
+    def new_node(a, b):
+        children.append((min(a, b), max(a, b)))
+        return J + len(children) - 1
+
+    def plain(cols):
+        ch, h1, d, pT, l1, lr = _bhcc_core(cd, alpha, cols)
+        ids = list(int(c) for c in cols)
+        node_h1[ids], node_d[ids], node_pT[ids] = h1[: len(ids)], d[: len(ids)], pT[: len(ids)]
+        for t, (a, b) in enumerate(ch):
+            k = new_node(ids[a], ids[b])
+            ids.append(k)
+            src = len(cols) + t
+            node_h1[k], node_d[k], node_pT[k], node_1mr[k], node_r[k] = h1[src], d[src], pT[src], l1[src], lr[src]
+        if bar is not None:
+            bar.update(len(cols))
+        return ids[-1]
+
+    def truncated(cols):
+        h = _group_evidence(cd, cols, log_alpha)
+        k = int(cols[0])
+        for c in cols[1:]:
+            k = new_node(k, int(c))
+        if len(cols) > 1:
+            node_h1[k], node_d[k] = h, la + float(gammaln(len(cols)))
+        else:
+            node_h1[k] = h
+        node_pT[k] = h
+        if bar is not None:
+            bar.update(len(cols))
+        return k
+
+    def rec(cols, depth):
+        m = len(cols)
+        if m < threshold:
+            return plain(cols)
+        if levels is not None and depth >= levels:
+            return truncated(cols)
+        perm = rng.permutation(m)
+        sub, rest = cols[perm[:subset_size]], cols[perm[subset_size:]]
+        ch, h1, d, pT, l1, lr = _bhcc_core(cd, alpha, sub)
+        s = len(sub)
+        sizes = np.concatenate([np.ones(s), np.zeros(s - 1)])
+        for t, (a, b) in enumerate(ch):
+            sizes[s + t] = sizes[a] + sizes[b]
+        top_a, top_b = ch[-1]
+        sets = np.zeros((2 * s - 1, s), bool)
+        sets[np.arange(s), np.arange(s)] = True
+        for t, (a, b) in enumerate(ch):
+            sets[s + t] = sets[a] | sets[b]
+        col_lists = [list(sub[sets[k]]) for k in range(2 * s - 1)]
+        wa = _subtree_weights(ch, lr, l1, sizes, top_a)
+        wb = _subtree_weights(ch, lr, l1, sizes, top_b)
+        nodes = np.flatnonzero(np.isfinite(wa) | np.isfinite(wb))
+        Y = Xh[:, rest].T
+        outs = _node_queries(cd, [col_lists[k] for k in nodes], alpha, "column",
+                             [(Y, rest.astype(np.int32)) for _ in nodes])
+        la_, lb_ = np.full(len(rest), -np.inf), np.full(len(rest), -np.inf)
+        for k, o in zip(nodes, outs):
+            if np.isfinite(wa[k]):
+                la_ = np.logaddexp(la_, wa[k] + o)
+            if np.isfinite(wb[k]):
+                lb_ = np.logaddexp(lb_, wb[k] + o)
+        to_a = np.log(sizes[top_a]) + la_ > np.log(sizes[top_b]) + lb_
+        side_a = np.concatenate([sub[sets[top_a]], rest[to_a]])
+        side_b = np.concatenate([sub[sets[top_b]], rest[~to_a]])
+        ka = rec(np.sort(side_a), depth + 1)
+        kb = rec(np.sort(side_b), depth + 1)
+        h = _group_evidence(cd, cols, log_alpha)
+        ld, lp, lr_, l1_, _ = _merge_log(la, len(side_a), len(side_b), node_d[ka], node_d[kb], node_pT[ka],
+                                         node_pT[kb], h)
+        k = new_node(ka, kb)
+        node_h1[k], node_d[k], node_pT[k], node_1mr[k], node_r[k] = h, ld, lp, l1_, lr_
+        return k
+
+    try:
+        root = rec(np.arange(J), 0)
+    finally:
+        if bar is not None:
+            bar.close()
+    assert root == N - 1
+    return _finish(np.asarray(children, np.int64).reshape(-1, 2), J, node_h1, node_d, node_pT, node_1mr, node_r,
+                   Xh, component, alpha)
