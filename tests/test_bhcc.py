@@ -57,7 +57,7 @@ def _ptns_sum(res):
 # Algorithm 1 and its exactness properties
 # ------------------------------------------------------------------------------------------
 def test_one_column_is_bhc():
-    X = _two_view_table(0, I=12, J=1)
+    X = _two_view_table(0, I=8, J=1)
     comp = jaxhc.BetaBinomial(0.5, 0.5, 6)
     res = bhcc(X, comp, 1.3)
     ref = jaxhc.bhc(X, comp, 1.3)
@@ -74,7 +74,7 @@ def test_one_column_is_bhc():
 
 def test_view_evidence_matches_bhc_on_the_view():
     """Every node's log p(X_view | H1) is BHC's DPM bound on the view's columns."""
-    X = _two_view_table(1, I=10, J=4)
+    X = _two_view_table(1, I=8, J=3)
     comp = jaxhc.BetaBinomial(0.5, 0.5, 6)
     res = bhcc(X, comp, 0.7)
     sets = res.tree.leaf_sets()
@@ -84,9 +84,9 @@ def test_view_evidence_matches_bhc_on_the_view():
         np.testing.assert_allclose(res.log_h1[k], float(ref.dpm_lower_bound), rtol=1e-10)
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("seed", [0, 1])
 def test_theorem_5_5_tree_consistent_sum(seed):
-    X = _two_view_table(seed, I=6, J=5)
+    X = _two_view_table(seed, I=8, J=5)
     res = bhcc(X, jaxhc.BetaBinomial(0.5, 0.5, 6), 1.0 + seed)
     np.testing.assert_allclose(_ptns_sum(res), res.log_evidence, rtol=1e-10)
 
@@ -99,12 +99,11 @@ def test_theorem_5_5_tree_consistent_sum(seed):
         (jaxhc.NormalKnownCov(np.zeros(3), np.eye(3), 0.3 * np.eye(3)), "normal"),
     ],
 )
-@pytest.mark.parametrize("alpha", [0.5, 2.0])
-def test_cdpm_lower_bound_below_exact_evidence(comp, kind, alpha):
+def test_cdpm_lower_bound_below_exact_evidence(comp, kind):
     """Corollary 5.6 against the CDPM evidence summed over all column partitions and all
     row partitions of every view (4 rows x 3 columns)."""
-    rng = np.random.default_rng(int(alpha * 10) + len(kind))
-    for _ in range(2):
+    rng = np.random.default_rng(len(kind))
+    for alpha in (0.5, 2.0):
         if kind == "bern":
             X = rng.integers(0, 2, size=(4, 3)).astype(float)
         elif kind == "binom":
@@ -129,7 +128,7 @@ def test_columns_from_one_dpm_form_one_view():
 
 
 def test_four_views_recovered():
-    X, u, Z = cross_clustering_synthetic(0, n_rows=40, n_cols=24, n_views=4)
+    X, u, Z = cross_clustering_synthetic(0, n_rows=30, n_cols=24, n_views=4)
     res = bhcc(X, jaxhc.BetaBinomial(0.5, 0.5, 50), 1.0)
     assert adjusted_rand_score(u, res.cut(0.5)) >= 0.9
     for v in res.views:
@@ -138,7 +137,7 @@ def test_four_views_recovered():
 
 def test_normal_known_cov_and_independent_normal_agree():
     rng = np.random.default_rng(4)
-    X = np.concatenate([rng.normal(size=(6, 2)), rng.normal(size=(6, 1)) * 3], axis=1)
+    X = np.concatenate([rng.normal(size=(8, 2)), rng.normal(size=(8, 1)) * 3], axis=1)
     a = bhcc(X, jaxhc.NormalKnownCov(np.zeros(3), np.eye(3), 0.5 * np.eye(3)), 1.0)
     b = bhcc(X, IndependentNormal(np.zeros(3), np.ones(3), 0.5 * np.ones(3)), 1.0)
     np.testing.assert_allclose(a.log_evidence, b.log_evidence, rtol=1e-12)
@@ -186,12 +185,12 @@ def test_column_predictive_is_proper(small_binary):
 
 
 def test_cell_predictive_is_proper_and_matches_path_formula():
-    X = _two_view_table(7, I=9, J=4)
+    X = _two_view_table(7, I=8, J=4)
     X[3, 2] = np.nan
     comp = jaxhc.BetaBinomial(0.5, 0.5, 6)
     res = bhcc(X, comp, 1.0)
     vals = np.tile(np.arange(7.0), (3, 1))
-    lp = bhcc_predictive_cell(res, [3, 0, 8], [2, 0, 3], vals)
+    lp = bhcc_predictive_cell(res, [3, 0, 7], [2, 0, 3], vals)
     np.testing.assert_allclose(np.exp(lp).sum(axis=1), 1.0, rtol=1e-9)
     # Lemma A.7 by hand: column path weights x (row path weights x Beta-Binomial predictive)
     i, j = 3, 2
@@ -237,15 +236,16 @@ def test_rbhcc_below_threshold_is_bhcc():
     np.testing.assert_allclose(a.log_evidence, b.log_evidence, rtol=1e-12)
 
 
-@pytest.mark.parametrize("levels", [None, 1, 0])
-def test_rbhcc_bounds_and_theorem(levels):
+def test_rbhcc_bounds_and_theorem():
     X = _two_view_table(9, I=4, J=4, trials=3)
     comp = jaxhc.BetaBinomial(0.5, 0.5, 3)
-    res = rbhcc(jax.random.key(1), X, comp, 1.0, subset_size=2, threshold=2, levels=levels)
-    np.testing.assert_allclose(_ptns_sum(res), res.log_evidence, rtol=1e-10)
-    assert res.cdpm_lower_bound <= float(cdpm_log_evidence_bruteforce(X, comp, 1.0)) + 1e-9
-    if levels == 0:
-        assert len(res.views) == 1 and res.log_r[-1] == 0.0
+    exact = float(cdpm_log_evidence_bruteforce(X, comp, 1.0))
+    for levels in (None, 1, 0):
+        res = rbhcc(jax.random.key(1), X, comp, 1.0, subset_size=2, threshold=2, levels=levels)
+        np.testing.assert_allclose(_ptns_sum(res), res.log_evidence, rtol=1e-10)
+        assert res.cdpm_lower_bound <= exact + 1e-9
+        if levels == 0:
+            assert len(res.views) == 1 and res.log_r[-1] == 0.0
 
 
 def test_rbhcc_recovers_views_and_is_reproducible():

@@ -41,6 +41,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import gammaln, logsumexp
+from scipy.special import gammaln as _sgammaln
 
 from ..components import BetaBernoulli, BetaBinomial, Component, CountStats, NormalKnownCov, betaln
 from ..tree import Tree
@@ -134,6 +135,8 @@ class _BetaView(Component):
     t: jax.Array  # trials per column [W]
     cols: jax.Array  # [W] column ids (for per-column tables)
     tables: Any  # (ga, gb, gab)
+    dense: Any = None  # [(n_max + 1) * stride] full per-column term by (count, successes), or None
+    stride: int = eqx.field(static=True, default=0)
 
     supports_missing = True
 
@@ -160,6 +163,9 @@ class _BetaView(Component):
         return jnp.take(table.reshape(-1), i * ncol + self.cols, mode="clip")
 
     def log_marginal(self, s, cache=None):
+        if self.dense is not None:  # one lookup per column: shared prior and trials
+            i = (s.n + 0.5).astype(jnp.int32) * self.stride + (s.succ + 0.5).astype(jnp.int32)
+            return s.logc + jnp.sum(jnp.take(self.dense, i, mode="clip"), axis=-1)
         ga, gb, gab = self.tables
         per = self._look(ga, s.succ) + self._look(gb, s.fail) - self._look(gab, s.succ + s.fail)
         return s.logc + jnp.sum(per - betaln(self.a, self.b), axis=-1)
@@ -179,11 +185,14 @@ class _Columns(eqx.Module):
 
     beta: bool = eqx.field(static=True)
     shared: bool = eqx.field(static=True)  # one Beta prior for every column (scalar tables)
+    J: Any  # number of real columns (host int; not used under jit)
     p1: jax.Array  # a  | mean        [J + 1]
     p2: jax.Array  # b  | prior_var   [J + 1]
     p3: jax.Array  # trials per column | noise_var [J + 1]
     s: Any  # CountStats fields (n, succ, fail, logc) or IndepNormalStats, each [I, J + 1]
     tables: Any  # (ga, gb, gab) log Gamma tables of the Beta families, or None
+    dense: Any = None  # see _BetaView
+    stride: int = eqx.field(static=True, default=0)
 
     @property
     def n_rows(self) -> int:
@@ -191,12 +200,14 @@ class _Columns(eqx.Module):
 
     @property
     def n_cols(self) -> int:
-        return int(self.p1.shape[0]) - 1
+        """Real columns ``J``; arrays are padded to a power of two ``> J`` with null columns
+        (so tables of similar width share compiled programs); index ``J`` is a null column."""
+        return self.J
 
     def comp(self, cols):
         if self.beta:
             a, b = (self.p1[0], self.p2[0]) if self.shared else (self.p1[cols], self.p2[cols])
-            return _BetaView(a, b, self.p3[cols], cols, self.tables)
+            return _BetaView(a, b, self.p3[cols], cols, self.tables, self.dense, self.stride)
         return IndependentNormal(self.p1[cols], self.p2[cols], self.p3[cols])
 
     def stats_of(self, X, cols):
@@ -234,27 +245,40 @@ def _column_model(component: Component, X: np.ndarray) -> _Columns:
     """Builds `_Columns` for a column-separable component (raises ``TypeError`` otherwise)."""
     I, J = X.shape
     fdt = jnp.result_type(float)
-    Xj = jnp.asarray(np.concatenate([X, np.full((I, 1), np.nan)], axis=1), fdt)
+    npad = max(8, 1 << int(np.ceil(np.log2(J + 1)))) - J  # null columns J .. Jp-1
+    Xj = jnp.asarray(np.concatenate([X, np.full((I, npad), np.nan)], axis=1), fdt)
     if isinstance(component, (BetaBernoulli, BetaBinomial)):
         t = np.broadcast_to(np.asarray(component._trials(), float), (J,))
         shared = np.ndim(component.a) == 0 and np.ndim(component.b) == 0
         a = np.broadcast_to(np.asarray(component.a, float), (J,))
         b = np.broadcast_to(np.asarray(component.b, float), (J,))
-        tt = np.append(t, 1.0)
+        tt = np.append(t, np.ones(npad))
         obs = ~np.isnan(np.asarray(Xj))
         x = np.where(obs, np.asarray(Xj), 0.0)
         tt_e = np.where(obs, tt[None, :], 0.0)
-        logc = gammaln(tt_e + 1) - gammaln(x + 1) - gammaln(tt_e - x + 1)
+        logc = _sgammaln(tt_e + 1) - _sgammaln(x + 1) - _sgammaln(tt_e - x + 1)
         s = tuple(jnp.asarray(v, fdt) for v in (obs.astype(float), x, tt_e - x, logc))
-        a1, b1 = np.append(a, a[0] if shared else 1.0), np.append(b, b[0] if shared else 1.0)
+        a1 = np.append(a, np.full(npad, a[0] if shared else 1.0))
+        b1 = np.append(b, np.full(npad, b[0] if shared else 1.0))
         size = int((I + 1) * t.max()) + 1  # counts of I rows plus one predicted row
         m = np.arange(size, dtype=float)
+        dense, stride = None, 0
         if shared:
-            tables = tuple(jnp.asarray(gammaln(v + m), fdt) for v in (a1[0], b1[0], a1[0] + b1[0]))
+            tables = tuple(jnp.asarray(_sgammaln(v + m), fdt) for v in (a1[0], b1[0], a1[0] + b1[0]))
+            tmax = int(t.max())
+            if np.all(t == tmax) and (I + 2) * size <= (1 << 23):
+                # term of a column with n observed entries and s successes (fail = t n - s)
+                nn = np.arange(I + 2, dtype=float)[:, None]
+                ss = m[None, :]
+                ff = tmax * nn - ss
+                with np.errstate(invalid="ignore"):
+                    g = (_sgammaln(a1[0] + ss) + _sgammaln(b1[0] + np.maximum(ff, 0)) - _sgammaln(a1[0] + b1[0] + tmax * nn)
+                         - (_sgammaln(a1[0]) + _sgammaln(b1[0]) - _sgammaln(a1[0] + b1[0])))
+                dense, stride = jnp.asarray(np.where(ff >= 0, g, 0.0).reshape(-1), fdt), size
         else:
-            tables = tuple(jnp.asarray(gammaln(v[None, :] + m[:, None]), fdt) for v in (a1, b1, a1 + b1))
-        return _Columns(True, bool(shared), jnp.asarray(a1, fdt), jnp.asarray(b1, fdt), jnp.asarray(tt, fdt), s,
-                        tables)
+            tables = tuple(jnp.asarray(_sgammaln(v[None, :] + m[:, None]), fdt) for v in (a1, b1, a1 + b1))
+        return _Columns(True, bool(shared), J, jnp.asarray(a1, fdt), jnp.asarray(b1, fdt), jnp.asarray(tt, fdt), s,
+                        tables, dense, stride)
     if isinstance(component, IndependentNormal):
         mean, pv, nv = (np.broadcast_to(np.asarray(x, float), (J,)) for x in
                         (component.mean, component.prior_var, component.noise_var))
@@ -273,9 +297,9 @@ def _column_model(component: Component, X: np.ndarray) -> _Columns:
             f"BHCC splits columns into views, which needs a column-separable component "
             f"(BetaBernoulli, BetaBinomial, NormalKnownCov with diagonal covariances); got "
             f"{type(component).__name__}")
-    comp = IndependentNormal(np.append(mean, 0.0), np.append(pv, 1.0), np.append(nv, 1.0))
-    s = tuple(x.reshape(I, J + 1) for x in comp.stats(Xj[:, :, None, None]))
-    return _Columns(False, False, comp.mean, comp.prior_var, comp.noise_var, s, None)
+    comp = IndependentNormal(np.append(mean, np.zeros(npad)), np.append(pv, np.ones(npad)), np.append(nv, np.ones(npad)))
+    s = tuple(x.reshape(I, J + npad) for x in comp.stats(Xj[:, :, None, None]))
+    return _Columns(False, False, J, comp.mean, comp.prior_var, comp.noise_var, s, None)
 
 
 def _validate(X, component) -> np.ndarray:
@@ -537,15 +561,33 @@ class BHCCResult(NamedTuple):
     def view_of(self, columns: Sequence[int]) -> BHCCView:
         """A `BHCCView` (row BHC) of any set of columns."""
         cols = np.asarray(columns, np.int64)
-        cd = _column_model(self.component, self.X[:, cols])
-        log_alpha = jnp.log(jnp.asarray(self.alpha, jnp.result_type(float)))
-        comp, leaf = cd.view(jnp.arange(len(cols)))
-        rows = _rows_result(comp, self.alpha, leaf, _row_bhc(cd, jnp.arange(len(cols)), log_alpha)[2])
+        (rows,) = _view_rows(_column_model(self.component, self.X), [cols], self.alpha)
         sets = self.tree.leaf_sets()
         hit = np.flatnonzero(np.all(sets == np.isin(np.arange(self.n_columns), cols)[None, :], axis=1))
         node = int(hit[0]) if len(hit) else -1
         log_r = float(self.node_log_r()[node]) if node >= 0 else float("nan")
         return BHCCView(cols, node, log_r, rows)
+
+
+def _view_rows(cd: "_Columns", col_lists, alpha) -> list:
+    """The row `BHCResult` of each view in ``col_lists``, run padded (programs shared with
+    the predictive passes) and sliced to the view's own columns."""
+    log_alpha = jnp.log(jnp.asarray(alpha, jnp.result_type(float)))
+    out = [None] * len(col_lists)
+    B = _VIEW_CHUNK
+    for idx, W in _grouped(col_lists):
+        for s0 in range(0, len(idx), B):
+            sub = idx[s0 : s0 + B]
+            cols = _pad_views([col_lists[i] for i in sub], W, cd.n_cols, B)
+            outs = _views_full(cd, jnp.asarray(cols), log_alpha)
+            for r, i in enumerate(sub):
+                w = len(col_lists[i])
+                c = jnp.asarray(np.asarray(col_lists[i], np.int32))
+                comp, leaf = cd.view(c)
+                o = jax.tree_util.tree_map(lambda x: x[r], outs)
+                out_stats = type(o[1])(*(x[:, :w] if x.ndim == 2 else x for x in o[1]))
+                out[i] = _rows_result(comp, alpha, leaf, (o[0], out_stats) + tuple(o[2:]))
+    return out
 
 
 def _rows_result(comp, alpha, leaf, out) -> BHCResult:
@@ -559,16 +601,13 @@ def _rows_result(comp, alpha, leaf, out) -> BHCResult:
 def _views_of(X, component, alpha, tree, log_r_nodes) -> tuple:
     labels = tree.cut(0.5, scores=np.exp(log_r_nodes[tree.n_leaves:]))
     sets = tree.leaf_sets()
+    groups = [np.flatnonzero(labels == g) for g in range(int(labels.max()) + 1)]
+    rows = _view_rows(_column_model(component, X), groups, alpha)
     views = []
-    for g in range(int(labels.max()) + 1):
-        cols = np.flatnonzero(labels == g)
+    for cols, rr in zip(groups, rows):
         member = np.isin(np.arange(tree.n_leaves), cols)
         node = int(np.flatnonzero(np.all(sets == member[None, :], axis=1))[0])
-        cd = _column_model(component, X[:, cols])
-        log_alpha = jnp.log(jnp.asarray(alpha, jnp.result_type(float)))
-        comp, leaf = cd.view(jnp.arange(len(cols)))
-        rows = _rows_result(comp, alpha, leaf, _row_bhc(cd, jnp.arange(len(cols)), log_alpha)[2])
-        views.append(BHCCView(cols, node, float(log_r_nodes[node]), rows))
+        views.append(BHCCView(cols, node, float(log_r_nodes[node]), rr))
     return tuple(views)
 
 
@@ -577,7 +616,7 @@ def _views_of(X, component, alpha, tree, log_r_nodes) -> tuple:
 # ------------------------------------------------------------------------------------------
 def _merge_log(log_alpha, na, nb, log_da, log_db, log_pa, log_pb, log_h1):
     """Eq. 6-8 for merging subtrees a and b (numpy, broadcasts)."""
-    lag = log_alpha + gammaln(na + nb)
+    lag = log_alpha + _sgammaln(na + nb)
     ldd = log_da + log_db
     log_d = np.logaddexp(lag, ldd)
     x = lag - log_d + log_h1
@@ -591,7 +630,7 @@ def _finish(children, J, node_h1, node_d, node_pT, node_1mr, node_log_r, X, comp
     tree = Tree(np.asarray(children, np.int64).reshape(-1, 2),
                 heights=np.arange(1, J, dtype=float) if heights is None else heights, values={"log_r": log_r})
     log_ev = float(node_pT[-1])
-    bound = log_ev + float(node_d[-1]) + float(gammaln(alpha) - gammaln(J + alpha))
+    bound = log_ev + float(node_d[-1]) + float(_sgammaln(alpha) - _sgammaln(J + alpha))
     views = _views_of(X, component, alpha, tree, node_log_r)
     return BHCCResult(tree, log_ev, log_r, bound, node_h1, node_d, node_pT, node_1mr, views, component,
                       float(alpha), X)
@@ -1105,7 +1144,7 @@ def rbhcc(key, X, component: Component, alpha: float = 1.0, *, subset_size: int 
         for c in cols[1:]:
             k = new_node(k, int(c))
         if len(cols) > 1:
-            node_h1[k], node_d[k] = h, la + float(gammaln(len(cols)))
+            node_h1[k], node_d[k] = h, la + float(_sgammaln(len(cols)))
         else:
             node_h1[k] = h
         node_pT[k] = h
