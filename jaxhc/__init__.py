@@ -12,7 +12,18 @@ from .components import (
     NormalInverseWishart,
     NormalKnownCov,
 )
-from .inference.bhc import BHCResult, bhc, bhc_predictive, tree_log_evidence
+from .inference.bhc import BHCResult, bhc, bhc_predictive, bhc_predictive_cell, tree_log_evidence
+from .inference.bhcc import (
+    BHCCResult,
+    BHCCView,
+    IndependentNormal,
+    bhcc,
+    bhcc_predictive_cell,
+    bhcc_predictive_column,
+    bhcc_predictive_row,
+    rbhcc,
+)
+from .inference.gibbs import cdpm_mcmc, dpm_gibbs
 from .inference.ginkgo_fit import LambdaFit, LambdaPosterior, fit_lambda, sample_lambda
 from .inference.hyperopt import HyperoptResult, learn_hyperparameters
 from .inference.rbhc import rbhc
@@ -21,11 +32,14 @@ from .tree import ParentTree, Tree
 __version__ = "0.1.0"
 
 __all__ = [
+    "BHCCResult",
+    "BHCCView",
     "BHCResult",
     "BetaBernoulli",
     "BetaBinomial",
     "DirichletMultinomial",
     "HyperoptResult",
+    "IndependentNormal",
     "LambdaFit",
     "LambdaPosterior",
     "NormalInverseWishart",
@@ -34,6 +48,13 @@ __all__ = [
     "Tree",
     "bhc",
     "bhc_predictive",
+    "bhc_predictive_cell",
+    "bhcc",
+    "bhcc_predictive_cell",
+    "bhcc_predictive_column",
+    "bhcc_predictive_row",
+    "cdpm_mcmc",
+    "dpm_gibbs",
     "components",
     "datasets",
     "fit_lambda",
@@ -41,6 +62,7 @@ __all__ = [
     "learn_hyperparameters",
     "metrics",
     "rbhc",
+    "rbhcc",
     "sample_lambda",
     "tree",
     "tree_log_evidence",

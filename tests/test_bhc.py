@@ -359,6 +359,8 @@ def test_public_api_names():
     assert set(jaxhc.__all__) >= {
         "Tree", "ParentTree", "bhc", "bhc_predictive", "learn_hyperparameters", "rbhc", "BHCResult",
         "NormalInverseWishart", "NormalKnownCov", "BetaBernoulli", "BetaBinomial", "DirichletMultinomial",
+        "bhcc", "rbhcc", "BHCCResult", "bhcc_predictive_row", "bhcc_predictive_column", "bhcc_predictive_cell",
+        "dpm_gibbs", "cdpm_mcmc",
     }
     for name in jaxhc.__all__:
         assert hasattr(jaxhc, name)

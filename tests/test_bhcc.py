@@ -67,9 +67,13 @@ def test_one_column_is_bhc():
     (view,) = res.views
     assert view.rows.tree.same_hierarchy(ref.tree)
     np.testing.assert_allclose(float(view.rows.log_evidence), float(ref.log_evidence), rtol=1e-12)
-    # the new-row predictive of one view is BHC's predictive
+    # the new-row predictive of one view is BHC's predictive; so is the cell predictive
     Xn = np.array([[0.0], [3.0], [6.0]])
     np.testing.assert_allclose(bhcc_predictive_row(res, Xn), np.asarray(jaxhc.bhc_predictive(ref, Xn)), rtol=1e-9)
+    vals = np.tile(np.arange(7.0), (2, 1))
+    a = bhcc_predictive_cell(res, [1, 4], [0, 0], vals)
+    np.testing.assert_allclose(a, jaxhc.bhc_predictive_cell(ref, [1, 4], [0, 0], vals), rtol=1e-9)
+    np.testing.assert_allclose(np.exp(a).sum(axis=1), 1.0, rtol=1e-9)
 
 
 def test_view_evidence_matches_bhc_on_the_view():

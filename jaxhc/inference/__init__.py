@@ -1,10 +1,24 @@
 """Inference algorithms: each a pure function or an init/step kernel pair."""
-from .bhc import BHCResult, bhc, bhc_predictive, tree_log_evidence
+from . import gibbs, mh
+from .bhc import BHCResult, bhc, bhc_predictive, bhc_predictive_cell, tree_log_evidence
+from .bhcc import (
+    BHCCResult,
+    BHCCView,
+    bhcc,
+    bhcc_predictive_cell,
+    bhcc_predictive_column,
+    bhcc_predictive_row,
+    rbhcc,
+)
+from .gibbs import CDPMGibbs, DPMGibbs, cdpm_mcmc, cdpm_predict_cells, dpm_gibbs, dpm_predict_cells
 from .ginkgo_fit import LambdaFit, LambdaPosterior, fit_lambda, lambda_model, sample_lambda
 from .hyperopt import HyperoptResult, learn_hyperparameters
 from .rbhc import rbhc
 
 __all__ = [
-    "BHCResult", "HyperoptResult", "LambdaFit", "LambdaPosterior", "bhc", "bhc_predictive", "fit_lambda",
+    "BHCCResult", "BHCCView", "CDPMGibbs", "DPMGibbs", "bhcc", "bhcc_predictive_cell", "bhcc_predictive_column",
+    "bhcc_predictive_row", "cdpm_mcmc", "cdpm_predict_cells", "dpm_gibbs", "dpm_predict_cells", "gibbs", "mh",
+    "rbhcc",
+    "BHCResult", "bhc_predictive_cell", "HyperoptResult", "LambdaFit", "LambdaPosterior", "bhc", "bhc_predictive", "fit_lambda",
     "lambda_model", "learn_hyperparameters", "rbhc", "sample_lambda", "tree_log_evidence",
 ]

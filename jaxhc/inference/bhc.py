@@ -31,7 +31,7 @@ from jax.scipy.special import gammaln
 from ..components import Component
 from ..tree import Tree
 
-__all__ = ["BHCResult", "bhc", "bhc_predictive", "tree_node_terms", "TreeTerms", "check_alpha"]
+__all__ = ["BHCResult", "bhc", "bhc_predictive", "bhc_predictive_cell", "tree_node_terms", "TreeTerms", "check_alpha"]
 
 
 # ------------------------------------------------------------------------------------------
@@ -562,3 +562,57 @@ def bhc_predictive(result: BHCResult, X_new) -> jax.Array:
     Xn = comp.validate_data(Xn, "X_new")
     log_w = jnp.asarray(result.log_weights())
     return _predictive_core(comp, log_w, result.node_stats, jnp.asarray(Xn))
+
+
+@jax.jit
+def _cell_core(comp, log_w_rows, node_stats, Xq):
+    """``logsumexp_m (log_w_rows[q, m] + log p(Xq[q] | D_m))`` per query row of ``Xq``."""
+    def one(lw, x):
+        return jax.scipy.special.logsumexp(lw + comp.log_predictive(x, node_stats))
+
+    return jax.lax.map(lambda a: one(*a), (log_w_rows, Xq), batch_size=64)
+
+
+def bhc_predictive_cell(result: BHCResult, rows, cols, values) -> np.ndarray:
+    """``log p(X_ij = v | D, T)`` of cells of existing rows under a BHC tree (the DPM
+    baseline of the cross-clustering paper's missing-value study).
+
+    Row ``i``'s cluster is one of the nodes on the path from the root to leaf ``i``: node
+    ``m`` with weight ``r_m prod_{above m} (1 - r)`` (these sum to one since ``r = 1`` at the
+    leaf), and ``p(v | D_m)`` is the component's predictive of column ``j`` given the data of
+    node ``m`` (which includes row ``i``'s observed entries; the cell itself should be
+    missing, NaN, in the data the tree was built on). Needs a component with missing-value
+    support (the Beta families).
+
+    Args:
+      rows, cols: int ``[Q]`` cell coordinates; values: ``[Q]`` or ``[Q, K]`` candidates.
+    Returns ``log p`` with the shape of ``values``.
+    """
+    if not isinstance(result, BHCResult):
+        raise TypeError(f"result must be a BHCResult from jaxhc.bhc, got {type(result).__name__}")
+    comp = result.component
+    if not comp.supports_missing:
+        raise TypeError(f"{type(comp).__name__} does not support missing entries; cell prediction needs one that does")
+    rows = np.asarray(rows, np.int64).reshape(-1)
+    cols = np.asarray(cols, np.int64).reshape(-1)
+    vals = np.asarray(values, dtype=float)
+    v2 = vals[:, None] if vals.ndim == 1 else vals
+    n, d = result.tree.n_leaves, int(np.shape(jax.tree_util.tree_leaves(result.node_stats)[0])[-1])
+    if rows.shape != cols.shape or v2.ndim != 2 or v2.shape[0] != rows.shape[0]:
+        raise ValueError(f"rows, cols must be [Q] and values [Q] or [Q, K]; got {rows.shape}, {cols.shape}, {vals.shape}")
+    if np.any((rows < 0) | (rows >= n)) or np.any((cols < 0) | (cols >= d)):
+        raise ValueError(f"cell coordinates out of range for {n} rows x {d} columns")
+    sets = result.tree.leaf_sets()
+    par = result.tree.parents()
+    log_r = np.concatenate([np.zeros(n), np.asarray(result.log_r)])
+    l1 = np.asarray(result.log_1mr)
+    above = np.zeros(2 * n - 1)  # sum of log(1 - r) over the strict ancestors
+    for k in range(2 * n - 3, -1, -1):
+        above[k] = above[par[k]] + l1[par[k]]
+    log_w = np.where(sets[:, rows].T, (log_r + above)[None, :], -np.inf)  # [Q, 2n-1]
+    Q, K = v2.shape
+    Xq = np.full((Q * K, d), np.nan)
+    Xq[np.arange(Q * K), np.repeat(cols, K)] = v2.reshape(-1)
+    out = _cell_core(comp, jnp.asarray(np.repeat(log_w, K, axis=0)), result.node_stats, jnp.asarray(Xq))
+    out = np.asarray(out).reshape(Q, K)
+    return out[:, 0] if vals.ndim == 1 else out
