@@ -162,6 +162,15 @@ class _BetaView(Component):
         ncol = table.shape[1]
         return jnp.take(table.reshape(-1), i * ncol + self.cols, mode="clip")
 
+    def column_log_marginal(self, s):
+        """Per-column log marginals ``[..., W]``; ``s.logc`` must then be per column too."""
+        if self.dense is not None:
+            i = (s.n + 0.5).astype(jnp.int32) * self.stride + (s.succ + 0.5).astype(jnp.int32)
+            return s.logc + jnp.take(self.dense, i, mode="clip")
+        ga, gb, gab = self.tables
+        per = self._look(ga, s.succ) + self._look(gb, s.fail) - self._look(gab, s.succ + s.fail)
+        return s.logc + per - betaln(self.a, self.b)
+
     def log_marginal(self, s, cache=None):
         if self.dense is not None:  # one lookup per column: shared prior and trials
             i = (s.n + 0.5).astype(jnp.int32) * self.stride + (s.succ + 0.5).astype(jnp.int32)
@@ -768,9 +777,9 @@ def _node_stats(leaf, out_stats):
 
 @jax.jit
 def _views_full(cd: _Columns, cols, log_alpha):
-    """Full row-BHC outputs of the padded views ``cols [B, W]`` (vmapped; used for the few
-    views the predictives need)."""
-    return jax.vmap(lambda c: _row_bhc(cd, c, log_alpha)[2])(cols)
+    """Full row-BHC outputs of the padded views ``cols [B, W]`` (one view after the other,
+    see `_pairs_evidence`)."""
+    return jax.lax.map(lambda c: _row_bhc(cd, c, log_alpha)[2], cols)
 
 
 @partial(jax.jit, static_argnames=("mode",))
@@ -780,72 +789,85 @@ def _views_predict(cd: _Columns, cols, outs, log_alpha, q_view, q_a, q_b, mode: 
 
     - ``"cell"``: ``log sum_{m in path(i)} w_m p(X_ij = v | D_m)`` with ``q_a = (i, pos)``
       int ``[Q, 2]`` and ``q_b`` = values ``[Q, K]`` (column index ``cols[view, pos]``);
-    - ``"row"``: the BHC predictive ``log p(x | view)`` of padded rows ``q_a [Q, W]``;
-    - ``"column"``: ``log p(y | view's row tree)`` (Eq. 12 through the row tree) of new
-      columns ``q_a [Q, I]`` with the prior of column ``q_b [Q]``.
+    - ``"row"``: the BHC predictive ``log p(x | view)`` of padded rows ``q_a [Q, W]``.
+
+    The row-tree weights of every view are computed once, then gathered per query.
     """
     I = cd.n_rows
     children, out_stats, log_h1, log_d, log_pT, log_r, log_1mr, leaf_h1 = outs
+    lw, mem = jax.vmap(lambda ch, lr, l1: _row_weights(ch, lr, l1, I, mode == "row"))(children, log_r, log_1mr)
 
     def per_query(v, qa, qb):
         c = cols[v]
-        comp, leaf = cd.view(c)
-        ch = children[v]
-        ns = _node_stats(leaf, jax.tree_util.tree_map(lambda x: x[v], out_stats))
         if mode == "cell":
-            lw, mem = _row_weights(ch, log_r[v], log_1mr[v], I, False)
             i, pos = qa[0], qa[1]
-            lp = cd.cell_log_predictive(c[pos], qb[:, None], ns, pos)  # [K, 2I-1]
-            return logsumexp(jnp.where(mem[:, i][None, :], lw[None, :] + lp, -jnp.inf), axis=-1)
-        if mode == "row":
-            lw, _ = _row_weights(ch, log_r[v], log_1mr[v], I, True)
-            sx = cd.stats_of(qa[None, :], c)
-            lp = comp.log_marginal(comp.merge(ns, sx)) - comp.log_marginal(ns)
-            return logsumexp(lw + lp)
-        # column: add the new column's statistics to every row-tree node, redo the recursion
-        ycol = qb[None]
-        ycomp = cd.comp(ycol)
-        yleaf = cd.stats_of(qa[:, None, None], ycol)
-
-        def agg(st, tc):
-            t, (a, b) = tc
-            m_ = ycomp.merge(jax.tree_util.tree_map(lambda x: x[a], st), jax.tree_util.tree_map(lambda x: x[b], st))
-            return jax.tree_util.tree_map(lambda x, u: x.at[I + t].set(u), st, m_), None
-
-        pad = jax.tree_util.tree_map(lambda x: jnp.zeros((I - 1,) + x.shape[1:], x.dtype), yleaf)
-        yst, _ = jax.lax.scan(agg, _node_stats(yleaf, pad), (jnp.arange(I - 1), ch))
-        h_all = jnp.concatenate([leaf_h1[v], log_h1[v]]) + ycomp.log_marginal(yst)
-        return _tree_log_pT(h_all, ch, log_alpha, I) - (log_pT[v][-1] if I > 1 else leaf_h1[v][0])
+            col = c[pos]
+            leaf_col = type(out_stats)(*(x[:, col] for x in cd.s))
+            inner_col = jax.tree_util.tree_map(lambda x: x[v][:, pos] if x.ndim == 3 else x[v], out_stats)
+            ns = jax.tree_util.tree_map(lambda x, y: jnp.concatenate([x, y])[..., None], leaf_col, inner_col)
+            lp = cd.cell_log_predictive(col, qb[:, None], ns, 0)  # [K, 2I-1]
+            return logsumexp(jnp.where(mem[v][:, i][None, :], lw[v][None, :] + lp, -jnp.inf), axis=-1)
+        comp, leaf = cd.view(c)
+        ns = _node_stats(leaf, jax.tree_util.tree_map(lambda x: x[v], out_stats))
+        sx = cd.stats_of(qa[None, :], c)
+        lp = comp.log_marginal(comp.merge(ns, sx)) - comp.log_marginal(ns)
+        return logsumexp(lw[v] + lp)
 
     return jax.vmap(per_query)(q_view, q_a, q_b)
 
 
-def _tree_log_pT(log_h1, children, log_alpha, I):
-    """``log p(D | T)`` at the root of a fixed tree from per-node ``log_h1 [2I-1]``."""
-    if I == 1:
-        return log_h1[0]
-    dt = log_h1.dtype
-    cnt = jnp.concatenate([jnp.ones(I, dt), jnp.zeros(I - 1, dt)])
-    ld = jnp.concatenate([jnp.full(I, log_alpha, dt), jnp.zeros(I - 1, dt)])
-    lp = jnp.where(jnp.arange(2 * I - 1) < I, log_h1, 0.0)
+@jax.jit
+def _views_column_predict(cd: _Columns, cols, outs, log_alpha, Y, ycol):
+    """``log p(y | view's row tree)`` ``[B, Q]`` of new columns ``Y [Q, I]`` (prior of column
+    ``ycol [Q]``) for every view of ``cols [B, W]``: Eq. 12 summed over the row tree's
+    consistent partitions, as the evidence ratio ``p(X_view, y | T_rows) / p(X_view | T_rows)``.
+    The new column's statistics are aggregated up each row tree (``O(I Q)``) and the BHC
+    recursion is redone with the per-node ``log p(H1)`` increased by the column's term."""
+    I = cd.n_rows
+    children, out_stats, log_h1, log_d, log_pT, log_r, log_1mr, leaf_h1 = outs
+    ycomp = cd.comp(ycol)
+    yleaf = ycomp.stats(Y.T[:, None, :])  # fields [I, Q]
+    if cd.beta:  # per-column log binomial coefficients (CountStats sums them over columns)
+        obs = ~jnp.isnan(Y.T)
+        x = jnp.where(obs, Y.T, 0.0)
+        tt = jnp.where(obs, cd.p3[ycol][None, :], 0.0)
+        yleaf = yleaf._replace(logc=gammaln(tt + 1) - gammaln(x + 1) - gammaln(tt - x + 1))
 
-    def step(c, tc):
-        cnt, ld, lp = c
-        t, (a, b) = tc
-        k = I + t
-        nk = cnt[a] + cnt[b]
-        lag = log_alpha + gammaln(nk)
-        ldd = ld[a] + ld[b]
-        d = jnp.logaddexp(lag, ldd)
-        p = jnp.logaddexp(lag - d + log_h1[k], ldd - d + lp[a] + lp[b])
-        return (cnt.at[k].set(nk), ld.at[k].set(d), lp.at[k].set(p)), None
+    def one(ch, lh1_inner, ld_inner, lpT_inner, lh1_leaf):
+        pad = jax.tree_util.tree_map(lambda x: jnp.zeros((I - 1,) + x.shape[1:], x.dtype), yleaf)
 
-    (cnt, ld, lp), _ = jax.lax.scan(step, (cnt, ld, lp), (jnp.arange(I - 1), children))
-    return lp[-1]
+        def agg(st, tc):
+            t, (a, b) = tc
+            m_ = jax.tree_util.tree_map(lambda x: x[a] + x[b], st)
+            return jax.tree_util.tree_map(lambda x, u: x.at[I + t].set(u), st, m_), None
+
+        yst, _ = jax.lax.scan(agg, _node_stats(yleaf, pad), (jnp.arange(I - 1), ch))
+        col_terms = ycomp.column_log_marginal(yst)  # [2I-1, Q]
+        h = jnp.concatenate([lh1_leaf, lh1_inner])[:, None] + col_terms
+        if I == 1:
+            return h[0] - lh1_leaf[0]
+        ld = jnp.concatenate([jnp.full((I,), log_alpha), ld_inner])
+        size = jnp.concatenate([jnp.ones(I), jnp.zeros(I - 1)])
+
+        def up(c, tc):
+            size, lp = c
+            t, (a, b) = tc
+            k = I + t
+            nk = size[a] + size[b]
+            lag = log_alpha + gammaln(nk)
+            ldd = ld[a] + ld[b]
+            val = jnp.logaddexp(lag - ld[k] + h[k], ldd - ld[k] + lp[a] + lp[b])
+            return (size.at[k].set(nk), lp.at[k].set(val)), None
+
+        lp0 = jnp.where((jnp.arange(2 * I - 1) < I)[:, None], h, 0.0)
+        (_, lp), _ = jax.lax.scan(up, (size, lp0), (jnp.arange(I - 1), ch))
+        return lp[-1] - lpT_inner[-1]
+
+    return jax.vmap(one)(children, log_h1, log_d, log_pT, leaf_h1)
 
 
 _VIEW_CHUNK = 16
-_QUERY_CHUNK = {"cell": 1024, "row": 256, "column": 64}
+_QUERY_CHUNK = {"cell": 1024, "row": 256, "column": 512}
 
 
 def _node_queries(cd: _Columns, col_lists, alpha, mode, per_node_queries):
@@ -861,6 +883,23 @@ def _node_queries(cd: _Columns, col_lists, alpha, mode, per_node_queries):
     for idx, W in chunks:
         cols = jnp.asarray(_pad_views([col_lists[i] for i in idx], W, J, B))
         outs = _views_full(cd, cols, log_alpha)
+        if mode == "column":  # every view gets the same new columns
+            Y, ycol = per_node_queries[idx[0]]
+            if len(Y) == 0:
+                for i in idx:
+                    results[i] = np.zeros(0)
+                continue
+            Qc = _QUERY_CHUNK["column"]
+            Qp = -(-len(Y) // Qc) * Qc
+            Yp = np.concatenate([Y, np.repeat(Y[:1], Qp - len(Y), axis=0)])
+            yc = np.concatenate([ycol, np.repeat(ycol[:1], Qp - len(Y))]).astype(np.int32)
+            res = np.concatenate([
+                np.asarray(_views_column_predict(cd, cols, outs, log_alpha, jnp.asarray(Yp[s0 : s0 + Qc]),
+                                                 jnp.asarray(yc[s0 : s0 + Qc])))
+                for s0 in range(0, Qp, Qc)], axis=1)
+            for r, i in enumerate(idx):
+                results[i] = res[r, : len(Y)]
+            continue
         qv, qa, qb = [], [], []
         for r, i in enumerate(idx):
             a, b = per_node_queries[i]
