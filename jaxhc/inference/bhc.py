@@ -253,7 +253,14 @@ def _bhc_core(comp, log_alpha, leaf_stats, n_valid, progress_every=0, row_batch=
         active = st.active & ~at_b
         r = row(a, stats, cnt, log_d, log_pT, active)
         if keep_matrix:
-            S = st.S.at[a, :].set(r).at[:, a].set(r).at[b, :].set(neg_inf).at[:, b].set(neg_inf)
+            # rows and columns by dynamic_update_slice (in place; a scatter is much slower on CPU)
+            dus = jax.lax.dynamic_update_slice
+            z = jnp.zeros((), jnp.int32)
+            ninf = jnp.full((n,), neg_inf)
+            S = dus(st.S, r[None, :], (a.astype(jnp.int32), z))
+            S = dus(S, r[:, None], (z, a.astype(jnp.int32)))
+            S = dus(S, ninf[None, :], (b.astype(jnp.int32), z))
+            S = dus(S, ninf[:, None], (z, b.astype(jnp.int32)))
         else:
             S = st.S
         # update the row caches for the new scores r[k] = S[k, a]
