@@ -42,10 +42,16 @@ c. a swap of the two chains' states, accepted with ``(1 - heat) (log p(X, s_hot)
 Missing entries (NaN in ``X``) are supported where the component's statistics skip them
 (`BetaBernoulli`, `BetaBinomial`): held-out cells are predicted by `dpm_predict_cells` and
 `cdpm_predict_cells`. `DPMGibbs` and `CDPMGibbs` wrap the kernels as NumPyro ``MCMCKernel``s.
+
+Compilation: the runs and the single steps go through one jitted chunk program per data
+shape, component and static option (``num_split_merge``; ``num_aux``): chain lengths,
+``thin``, ``num_restricted_scans``, ``gibbs_sweep`` and ``heat`` are traced, and kept samples
+go to buffers of a length fixed by the shape (`_chunk_size`), longer runs taking several calls.
 """
 from __future__ import annotations
 
 import functools
+import itertools
 from typing import Any, NamedTuple
 
 import jax
@@ -220,30 +226,67 @@ def _tick(token, n):
         bar.update(int(n))
 
 
-def _drive(step, extract, key, state, num_warmup, num_samples, thin, progress, token):
-    """Runs ``num_warmup`` steps, then ``num_samples`` x ``thin`` steps keeping every
-    ``thin``-th state's ``extract(state, info)``; returns ``(last_state, samples)``."""
-    def one(s, k):
-        s, info = step(k, s)
+def _drive(step, extract, template, key, state, num_warmup, num_kept, thin, size, progress, token):
+    """Runs ``num_warmup + num_kept * thin`` steps in one loop, writing ``extract(state,
+    info)`` after every ``thin``-th step past the warm-up into buffers of static length
+    ``size >= num_kept`` (``template``: one zero row). The counts are traced, so one
+    compiled program serves every chain length; step ``t`` uses ``fold_in(key, t)``.
+    Returns ``(last_state, buffers)`` (rows past ``num_kept`` stay zero)."""
+    buf = _tmap(lambda a: jnp.zeros((size,) + jnp.shape(a), jnp.asarray(a).dtype), template)
+
+    def body(t, carry):
+        s, buf = carry
+        s, info = step(jax.random.fold_in(key, t), s)
         if progress:
             jax.debug.callback(_tick, token, 1)
-        return s, info
+        r = t + 1 - num_warmup
+        idx = jnp.where((r > 0) & (r % thin == 0), r // thin - 1, size)
+        buf = _tmap(lambda b, x: b.at[idx].set(x, mode="drop"), buf, extract(s, info))
+        return s, buf
 
-    kw, ks = jax.random.split(key)
-    state, _ = jax.lax.scan(lambda s, k: (one(s, k)[0], None), state, jax.random.split(kw, num_warmup))
+    return jax.lax.fori_loop(0, num_warmup + num_kept * thin, body, (state, buf))
 
-    def outer(s, k):
-        s, infos = jax.lax.scan(one, s, jax.random.split(k, thin))
-        return s, extract(s, _tmap(lambda a: a[-1], infos))
 
-    return jax.lax.scan(outer, state, jax.random.split(ks, num_samples))
+def _int():
+    """The integer dtype ``jnp.sum`` of booleans gives (int64 under x64)."""
+    return jax.dtypes.canonicalize_dtype(jnp.int64)
+
+
+_KEEP_BYTES = 1 << 22  # kept-sample buffers of one compiled chunk: at most 4 MiB ...
+_KEEP_MAX = 4096  # ... and 4096 rows
+
+
+def _chunk_size(row_bytes):
+    """Static buffer length of the compiled chunk: the largest power of two ``<= 4096``
+    whose buffers fit in 4 MiB (at least 1). It depends on the problem's shape only, so
+    single steps, short and long runs all reuse one compiled program."""
+    c = 1
+    while c < _KEEP_MAX and 2 * c * row_bytes <= _KEEP_BYTES:
+        c *= 2
+    return c
+
+
+def _run_chunks(chunk, key, state, num_warmup, num_samples, thin, size):
+    """Drives ``chunk(key, state, num_warmup, num_kept) -> (state, buffers)`` over
+    ``ceil(num_samples / size)`` calls (the warm-up in the first) and concatenates the kept
+    rows on the host."""
+    outs, done, c = [], 0, 0
+    while done < num_samples:
+        n = min(size, num_samples - done)
+        state, buf = chunk(jax.random.fold_in(key, c), state, num_warmup if c == 0 else 0, n)
+        outs.append(_tmap(lambda a: np.asarray(a)[:n], buf))
+        done, c = done + n, c + 1
+    return state, _tmap(lambda *a: jnp.asarray(np.concatenate(a)), *outs)
+
+
+_TOKENS = itertools.count(1)
 
 
 def _with_bar(progress_bar, total, desc, fn):
     if not progress_bar:
         return fn(False, 0)
     from tqdm.auto import tqdm
-    token = id(object())
+    token = next(_TOKENS)
     _BARS[token] = tqdm(total=total, desc=desc)
     try:
         out = fn(True, token)
@@ -410,8 +453,10 @@ def _split_merge(key, state, leaves, component, alpha, cache, num_scans):
         return carry, None
 
     carry = (side, sA, sB, nA, nB, jnp.zeros((), f))
-    finals = jnp.arange(num_scans + 1) == num_scans
-    carry, _ = jax.lax.scan(restricted_scan, carry, (jax.random.split(k_scans, num_scans + 1), finals))
+    # num_scans may be traced: scan t uses fold_in(k_scans, t), the last one is final
+    carry = jax.lax.fori_loop(
+        0, num_scans + 1, lambda t, c: restricted_scan(c, (jax.random.fold_in(k_scans, t), t == num_scans))[0],
+        carry)
     side, sA, sB, nA, nB, logq = carry
 
     log_a = jnp.log(alpha)
@@ -448,8 +493,13 @@ def _split_merge(key, state, leaves, component, alpha, cache, num_scans):
 def _dpm_step(key, state, leaves, component, alpha, cache, num_split_merge, num_restricted_scans,
               gibbs_sweep=True):
     k_sweep, k_sm = jax.random.split(key)
-    if gibbs_sweep:
-        state = _gibbs_sweep(k_sweep, state, leaves, component, alpha, cache)
+    if isinstance(gibbs_sweep, (bool, np.bool_)):
+        if gibbs_sweep:
+            state = _gibbs_sweep(k_sweep, state, leaves, component, alpha, cache)
+    else:  # a traced flag: one program with and without the sweep
+        state = jax.lax.cond(gibbs_sweep, lambda s: _gibbs_sweep(k_sweep, s, leaves, component, alpha, cache),
+                             lambda s: s, state)
+
     def sm(st, k):
         st, a, s = _split_merge(k, st, leaves, component, alpha, cache, num_restricted_scans)
         return st, (a, s)
@@ -482,18 +532,47 @@ def dpm_gibbs_init(key, X, component: Component, alpha, labels=None) -> DPMGibbs
     if labels is None:
         if key is None:
             raise ValueError("key is required when labels is None (labels are drawn from the CRP)")
-        labels, _ = _crp_draw(key, N, N, alpha)
+        labels = _crp_draw_jit(key, N, N, jnp.asarray(alpha, Xa.dtype))[0]
     else:
         labels = _check_labels(labels, N)
-    leaves, cache = _dpm_setup(Xa, component)
-    return _dpm_state(labels, leaves, component, jnp.asarray(alpha, Xa.dtype), cache)
+    return _dpm_init_jit(labels, Xa, component, jnp.asarray(alpha, Xa.dtype))
 
 
-@functools.partial(jax.jit, static_argnames=("num_split_merge", "num_restricted_scans", "gibbs_sweep"))
-def _dpm_step_jit(key, state, X, component, alpha, num_split_merge, num_restricted_scans, gibbs_sweep):
+_crp_draw_jit = jax.jit(_crp_draw, static_argnums=(1, 2, 4, 5))
+
+
+@jax.jit
+def _dpm_init_jit(labels, X, component, alpha):
     leaves, cache = _dpm_setup(X, component)
-    return _dpm_step(key, state, leaves, component, alpha, cache, num_split_merge, num_restricted_scans,
-                     gibbs_sweep)
+    return _dpm_state(labels, leaves, component, alpha, cache)
+
+
+def _dpm_template(X, num_split_merge):
+    """One zero row of the kept-sample buffers: labels, log joint, `DPMGibbsInfo`."""
+    b = jnp.zeros(num_split_merge, bool)
+    return (jnp.zeros(X.shape[0], jnp.int32), jnp.zeros((), X.dtype), DPMGibbsInfo(b, b, jnp.zeros((), _int())))
+
+
+def _dpm_size(X, num_split_merge):
+    return _chunk_size(4 * X.shape[0] + X.dtype.itemsize + 2 * num_split_merge + 4)
+
+
+@functools.partial(jax.jit, static_argnames=("num_split_merge", "size", "progress"))
+def _dpm_chunk(key, state, X, component, alpha, num_warmup, num_kept, thin, num_split_merge,
+               num_restricted_scans, gibbs_sweep, size, progress, token):
+    """`_drive` over DPM steps; counts, ``num_restricted_scans`` and ``gibbs_sweep`` are
+    traced (one program per data shape, component and ``num_split_merge``)."""
+    leaves, cache = _dpm_setup(X, component)
+
+    def step(k, s):
+        return _dpm_step(k, s, leaves, component, alpha, cache, num_split_merge, num_restricted_scans,
+                         gibbs_sweep)
+
+    def extract(s, info):
+        return s.labels, s.log_joint, info
+
+    return _drive(step, extract, _dpm_template(X, num_split_merge), key, state, num_warmup, num_kept, thin,
+                  size, progress, token)
 
 
 def dpm_gibbs_step(key, state: DPMGibbsState, X, component: Component, alpha, *, num_split_merge: int = 3,
@@ -515,24 +594,10 @@ def dpm_gibbs_step(key, state: DPMGibbsState, X, component: Component, alpha, *,
     Xa, alpha = _validate(X, component, alpha)
     num_split_merge = _check_int(num_split_merge, "num_split_merge", 0)
     num_restricted_scans = _check_int(num_restricted_scans, "num_restricted_scans", 0)
-    return _dpm_step_jit(key, state, Xa, component, jnp.asarray(alpha, Xa.dtype), num_split_merge,
-                         num_restricted_scans, bool(gibbs_sweep))
-
-
-@functools.partial(jax.jit, static_argnames=("num_warmup", "num_samples", "thin", "num_split_merge",
-                                             "num_restricted_scans", "gibbs_sweep", "progress"))
-def _dpm_run(key, state, X, component, alpha, num_warmup, num_samples, thin, num_split_merge,
-             num_restricted_scans, gibbs_sweep, progress, token):
-    leaves, cache = _dpm_setup(X, component)
-
-    def step(k, s):
-        return _dpm_step(k, s, leaves, component, alpha, cache, num_split_merge, num_restricted_scans,
-                         gibbs_sweep)
-
-    def extract(s, info):
-        return s.labels, s.log_joint, info.num_clusters, jnp.sum(info.split_merge_accepted)
-
-    return _drive(step, extract, key, state, num_warmup, num_samples, thin, progress, token)
+    state, (_, _, info) = _dpm_chunk(key, state, Xa, component, jnp.asarray(alpha, Xa.dtype), 0, 1, 1,
+                                     num_split_merge, num_restricted_scans, jnp.asarray(bool(gibbs_sweep)),
+                                     _dpm_size(Xa, num_split_merge), False, 0)
+    return state, _tmap(lambda a: a[0], info)
 
 
 def dpm_gibbs(key, X, component: Component, alpha, num_samples: int, num_warmup: int = 0, thin: int = 1, *,
@@ -560,13 +625,18 @@ def dpm_gibbs(key, X, component: Component, alpha, num_samples: int, num_warmup:
     num_restricted_scans = _check_int(num_restricted_scans, "num_restricted_scans", 0)
     k_init, k_run = jax.random.split(key)
     state = dpm_gibbs_init(k_init, Xa, component, alpha, init_labels)
-    a = jnp.asarray(alpha, Xa.dtype)
-    state, (labels, lj, nc, acc) = _with_bar(
-        progress_bar, num_warmup + num_samples * thin, "DPM Gibbs",
-        lambda prog, token: _dpm_run(k_run, state, Xa, component, a, num_warmup, num_samples, thin,
-                                     num_split_merge, num_restricted_scans, bool(gibbs_sweep), prog, token))
-    rate = jnp.sum(acc) / max(num_samples * num_split_merge, 1)
-    return DPMGibbsSamples(labels, lj, nc, rate, state)
+    a, sweep = jnp.asarray(alpha, Xa.dtype), jnp.asarray(bool(gibbs_sweep))
+    size = _dpm_size(Xa, num_split_merge)
+
+    def run(prog, token):
+        def chunk(k, st, warm, n):
+            return _dpm_chunk(k, st, Xa, component, a, warm, n, thin, num_split_merge, num_restricted_scans,
+                              sweep, size, prog, token)
+        return _run_chunks(chunk, k_run, state, num_warmup, num_samples, thin, size)
+
+    state, (labels, lj, info) = _with_bar(progress_bar, num_warmup + num_samples * thin, "DPM Gibbs", run)
+    rate = jnp.sum(info.split_merge_accepted) / max(num_samples * num_split_merge, 1)
+    return DPMGibbsSamples(labels, lj, info.num_clusters, rate, state)
 
 
 # ==========================================================================================
@@ -880,13 +950,13 @@ def cdpm_mcmc_init(key, X, component: Component, alpha, column_views=None, row_l
         raise ValueError("key is required unless column_views and row_labels are both given")
     k_u, k_z = jax.random.split(key) if key is not None else (None, None)
     if column_views is None:
-        u = _crp_draw(k_u, J, J, alpha, (), f)[0]
+        u = _crp_draw_jit(k_u, J, J, jnp.asarray(alpha, f), (), f)[0]
         u_orig = None
     else:
         u = _check_labels(column_views, J, "column_views")
         u_orig = None if isinstance(column_views, jax.core.Tracer) else np.asarray(column_views)
     if row_labels is None:
-        Z = _crp_draw(k_z, N, N, alpha, (J,), f)[0].T
+        Z = _crp_draw_jit(k_z, N, N, jnp.asarray(alpha, f), (J,), f)[0].T
     elif isinstance(row_labels, jax.core.Tracer):
         Z = row_labels.astype(jnp.int32)
         Z = jnp.broadcast_to(Z[:, None], (N, J)) if Z.ndim == 1 else Z
@@ -908,15 +978,42 @@ def cdpm_mcmc_init(key, X, component: Component, alpha, column_views=None, row_l
             Zc = [_check_labels(arr[:, v], N, f"row_labels[:, {v}]") for v in originals]
             Zc += [jnp.zeros(N, jnp.int32)] * (J - len(Zc))
         Z = jnp.stack(Zc, axis=1)
-    cols = _columns(Xa, comps)
-    a = jnp.asarray(alpha, f)
-    one = (u,) + (Z,) + _cdpm_chain_state(u, Z, cols, a)
+    return _cdpm_init_jit(u, Z, Xa, comps, jnp.asarray(alpha, f))
+
+
+@jax.jit
+def _cdpm_init_jit(u, Z, X, comps, alpha):
+    one = (u,) + (Z,) + _cdpm_chain_state(u, Z, _columns(X, comps), alpha)
     return CDPMState(*_tmap(lambda x: jnp.stack([x, x]), one))
 
 
-@functools.partial(jax.jit, static_argnames=("num_aux",))
-def _cdpm_step_jit(key, state, X, comps, alpha, heat, num_aux):
-    return _cdpm_step(key, state, _columns(X, comps), alpha, heat, num_aux)
+def _cdpm_template(X):
+    """One zero row of the kept-sample buffers: the cold chain's labels and log joint, and
+    `CDPMInfo`."""
+    N, J = X.shape
+    z = jnp.zeros((), X.dtype)
+    return (jnp.zeros(J, jnp.int32), jnp.zeros((N, J), jnp.int32), z,
+            CDPMInfo(jnp.zeros((), bool), z, jnp.zeros((), _int())))
+
+
+def _cdpm_size(X):
+    N, J = X.shape
+    return _chunk_size(4 * J * (N + 1) + 2 * X.dtype.itemsize + 5)
+
+
+@functools.partial(jax.jit, static_argnames=("num_aux", "size", "progress"))
+def _cdpm_chunk(key, state, X, comps, alpha, heat, num_warmup, num_kept, thin, num_aux, size, progress, token):
+    """`_drive` over CDPM steps; counts and ``heat`` are traced (one program per data shape,
+    component family and ``num_aux``)."""
+    cols = _columns(X, comps)
+
+    def step(k, s):
+        return _cdpm_step(k, s, cols, alpha, heat, num_aux)
+
+    def extract(s, info):
+        return (s.column_views[0], s.row_labels[0], s.log_joint[0], info)
+
+    return _drive(step, extract, _cdpm_template(X), key, state, num_warmup, num_kept, thin, size, progress, token)
 
 
 def cdpm_mcmc_step(key, state: CDPMState, X, component: Component, alpha, *, heat=0.8, num_aux: int = 1):
@@ -935,20 +1032,9 @@ def cdpm_mcmc_step(key, state: CDPMState, X, component: Component, alpha, *, hea
     """
     Xa, alpha, comps, heat, num_aux = _cdpm_validate(X, component, alpha, heat, num_aux)
     f = Xa.dtype
-    return _cdpm_step_jit(key, state, Xa, comps, jnp.asarray(alpha, f), jnp.asarray(heat, f), num_aux)
-
-
-@functools.partial(jax.jit, static_argnames=("num_warmup", "num_samples", "thin", "num_aux", "progress"))
-def _cdpm_run(key, state, X, comps, alpha, heat, num_warmup, num_samples, thin, num_aux, progress, token):
-    cols = _columns(X, comps)
-
-    def step(k, s):
-        return _cdpm_step(k, s, cols, alpha, heat, num_aux)
-
-    def extract(s, info):
-        return (s.column_views[0], s.row_labels[0], s.log_joint[0], info.num_views, info.swap_accepted)
-
-    return _drive(step, extract, key, state, num_warmup, num_samples, thin, progress, token)
+    state, (_, _, _, info) = _cdpm_chunk(key, state, Xa, comps, jnp.asarray(alpha, f), jnp.asarray(heat, f), 0, 1,
+                                         1, num_aux, _cdpm_size(Xa), False, 0)
+    return state, _tmap(lambda a: a[0], info)
 
 
 def cdpm_mcmc(key, X, component: Component, alpha, num_samples: int, num_warmup: int = 0, thin: int = 1, *,
@@ -976,11 +1062,15 @@ def cdpm_mcmc(key, X, component: Component, alpha, num_samples: int, num_warmup:
     k_init, k_run = jax.random.split(key)
     state = cdpm_mcmc_init(k_init, Xa, component, alpha, init_column_views, init_row_labels)
     a, h = jnp.asarray(alpha, f), jnp.asarray(heat, f)
-    state, (u, Z, lj, nv, acc) = _with_bar(
-        progress_bar, num_warmup + num_samples * thin, "CDPM MCMC",
-        lambda prog, token: _cdpm_run(k_run, state, Xa, comps, a, h, num_warmup, num_samples, thin,
-                                      num_aux, prog, token))
-    return CDPMSamples(u, Z, lj, nv, jnp.mean(acc), state)
+    size = _cdpm_size(Xa)
+
+    def run(prog, token):
+        def chunk(k, st, warm, n):
+            return _cdpm_chunk(k, st, Xa, comps, a, h, warm, n, thin, num_aux, size, prog, token)
+        return _run_chunks(chunk, k_run, state, num_warmup, num_samples, thin, size)
+
+    state, (u, Z, lj, info) = _with_bar(progress_bar, num_warmup + num_samples * thin, "CDPM MCMC", run)
+    return CDPMSamples(u, Z, lj, info.num_views, jnp.mean(info.swap_accepted), state)
 
 
 # ==========================================================================================
