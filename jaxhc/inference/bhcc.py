@@ -1102,7 +1102,7 @@ def _subtree_weights(children, log_r, log_1mr, sizes, top) -> np.ndarray:
     return out
 
 
-def rbhcc(key, X, component: Component, alpha: float = 1.0, *, subset_size: int = 32, threshold: int = 64,
+def rbhcc(key, X, component: Component, alpha: float = 1.0, *, subset_size: int = 16, threshold: int = 32,
           levels: Optional[int] = None, progress_bar: Optional[bool] = None) -> BHCCResult:
     """Randomized BHCC (Algorithm 2): a column tree in ``O(J log J)`` column comparisons.
 
@@ -1124,7 +1124,8 @@ def rbhcc(key, X, component: Component, alpha: float = 1.0, *, subset_size: int 
     Args:
       key: a `jax.random` key (the random subsets; the same key gives the same tree).
       X, component, alpha: as in `bhcc`.
-      subset_size: ``|V0|`` (>= 2).
+      subset_size: ``|V0|`` (>= 2). The defaults (16, 32) build 100 x 2000 with ``levels=6`` in
+        about 30 s on a 2-core CPU; larger subsets decide the top splits on more columns.
       threshold: groups with fewer columns are clustered by plain BHCC (>= subset_size).
       levels: number of filtering levels kept (None: no truncation).
       progress_bar: tqdm bar over columns placed (default ``J >= 500``).
