@@ -4,7 +4,7 @@ Usage::
 
     python benchmarks/bhcc.py                  # default run (~20-25 min on 2 idle cores), writes JSON
     python benchmarks/bhcc.py --quick          # smoke test (small sizes, ~3 min), no JSON
-    python benchmarks/bhcc.py --folds 10 --run-folds 10   # the paper's full 10-fold study (~2 h)
+    python benchmarks/bhcc.py --folds 10 --run-folds 10   # the paper's full 10-fold study (~3-4 h)
     python benchmarks/bhcc.py --no-runtime --no-levels --views 4 --out /tmp/bhcc.json
 
 Three studies, all in this one process (float64, ``jax_enable_x64``):
