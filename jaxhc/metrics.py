@@ -5,12 +5,16 @@
 * Flat scores comparing two labelings, all from one (sparse) contingency table:
   `adjusted_rand_index`, `normalized_mutual_info` (arithmetic-mean normalisation, as
   scikit-learn's default), `f_measure` (clustering F-measure) and `purity`.
-* `levelwise_scores` - the flat scores at every level of a fixed-depth hierarchy (nested CRP).
+* `levelwise_scores` - the flat scores at every level of a fixed-depth hierarchy (nested CRP),
+  after `extend_paths` (BHMC paper, Sec. 5 "Amazon": a path shorter than the compared
+  depth repeats its last label); `tree_level_labels` gives such per-level labels for a
+  `Tree` or `ParentTree` (Ward linkage, BHC, PYDT), so they compare level by level.
 * `predictive_log_likelihood_summary` - mean and standard error of held-out log predictive
   values.
 
-All functions are pure, run on host numpy arrays and raise ``ValueError`` naming the
-offending argument for bad input (wrong shape or length, empty input, NaN).
+All functions are pure, run on host numpy arrays and raise ``ValueError`` (``TypeError`` for
+a wrong kind of object) naming the offending argument for bad input (wrong shape or
+length, empty input, NaN).
 """
 from __future__ import annotations
 
@@ -28,6 +32,8 @@ __all__ = [
     "f_measure",
     "purity",
     "levelwise_scores",
+    "extend_paths",
+    "tree_level_labels",
     "predictive_log_likelihood_summary",
 ]
 
@@ -318,39 +324,183 @@ def purity(labels_true, labels_pred) -> float:
 # ---------------------------------------------------------------------------------------
 # fixed-depth hierarchies
 # ---------------------------------------------------------------------------------------
-def levelwise_scores(level_labels_true, level_labels_pred) -> Dict[str, np.ndarray]:
-    """Flat scores at every level of a fixed-depth hierarchy (e.g. a nested-CRP path).
+def _check_depth(depth, name: str = "depth") -> int:
+    if isinstance(depth, (bool, np.bool_)) or not isinstance(depth, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer, got {type(depth).__name__}")
+    if depth < 1:
+        raise ValueError(f"{name} must be >= 1, got {depth}")
+    return int(depth)
+
+
+def _check_level_labels(level_labels, name: str) -> np.ndarray:
+    """2-D integer label matrix ``[N, L]``, checked; returns it as int64."""
+    x = np.asarray(level_labels)
+    if x.ndim != 2:
+        raise ValueError(f"{name} must be 2-D [N, L], got shape {x.shape}")
+    if x.size == 0:
+        raise ValueError(f"{name} must not be empty, got shape {x.shape}")
+    kind = x.dtype.kind
+    if kind == "f":
+        if np.isnan(x).any():
+            raise ValueError(f"{name} contains NaN")
+        if not np.isfinite(x).all() or np.any(x != np.round(x)):
+            raise ValueError(f"{name} must hold integer labels, got non-integer values")
+    elif kind == "O" and _has_nan(x):
+        raise ValueError(f"{name} contains NaN")
+    elif kind not in "biu":
+        raise TypeError(f"{name} must hold integer labels (-1 for padding), got dtype {x.dtype}")
+    try:
+        return x.astype(np.int64)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must hold integer labels (-1 for padding), got dtype {x.dtype}") from None
+
+
+def _renumber(keys: np.ndarray) -> np.ndarray:
+    """Codes ``0 .. k-1`` of the rows of ``keys [N, w]``, in order of first appearance."""
+    _, first, inv = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+    rank = np.empty(first.shape[0], np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(first.shape[0])
+    return rank[inv.reshape(-1)]
+
+
+def _extend(x: np.ndarray, depth, name: str) -> np.ndarray:
+    """`extend_paths` of an already checked int64 ``[N, L]`` matrix."""
+    N, L = x.shape
+    D = L if depth is None else _check_depth(depth)
+    valid = x >= 0
+    if not valid[:, 0].all():
+        i = int(np.flatnonzero(~valid[:, 0])[0])
+        raise ValueError(f"{name}: row {i} has no valid label (its level-0 entry is negative)")
+    gaps = valid[:, 1:] & ~valid[:, :-1]  # a valid entry right after a negative one
+    if gaps.any():
+        i = int(np.flatnonzero(gaps.any(axis=1))[0])
+        raise ValueError(f"{name}: row {i} has a valid label after a negative (padding) entry")
+    out = np.empty((N, D), np.int64)
+    code = np.zeros(N, np.int64)  # the root: one common prefix
+    for l in range(D):
+        # a stopped path (and every path below level L-1) adds the marker -1 to its prefix,
+        # so it stays apart from the paths that go on but keeps the partition of level l-1
+        step = np.where(valid[:, l], x[:, l], -1) if l < L else np.full(N, -1, np.int64)
+        code = _renumber(np.column_stack([code, step]))
+        out[:, l] = code
+    return out
+
+
+def extend_paths(level_labels, depth=None) -> np.ndarray:
+    """Per-level labels with short paths extended and labels made prefix-consistent.
+
+    Level ``l`` of a row is identified with its whole prefix (the labels of levels
+    ``0 .. l``), so two rows share a level-``l`` label iff they share the prefix; labels that
+    are local to their parent (e.g. child indices) therefore become global. A row whose
+    path ends above the compared depth repeats its last node below it ("extended to level 6
+    by assigning the same cluster label as that in their last level", Sec. 5 "Amazon" of
+    the BHMC paper), so at deeper levels it is a cluster of its own (with the rows ending
+    at the same node), apart from the rows that go on.
 
     Args:
-      level_labels_true: int ``[N, L]``; column ``l`` holds the reference cluster labels at
-        level ``l``.
-      level_labels_pred: int ``[N, L]``; predicted labels at each level.
+      level_labels: int ``[N, L]``; column ``l`` holds the labels at level ``l``; a negative
+        entry (``-1``) means the path ended above that level. Every row needs a valid
+        level-0 entry, and no valid entry may follow a negative one. Integer-valued floats
+        are accepted.
+      depth: compared number of levels ``D >= 1`` (default ``L``). ``D < L`` keeps the top
+        ``D`` levels; ``D > L`` extends every row by repeating its last level.
 
     Returns:
-      ``{"purity", "nmi", "ari", "f_measure"}``, each a float array ``[L]`` (entry ``l`` is
-      the score of column ``l``).
+      int ``[N, D]``; column ``l`` numbered ``0 .. k_l - 1`` in order of first appearance.
     """
-    T = np.asarray(level_labels_true)
-    P = np.asarray(level_labels_pred)
-    for name, x in (("level_labels_true", T), ("level_labels_pred", P)):
-        if x.ndim != 2:
-            raise ValueError(f"{name} must be 2-D [N, L], got shape {x.shape}")
-        if x.size == 0:
-            raise ValueError(f"{name} must not be empty, got shape {x.shape}")
-        if _has_nan(x):
-            raise ValueError(f"{name} contains NaN")
-    if T.shape != P.shape:
+    return _extend(_check_level_labels(level_labels, "level_labels"), depth, "level_labels")
+
+
+def levelwise_scores(level_labels_true, level_labels_pred, depth=None) -> Dict[str, np.ndarray]:
+    """Flat scores at every level of a fixed-depth hierarchy (e.g. a nested-CRP path).
+
+    Both label matrices go through `extend_paths` to the same depth first (the evaluation of
+    the BHMC paper, Sec. 5 "Amazon", after Kuang & Park): short paths repeat their last
+    level, and level ``l`` labels are identified with the prefix of levels ``0 .. l`` (for a
+    proper hierarchy whose labels are global node ids this changes nothing).
+
+    Args:
+      level_labels_true: int ``[N, L_true]``; column ``l`` holds the reference cluster labels
+        at level ``l``, ``-1`` below the end of a shorter path.
+      level_labels_pred: int ``[N, L_pred]``; predicted labels at each level, same padding
+        (e.g. `tree_level_labels` of a tree, or BHMC's ``level_labels``).
+      depth: number of compared levels ``D >= 1``; defaults to ``L_true``. Either matrix is
+        extended (last level repeated) or truncated to it.
+
+    Returns:
+      ``{"purity", "nmi", "ari", "f_measure"}``, each a float array ``[D]`` (entry ``l`` is
+      the score at level ``l``).
+    """
+    T = _check_level_labels(level_labels_true, "level_labels_true")
+    P = _check_level_labels(level_labels_pred, "level_labels_pred")
+    if T.shape[0] != P.shape[0]:
         raise ValueError(
-            f"level_labels_true and level_labels_pred must have the same shape, got {T.shape} and {P.shape}"
+            "level_labels_true and level_labels_pred must have the same number of rows N, "
+            f"got {T.shape[0]} and {P.shape[0]}"
         )
-    L = T.shape[1]
-    out = {k: np.zeros(L) for k in ("purity", "nmi", "ari", "f_measure")}
-    for l in range(L):
+    D = T.shape[1] if depth is None else _check_depth(depth)
+    T = _extend(T, D, "level_labels_true")
+    P = _extend(P, D, "level_labels_pred")
+    out = {k: np.zeros(D) for k in ("purity", "nmi", "ari", "f_measure")}
+    for l in range(D):
         ct = _Contingency(T[:, l], P[:, l])
         out["purity"][l] = _purity(ct)
         out["nmi"][l] = _nmi(ct)
         out["ari"][l] = _ari(ct)
         out["f_measure"][l] = _f_measure(ct)
+    return out
+
+
+def tree_level_labels(tree, depth) -> np.ndarray:
+    """Per-level cluster labels ``[n, depth]`` of the leaves of a tree, cut at fixed depths.
+
+    Column ``l - 1`` (``l = 1 .. depth``) labels every leaf by the node at depth
+    ``min(l, depth(leaf))`` on its root-to-leaf path (the root has depth 0 and is left
+    out): the subtrees hanging at depth ``l``, and a leaf reached at depth ``d <= l`` a
+    singleton from level ``d`` on. This is the convention of `extend_paths`, so a Ward
+    linkage or BHC tree compares level by level with BHMC's ``level_labels`` in
+    `levelwise_scores`.
+
+    Args:
+      tree: a `Tree` (binary, ``n`` leaves) or `ParentTree` (any arity; leaves are nodes
+        ``0 .. n_leaves-1``).
+      depth: number of levels ``>= 1``.
+
+    Returns:
+      int ``[n, depth]``; column ``l`` numbered ``0 .. k_l - 1`` in order of first
+      appearance among leaves ``0 .. n-1``.
+    """
+    if not isinstance(tree, (Tree, ParentTree)):
+        raise TypeError(f"tree must be a jaxhc Tree or ParentTree, got {type(tree).__name__}")
+    D = _check_depth(depth)
+    par, n, _, _, _ = _leaf_ranges(tree)  # validates the tree
+    par_list = par.tolist()
+    m = len(par_list)
+    kids = [[] for _ in range(m)]
+    root = -1
+    for k, p in enumerate(par_list):
+        if p >= 0:
+            kids[p].append(k)
+        else:
+            root = k
+    # top-down pass: node depth, and the ancestor-or-self at depth min(depth(k), D)
+    d = [0] * m
+    clamp = [0] * m
+    clamp[root] = root
+    stack = [root]
+    while stack:
+        k = stack.pop()
+        for c in kids[k]:
+            d[c] = d[k] + 1
+            clamp[c] = c if d[c] <= D else clamp[k]
+            stack.append(c)
+    d = np.asarray(d, np.int64)
+    cur = np.asarray(clamp, np.int64)[:n]  # node at depth min(depth(leaf), D), per leaf
+    out = np.empty((n, D), np.int64)
+    for l in range(D, 0, -1):
+        up = d[cur] > l
+        cur = np.where(up, par[cur], cur)
+        out[:, l - 1] = _renumber(cur[:, None])
     return out
 
 

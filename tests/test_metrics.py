@@ -13,11 +13,13 @@ from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 from jaxhc.metrics import (
     adjusted_rand_index,
     dendrogram_purity,
+    extend_paths,
     f_measure,
     levelwise_scores,
     normalized_mutual_info,
     predictive_log_likelihood_summary,
     purity,
+    tree_level_labels,
 )
 from jaxhc.tree import ParentTree, Tree
 
@@ -207,6 +209,14 @@ def test_flat_scores_edge_cases():
 # ---------------------------------------------------------------------------------------
 # level-wise scores
 # ---------------------------------------------------------------------------------------
+def random_paths(N, L, rng, stop=0.2):
+    """Random fixed-depth paths with parent-local child indices and -1 padding."""
+    X = rng.integers(0, 3, size=(N, L))
+    ends = np.where(rng.random(N) < stop, rng.integers(1, L + 1, size=N), L)
+    X[np.arange(L)[None, :] >= ends[:, None]] = -1
+    return X
+
+
 def test_levelwise_scores_match_per_level_calls():
     rng = np.random.default_rng(5)
     N, L = 50, 3
@@ -215,20 +225,160 @@ def test_levelwise_scores_match_per_level_calls():
     out = levelwise_scores(T, P)
     assert set(out) == {"purity", "nmi", "ari", "f_measure"}
     fns = {"purity": purity, "nmi": normalized_mutual_info, "ari": adjusted_rand_index, "f_measure": f_measure}
+    Te, Pe = extend_paths(T), extend_paths(P)  # level l is identified with its prefix
     for key, fn in fns.items():
         assert out[key].shape == (L,)
-        np.testing.assert_allclose(out[key], [fn(T[:, l], P[:, l]) for l in range(L)], atol=1e-14)
+        np.testing.assert_allclose(out[key], [fn(Te[:, l], Pe[:, l]) for l in range(L)], atol=1e-14)
+    # for a proper hierarchy labelled by global node ids the columns are used as they are
+    Tn = np.column_stack([T[:, 0], T[:, 0] * 10 + T[:, 1], (T[:, 0] * 10 + T[:, 1]) * 10 + T[:, 2]])
+    Pn = np.column_stack([P[:, 0], P[:, 0] * 10 + P[:, 1], (P[:, 0] * 10 + P[:, 1]) * 10 + P[:, 2]])
+    out = levelwise_scores(Tn, Pn)
+    for key, fn in fns.items():
+        np.testing.assert_allclose(out[key], [fn(Tn[:, l], Pn[:, l]) for l in range(L)], atol=1e-14)
+
+
+def test_levelwise_scores_hand_computed():
+    # truth: level 0 A A A B B B; level 1 (after extension) 0 0 1 2 2 3 (row 5 stops at level 0)
+    T = np.array([[0, 0], [0, 0], [0, 1], [1, 2], [1, 2], [1, -1]])
+    # pred: level-1 label 0 under both level-0 nodes -> level 1 is 0 0 0 1 2 2
+    P = np.array([[0, 0], [0, 0], [0, 0], [0, 1], [1, 0], [1, 0]])
+    out = levelwise_scores(T, P)
+    np.testing.assert_allclose(out["purity"], [5 / 6, 4 / 6], atol=1e-14)
+    # level 0: A best 2*3/(3+4), B best 2*2/(3+2); level 1: 2*4/5 + 1/2 + 2*2/3 + 2/3
+    np.testing.assert_allclose(out["f_measure"], [(3 * 6 / 7 + 3 * 4 / 5) / 6, 41 / 60], atol=1e-14)
+    levels = [([0, 0, 0, 1, 1, 1], [0, 0, 0, 0, 1, 1]), ([0, 0, 1, 2, 2, 3], [0, 0, 0, 1, 2, 2])]
+    for l, (t, p) in enumerate(levels):
+        assert out["nmi"][l] == pytest.approx(normalized_mutual_info_score(t, p), abs=1e-12)
+        assert out["ari"][l] == pytest.approx(adjusted_rand_score(t, p), abs=1e-12)
+    # depth 3 repeats the last level
+    out3 = levelwise_scores(T, P, depth=3)
+    for key in out:
+        np.testing.assert_allclose(out3[key], np.r_[out[key], out[key][-1]], atol=1e-14)
+    # identical hierarchies, the prediction one level deeper than the truth
+    out = levelwise_scores(T, np.array([[0, 0, 0], [0, 0, 1], [0, 1, 2], [1, 2, 3], [1, 2, 4], [1, -1, -1]]))
+    for key in out:
+        np.testing.assert_allclose(out[key], 1.0, atol=1e-14)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_levelwise_scores_match_sklearn_after_extension(seed):
+    rng = np.random.default_rng(300 + seed)
+    N = int(rng.integers(10, 60))
+    T = random_paths(N, 4, rng)
+    P = random_paths(N, int(rng.integers(2, 7)), rng)  # a different depth, cut or extended to 4
+    out = levelwise_scores(T, P)
+    Te, Pe = extend_paths(T), extend_paths(P, 4)
+    for l in range(4):
+        assert out["nmi"][l] == pytest.approx(normalized_mutual_info_score(Te[:, l], Pe[:, l]), abs=1e-12)
+        assert out["ari"][l] == pytest.approx(adjusted_rand_score(Te[:, l], Pe[:, l]), abs=1e-12)
+        assert out["purity"][l] == pytest.approx(brute_purity(Te[:, l], Pe[:, l]), abs=1e-12)
+        assert out["f_measure"][l] == pytest.approx(brute_f_measure(Te[:, l], Pe[:, l]), abs=1e-12)
+    out2 = levelwise_scores(T, P, depth=2)
+    for key in out:
+        np.testing.assert_allclose(out2[key], out[key][:2], atol=1e-14)
+
+
+def test_extend_paths_hand_example():
+    X = np.array([[0, 5, 7], [0, 5, -1], [1, 5, 7], [0, -1, -1], [0, 5, 7]])
+    expected = np.array([[0, 0, 0], [0, 0, 1], [1, 1, 2], [0, 2, 3], [0, 0, 0]])
+    # rows 0 and 2 share the level-1 label 5 under different level-0 nodes: kept apart
+    np.testing.assert_array_equal(extend_paths(X), expected)
+    np.testing.assert_array_equal(extend_paths(X, depth=2), expected[:, :2])
+    np.testing.assert_array_equal(extend_paths(X, depth=1), expected[:, :1])
+    np.testing.assert_array_equal(extend_paths(X, depth=5), np.column_stack([expected] + [expected[:, 2]] * 2))
+    # integer-valued floats, and idempotence
+    np.testing.assert_array_equal(extend_paths(X.astype(float)), expected)
+    np.testing.assert_array_equal(extend_paths(expected), expected)
+
+
+def test_extend_paths_prefix_property():
+    rng = np.random.default_rng(11)
+    X = random_paths(40, 4, rng, stop=0.4)
+    E = extend_paths(X)
+    length = (X >= 0).sum(axis=1)
+    for l in range(4):
+        k = np.minimum(l + 1, length)
+        prefix = [tuple(X[i, : k[i]]) for i in range(len(X))]
+        for i in range(len(X)):
+            for j in range(len(X)):
+                assert (E[i, l] == E[j, l]) == (prefix[i] == prefix[j])
+
+
+def test_extend_paths_bad_input():
+    with pytest.raises(ValueError, match="level_labels.*2-D"):
+        extend_paths([0, 1, 2])
+    with pytest.raises(ValueError, match="empty"):
+        extend_paths(np.zeros((3, 0), int))
+    with pytest.raises(ValueError, match="NaN"):
+        extend_paths([[0.0, np.nan]])
+    with pytest.raises(ValueError, match="integer"):
+        extend_paths([[0.0, 0.5]])
+    with pytest.raises(TypeError, match="level_labels"):
+        extend_paths([["a", "b"]])
+    with pytest.raises(ValueError, match="row 1.*after a negative"):
+        extend_paths([[0, 1, 2], [0, -1, 2]])
+    with pytest.raises(ValueError, match="row 0.*no valid"):
+        extend_paths([[-1, -1], [0, 1]])
+    with pytest.raises(ValueError, match="depth"):
+        extend_paths([[0, 1]], depth=0)
+    with pytest.raises(TypeError, match="depth"):
+        extend_paths([[0, 1]], depth=1.5)
+
+
+def test_tree_level_labels_hand_examples():
+    tree = Tree.from_nested(((0, 1), (2, (3, 4))))
+    expected = np.array([[0, 0, 0, 0], [0, 1, 1, 1], [1, 2, 2, 2], [1, 3, 3, 3], [1, 3, 4, 4]])
+    np.testing.assert_array_equal(tree_level_labels(tree, 4), expected)
+    np.testing.assert_array_equal(tree_level_labels(tree.to_parent(), 4), expected)
+    np.testing.assert_array_equal(tree_level_labels(tree, 1), expected[:, :1])
+    # root 8 -> {9 -> leaves 0 1 2, 6 -> 7 (unary) -> leaves 3 4, leaf 5}
+    pt = ParentTree(np.array([9, 9, 9, 7, 7, 8, 8, 6, -1, 8]), 6)
+    expected = np.array([[0, 0, 0], [0, 1, 1], [0, 2, 2], [1, 3, 3], [1, 3, 4], [2, 4, 5]])
+    np.testing.assert_array_equal(tree_level_labels(pt, 3), expected)
+    # a single leaf: the root is its own cluster at every level
+    np.testing.assert_array_equal(tree_level_labels(Tree(np.zeros((0, 2), np.int64)), 2), [[0, 0]])
+
+
+def test_tree_level_labels_consistent_with_extend_paths():
+    rng = np.random.default_rng(3)
+    for tr in (random_tree(30, rng), random_parent_tree(30, rng)):
+        lab = tree_level_labels(tr, 6)
+        np.testing.assert_array_equal(extend_paths(lab), lab)  # already prefix-consistent
+        out = levelwise_scores(lab, tree_level_labels(tr, 4))  # pred extended to depth 6
+        np.testing.assert_allclose(out["nmi"][:4], 1.0, atol=1e-12)
+    # a caterpillar is deep (n levels) but cut quickly
+    n = 3000
+    cat = Tree(np.column_stack([np.r_[0, n + np.arange(n - 2)], np.arange(1, n)]))
+    lab = tree_level_labels(cat, 3)
+    assert lab.shape == (n, 3)
+    assert [len(np.unique(lab[:, l])) for l in range(3)] == [2, 3, 4]
+
+
+def test_tree_level_labels_bad_input():
+    tree = Tree.from_nested(((0, 1), 2))
+    with pytest.raises(ValueError, match="depth"):
+        tree_level_labels(tree, 0)
+    with pytest.raises(TypeError, match="depth"):
+        tree_level_labels(tree, 2.0)
+    with pytest.raises(TypeError, match="tree"):
+        tree_level_labels(np.zeros((2, 2), int), 2)
+    with pytest.raises(ValueError, match="tree"):
+        tree_level_labels(ParentTree(np.array([2, 2, 3, 2]), 2), 2)
 
 
 def test_levelwise_scores_bad_input():
     with pytest.raises(ValueError, match="level_labels_true"):
         levelwise_scores(np.zeros(5, int), np.zeros((5, 1), int))
-    with pytest.raises(ValueError, match="same shape"):
-        levelwise_scores(np.zeros((5, 2), int), np.zeros((5, 3), int))
+    with pytest.raises(ValueError, match="level_labels_true and level_labels_pred.*rows"):
+        levelwise_scores(np.zeros((5, 2), int), np.zeros((4, 2), int))
     with pytest.raises(ValueError, match="level_labels_pred"):
         levelwise_scores(np.zeros((3, 1)), np.array([[0.0], [np.nan], [1.0]]))
     with pytest.raises(ValueError, match="empty"):
         levelwise_scores(np.zeros((0, 2), int), np.zeros((0, 2), int))
+    with pytest.raises(ValueError, match="level_labels_pred.*after a negative"):
+        levelwise_scores(np.zeros((2, 3), int), np.array([[0, 1, 2], [0, -1, 2]]))
+    with pytest.raises(ValueError, match="depth"):
+        levelwise_scores(np.zeros((2, 2), int), np.zeros((2, 2), int), depth=0)
 
 
 # ---------------------------------------------------------------------------------------
