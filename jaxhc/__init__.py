@@ -12,6 +12,7 @@ from .components import (
     NormalInverseWishart,
     NormalKnownCov,
 )
+from .inference.bhmc import BHMCResult, bhmc
 from .inference.bhc import BHCResult, bhc, bhc_predictive, bhc_predictive_cell, tree_log_evidence
 from .inference.bhcc import (
     BHCCResult,
@@ -35,6 +36,7 @@ __all__ = [
     "BHCCResult",
     "BHCCView",
     "BHCResult",
+    "BHMCResult",
     "BetaBernoulli",
     "BetaBinomial",
     "DirichletMultinomial",
@@ -50,6 +52,7 @@ __all__ = [
     "bhc_predictive",
     "bhc_predictive_cell",
     "bhcc",
+    "bhmc",
     "bhcc_predictive_cell",
     "bhcc_predictive_column",
     "bhcc_predictive_row",

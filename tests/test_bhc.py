@@ -360,7 +360,7 @@ def test_public_api_names():
         "Tree", "ParentTree", "bhc", "bhc_predictive", "learn_hyperparameters", "rbhc", "BHCResult",
         "NormalInverseWishart", "NormalKnownCov", "BetaBernoulli", "BetaBinomial", "DirichletMultinomial",
         "bhcc", "rbhcc", "BHCCResult", "bhcc_predictive_row", "bhcc_predictive_column", "bhcc_predictive_cell",
-        "dpm_gibbs", "cdpm_mcmc",
+        "dpm_gibbs", "cdpm_mcmc", "bhmc", "BHMCResult",
     }
     for name in jaxhc.__all__:
         assert hasattr(jaxhc, name)

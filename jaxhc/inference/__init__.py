@@ -1,5 +1,7 @@
 """Inference algorithms: each a pure function or an init/step kernel pair."""
 from . import gibbs, mh
+from . import bhmc  # the module (jaxhc.bhmc is the function)
+from .bhmc import BHMC, BHMCResult, BHMCState, bhmc_init, bhmc_step
 from .bhc import BHCResult, bhc, bhc_predictive, bhc_predictive_cell, tree_log_evidence
 from .bhcc import (
     BHCCResult,
@@ -16,6 +18,7 @@ from .hyperopt import HyperoptResult, learn_hyperparameters
 from .rbhc import rbhc
 
 __all__ = [
+    "BHMC", "BHMCResult", "BHMCState", "bhmc", "bhmc_init", "bhmc_step",
     "BHCCResult", "BHCCView", "CDPMGibbs", "DPMGibbs", "bhcc", "bhcc_predictive_cell", "bhcc_predictive_column",
     "bhcc_predictive_row", "cdpm_mcmc", "cdpm_predict_cells", "dpm_gibbs", "dpm_predict_cells", "gibbs", "mh",
     "rbhcc",

@@ -1,4 +1,4 @@
 """NumPyro programs (generative models): usable with ``Predictive``, handlers and NUTS."""
-from . import cdpm, dpm, ginkgo
+from . import cdpm, dpm, ginkgo, ncrp_hdp
 
-__all__ = ["ginkgo", "dpm", "cdpm"]
+__all__ = ["ginkgo", "dpm", "cdpm", "ncrp_hdp"]

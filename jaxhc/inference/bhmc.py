@@ -1,0 +1,746 @@
+"""BHMC's Metropolis-Hastings sampler (Huang et al., Algorithm 2) as init / step kernels.
+
+One step (a sweep) visits the points in a random order. For point ``n``: remove it from its
+path (nodes left empty disappear), propose a path by the nCRP on the other points (new nodes
+draw ``beta ~ DP(gamma, beta_parent)``), accept with the section-4.1 ratio, which after the
+nCRP and HDP terms cancel is ``p(x_n | beta_leaf', theta) / p(x_n | beta_leaf, theta)`` with
+``p(x | beta, theta) = sum_k beta_k N(x; theta_k, sigma2 I) + beta* f*(x)`` (Eq. 1, ``c_n``
+collapsed), then Gibbs-sample ``c_n`` by Eq. 2 (a new component draws ``theta`` from its
+posterior given ``x_n`` and every node breaks one more stick). After the sweep: optional MH
+updates of ``(alpha, gamma0, gamma, sigma2)`` under the hyperpriors of section 5, the
+size-biased Dirichlet updates of ``B`` (Eq. 3-4, top-down), and ``theta`` by Eq. 5.
+
+State arrays have fixed capacities (``max_nodes`` node slots, ``max_components`` component
+slots) so the sweep compiles once; a slot is free when its count is 0 (nodes) or its root
+weight is 0 (components). Running out sets a flag that `bhmc` turns into a ``ValueError``
+naming the capacity to raise; nothing is truncated silently.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.scipy.special import logsumexp
+
+from ..models.ncrp_hdp import (
+    _log_dirichlet_density,
+    _normal_diag_logpdf,
+    beta_log,
+    dirichlet_log,
+    dp_child_log,
+    joint_log_density,
+    ncrp_log_prob,
+)
+from numpyro.infer.mcmc import MCMCKernel
+
+from ..tree import ParentTree
+from .mh import mh_accept
+
+__all__ = [
+    "BHMC",
+    "BHMCConfig",
+    "BHMCResult",
+    "BHMCState",
+    "bhmc",
+    "bhmc_init",
+    "bhmc_step",
+    "complete_data_log_likelihood",
+    "prior_sample_state",
+]
+
+_NEG = -jnp.inf
+OVERFLOW_NODES = 1
+OVERFLOW_COMPONENTS = 2
+
+
+class BHMCState(NamedTuple):
+    """State of the BHMC sampler.
+
+    Attributes:
+      path: int32 ``[N, L + 1]`` node slot of every point at every level (column 0: root 0).
+      c: int32 ``[N]`` component slot of every point.
+      parent: int32 ``[M]`` parent slot of every node (``-1`` for the root and unused slots).
+      level: int32 ``[M]`` depth of every node.
+      count: int32 ``[M]`` points through every node (0 = free slot).
+      logb: float ``[M, K + 1]`` log mixture weights ``beta_z`` (last column ``beta*_z``;
+        ``-inf`` for a component that does not exist).
+      theta: float ``[K, D]`` component means.
+      alpha, gamma0, gamma, sigma2: hyperparameters (scalars).
+      overflow: int32 bit flags (1: out of node slots, 2: out of component slots).
+    """
+
+    path: jax.Array
+    c: jax.Array
+    parent: jax.Array
+    level: jax.Array
+    count: jax.Array
+    logb: jax.Array
+    theta: jax.Array
+    alpha: jax.Array
+    gamma0: jax.Array
+    gamma: jax.Array
+    sigma2: jax.Array
+    overflow: jax.Array
+
+
+class BHMCConfig(NamedTuple):
+    """Fixed parts of the model and sampler (arrays; `bhmc` builds it).
+
+    Attributes:
+      mu0, prior_var: ``H = N(mu0, diag(prior_var))``, each ``[D]``.
+      sigma2_max: upper end ``s`` of the ``Unif(0, s)`` prior on ``sigma2``.
+      step: ``[4]`` log-scale random-walk step sizes for ``(alpha, gamma0, gamma, sigma2)``.
+      gamma_max: upper end of the ``Unif(0, gamma_max)`` prior on ``gamma`` (1.5).
+    """
+
+    mu0: jax.Array
+    prior_var: jax.Array
+    sigma2_max: jax.Array
+    step: jax.Array
+    gamma_max: jax.Array
+
+
+# ------------------------------------------------------------------------------------------
+# pieces of a sweep
+# ------------------------------------------------------------------------------------------
+def _comp_loglik(x, theta, sigma2, cfg):
+    """``log N(x; theta_k, sigma2 I)`` for every slot ``[K]`` and ``log f*(x)``."""
+    ll = _normal_diag_logpdf(x[None, :], theta, sigma2)
+    lfs = _normal_diag_logpdf(x, cfg.mu0, cfg.prior_var + sigma2)
+    return ll, lfs
+
+
+def _mix_terms(lb, ll, lfs):
+    return jnp.concatenate([lb[:-1] + ll, lb[-1:] + lfs])
+
+
+def _categorical(key, logits):
+    """One draw from ``softmax(logits)`` by inverting the CDF with one uniform (``O(len)``,
+    one random number, unlike the Gumbel trick)."""
+    m = jnp.max(logits)
+    p = jnp.exp(logits - m)
+    cdf = jnp.cumsum(p)
+    u = jax.random.uniform(key, dtype=cdf.dtype) * cdf[-1]
+    idx = jnp.searchsorted(cdf, u, side="right")
+    return jnp.minimum(idx, logits.shape[0] - 1).astype(jnp.int32)
+
+
+def _new_component(key, st: BHMCState, x, cfg, use_x):
+    """Eq. 2's "new k": a free component slot, its ``theta`` (posterior given ``x`` or the
+    prior) and one more stick broken at every node (section 4.1), parents first."""
+    M, K1 = st.logb.shape
+    K = K1 - 1
+    dead = ~jnp.isfinite(st.logb[0, :K])
+    slot = jnp.argmax(dead).astype(jnp.int32)
+    full = ~jnp.any(dead)
+    kt, kr, kl = jax.random.split(key, 3)
+    if use_x:
+        var = 1.0 / (1.0 / cfg.prior_var + 1.0 / st.sigma2)
+        mean = var * (cfg.mu0 / cfg.prior_var + x / st.sigma2)
+    else:
+        var, mean = cfg.prior_var, cfg.mu0
+    th = mean + jnp.sqrt(var) * jax.random.normal(kt, mean.shape, mean.dtype)
+    logb = st.logb
+    lu, l1 = beta_log(kr, 1.0, st.gamma0)
+    logb = logb.at[0, slot].set(logb[0, K] + lu).at[0, K].add(l1)
+    L = st.path.shape[1] - 1
+    lkeys = jax.random.split(kl, L)
+    par = jnp.maximum(st.parent, 0)
+    for l in range(1, L + 1):
+        sel = (st.level == l) & (st.count > 0) & (st.parent >= 0)
+        a = st.gamma * jnp.exp(logb[par, slot])
+        b = st.gamma * jnp.exp(logb[par, K])
+        lu, l1 = beta_log(lkeys[l - 1], a, b)
+        newk = jnp.where(sel, logb[:, K] + lu, logb[:, slot])
+        newstar = jnp.where(sel, logb[:, K] + l1, logb[:, K])
+        logb = logb.at[:, slot].set(newk).at[:, K].set(newstar)
+    st = st._replace(logb=logb, theta=st.theta.at[slot].set(th),
+                     overflow=st.overflow | jnp.where(full, OVERFLOW_COMPONENTS, 0))
+    return st, slot
+
+
+def _point_update(key, st: BHMCState, n, x, cfg, *, mode: str):
+    """Moves point ``n`` (``mode="mcmc"``: Algorithm 2's path MH and Eq. 2 Gibbs for
+    ``c_n``) or inserts it by the generative process (``mode="prior"``: the point is absent,
+    its path and ``c_n`` are drawn from the prior and ``x_n`` from ``N(theta_c, sigma2 I)``).
+    Returns ``(state, x_n, accepted)``."""
+    M, K1 = st.logb.shape
+    K = K1 - 1
+    L = st.path.shape[1] - 1
+    kp, kb, ka, kc, kn, kx = jax.random.split(key, 6)
+    mcmc = mode == "mcmc"
+    old = st.path[n]
+    count_minus = st.count.at[old].add(-1) if mcmc else st.count
+    slots = jnp.arange(M)
+    free = jnp.nonzero((st.count == 0) & (slots > 0), size=L, fill_value=M)[0].astype(jnp.int32)
+    log_alpha = jnp.log(st.alpha)
+    logcnt = jnp.log(jnp.maximum(count_minus, 1).astype(st.logb.dtype))
+
+    # propose a path by the nCRP on the other points
+    pkeys = jax.random.split(kp, L)
+    cur = jnp.int32(0)
+    isnew = jnp.bool_(False)
+    nodes, news = [cur], [isnew]
+    for l in range(1, L + 1):
+        mask = (st.parent == cur) & (count_minus > 0) & (slots > 0)
+        logits = jnp.concatenate([jnp.where(mask, logcnt, _NEG), log_alpha[None]])
+        pick = _categorical(pkeys[l - 1], logits)
+        isnew = isnew | (pick == M)
+        cur = jnp.where(isnew, free[l - 1], pick).astype(jnp.int32)
+        nodes.append(cur)
+        news.append(isnew)
+    prop = jnp.stack(nodes)
+    new = jnp.stack(news)
+
+    def draw_new(_):
+        bkeys = jax.random.split(kb, L)
+        outs = []
+        for l in range(1, L + 1):
+            par_lb = st.logb[prop[l - 1]] if l == 1 else jnp.where(new[l - 1], outs[-1], st.logb[prop[l - 1]])
+            outs.append(dp_child_log(bkeys[l - 1], par_lb, st.gamma))
+        return jnp.stack(outs)
+
+    newlb = jax.lax.cond(new[L], draw_new, lambda _: jnp.zeros((L, K1), st.logb.dtype), None)
+    lb_prop = jnp.where(new[L], newlb[L - 1], st.logb[prop[L]])
+    ll, lfs = _comp_loglik(x, st.theta, st.sigma2, cfg)
+    if mcmc:
+        lp_new = logsumexp(_mix_terms(lb_prop, ll, lfs))
+        lp_old = logsumexp(_mix_terms(st.logb[old[L]], ll, lfs))
+        acc = mh_accept(ka, lp_new - lp_old)
+    else:
+        acc = jnp.bool_(True)
+    path_n = jnp.where(acc, prop, old)
+    write = acc & new[1:]
+    idx = jnp.where(write, prop[1:], M)
+    parent = st.parent.at[idx].set(prop[:-1], mode="drop")
+    level = st.level.at[idx].set(jnp.arange(1, L + 1, dtype=st.level.dtype), mode="drop")
+    logb = st.logb.at[idx].set(newlb, mode="drop")
+    count = count_minus.at[path_n].add(1)
+    over = jnp.any(write & (prop[1:] >= M))
+    st = st._replace(path=st.path.at[n].set(path_n), parent=parent, level=level, count=count, logb=logb,
+                     overflow=st.overflow | jnp.where(over, OVERFLOW_NODES, 0))
+
+    # c_n by Eq. 2 (prior mode: Cat(beta_leaf))
+    lb_leaf = st.logb[path_n[L]]
+    logits = _mix_terms(lb_leaf, ll, lfs) if mcmc else lb_leaf
+    cn = _categorical(kc, logits)
+    st, cn = jax.lax.cond(cn == K, lambda s: _new_component(kn, s, x, cfg, mcmc), lambda s: (s, cn), st)
+    st = st._replace(c=st.c.at[n].set(cn))
+    if not mcmc:
+        x = st.theta[cn] + jnp.sqrt(st.sigma2) * jax.random.normal(kx, x.shape, x.dtype)
+    return st, x, acc
+
+
+def _node_comp_counts(st: BHMCState):
+    """``N_zk``: points through node ``z`` with ``c = k`` ``[M, K]``."""
+    M, K1 = st.logb.shape
+    N, L1 = st.path.shape
+    f = st.logb.dtype
+    flat = (st.path * (K1 - 1) + st.c[:, None]).reshape(-1)
+    return jax.ops.segment_sum(jnp.ones(N * L1, f), flat, num_segments=M * (K1 - 1)).reshape(M, K1 - 1)
+
+
+def update_weights(key, st: BHMCState):
+    """``B | V, c``: Eq. 3 at the root, then Eq. 4 level by level (parents first).
+    Components no point uses get weight 0 everywhere (their slots become free)."""
+    M, K1 = st.logb.shape
+    L = st.path.shape[1] - 1
+    nk = _node_comp_counts(st)
+    keys = jax.random.split(key, L + 1)
+    root_conc = jnp.concatenate([jnp.log(nk[0]), jnp.log(st.gamma0)[None]])
+    logb = st.logb.at[0].set(dirichlet_log(keys[0], root_conc))
+    par = jnp.maximum(st.parent, 0)
+    lg = jnp.log(st.gamma)
+    for l in range(1, L + 1):
+        sel = (st.level == l) & (st.count > 0) & (st.parent >= 0)
+        lp = logb[par]
+        conc = jnp.concatenate([jnp.logaddexp(jnp.log(nk), lg + lp[:, :-1]), lg + lp[:, -1:]], axis=1)
+        draw = dirichlet_log(keys[l], conc)
+        logb = jnp.where(sel[:, None], draw, logb)
+    return st._replace(logb=logb)
+
+
+def update_theta(key, st: BHMCState, X, cfg):
+    """Eq. 5: ``theta_k | X, c ~ N(mu_k, Sigma_k)`` with ``Sigma_k = (Sigma0^-1 + N_k
+    Sigma^-1)^-1``, ``mu_k = Sigma_k (Sigma0^-1 mu0 + Sigma^-1 sum_{c_n = k} x_n)``."""
+    K = st.theta.shape[0]
+    nk = jax.ops.segment_sum(jnp.ones(X.shape[0], X.dtype), st.c, num_segments=K)
+    sk = jax.ops.segment_sum(X, st.c, num_segments=K)
+    var = 1.0 / (1.0 / cfg.prior_var[None, :] + nk[:, None] / st.sigma2)
+    mean = var * (cfg.mu0 / cfg.prior_var + sk / st.sigma2)
+    return st._replace(theta=mean + jnp.sqrt(var) * jax.random.normal(key, mean.shape, mean.dtype))
+
+
+def _gamma_logpdf(x, a, rate):
+    return (a - 1.0) * jnp.log(x) - rate * x
+
+
+def _hyper_targets(st: BHMCState, X, cfg):
+    """Log conditional densities (up to constants) of each hyperparameter given the rest,
+    including its hyperprior: ``alpha ~ Ga(3, 1)``, ``gamma0 ~ Ga(3.5, 1)``, ``gamma ~
+    Unif(0, 1.5)``, ``sigma2 ~ Unif(0, s)``."""
+    L = st.path.shape[1] - 1
+    K = st.theta.shape[0]
+    active = st.count > 0
+    nonroot = active & (st.parent >= 0)
+    par = jnp.maximum(st.parent, 0)
+    live = jnp.isfinite(st.logb[0, :K])
+    n_live = jnp.sum(live).astype(X.dtype)
+    star0 = st.logb[0, K]
+    sq = jnp.sum((X - st.theta[st.c]) ** 2)
+    ND = X.shape[0] * X.shape[1]
+
+    def t_alpha(a):
+        return ncrp_log_prob(st.parent, st.level, st.count, a, L) + _gamma_logpdf(a, 3.0, 1.0)
+
+    def t_gamma0(g0):
+        return n_live * jnp.log(g0) + (g0 - 1.0) * star0 + _gamma_logpdf(g0, 3.5, 1.0)
+
+    def t_gamma(g):
+        d = jax.vmap(_log_dirichlet_density)(st.logb, jnp.log(g) + st.logb[par])
+        return jnp.where(g < cfg.gamma_max, jnp.sum(jnp.where(nonroot, d, 0.0)), _NEG)
+
+    def t_sigma2(s2):
+        return jnp.where(s2 < cfg.sigma2_max, -0.5 * ND * jnp.log(s2) - 0.5 * sq / s2, _NEG)
+
+    return t_alpha, t_gamma0, t_gamma, t_sigma2
+
+
+def update_hyper(key, st: BHMCState, X, cfg, num_steps: int = 5):
+    """Log-scale random-walk MH for each of ``(alpha, gamma0, gamma, sigma2)`` in turn,
+    ``num_steps`` proposals each (the log-normal proposal's Jacobian is in the ratio)."""
+    targets = _hyper_targets(st, X, cfg)
+    vals = [st.alpha, st.gamma0, st.gamma, st.sigma2]
+    keys = jax.random.split(key, 4)
+    out = []
+    for i, (t, v) in enumerate(zip(targets, vals)):
+        def body(j, carry, t=t, i=i):
+            v, lp = carry
+            k1, k2 = jax.random.split(jax.random.fold_in(keys[i], j))
+            v2 = v * jnp.exp(cfg.step[i] * jax.random.normal(k1, (), v.dtype))
+            lp2 = t(v2)
+            ok = mh_accept(k2, lp2 - lp + jnp.log(v2) - jnp.log(v))
+            return jnp.where(ok, v2, v), jnp.where(ok, lp2, lp)
+
+        v, _ = jax.lax.fori_loop(0, num_steps, body, (v, t(v)))
+        out.append(v)
+    return st._replace(alpha=out[0], gamma0=out[1], gamma=out[2], sigma2=out[3])
+
+
+def complete_data_log_likelihood(st: BHMCState, X):
+    """``log p(X, c, V | B, theta)``: ``sum_n [log beta_{leaf(n), c_n} + log N(x_n;
+    theta_{c_n}, sigma2 I)] + log p(V | alpha)``, the paper's criterion for the reported
+    tree."""
+    L = st.path.shape[1] - 1
+    leaf = st.path[:, L]
+    lc = jnp.sum(st.logb[leaf, st.c])
+    lx = jnp.sum(_normal_diag_logpdf(X, st.theta[st.c], st.sigma2))
+    return lc + lx + ncrp_log_prob(st.parent, st.level, st.count, st.alpha, L)
+
+
+def _sweep(key, st: BHMCState, X, cfg, sample_hyper: bool, num_hyper_steps: int):
+    N = X.shape[0]
+    kperm, kpts, kh, kb, kt = jax.random.split(key, 5)
+    perm = jax.random.permutation(kperm, N)
+
+    def body(i, carry):
+        s, nacc = carry
+        n = perm[i]
+        s, _, acc = _point_update(jax.random.fold_in(kpts, i), s, n, X[n], cfg, mode="mcmc")
+        return s, nacc + acc.astype(jnp.int32)
+
+    st, nacc = jax.lax.fori_loop(0, N, body, (st, jnp.int32(0)))
+    if sample_hyper:
+        st = update_hyper(kh, st, X, cfg, num_hyper_steps)
+    st = update_weights(kb, st)
+    st = update_theta(kt, st, X, cfg)
+    K = st.theta.shape[0]
+    info = {
+        "log_likelihood": complete_data_log_likelihood(st, X),
+        "accept_rate": nacc.astype(X.dtype) / N,
+        "num_nodes": jnp.sum(st.count > 0),
+        "num_components": jnp.sum(jnp.isfinite(st.logb[0, :K])),
+        "alpha": st.alpha, "gamma0": st.gamma0, "gamma": st.gamma, "sigma2": st.sigma2,
+    }
+    return st, info
+
+
+@functools.partial(jax.jit, static_argnames=("sample_hyper", "num_hyper_steps"))
+def _sweep_jit(key, st, X, cfg, sample_hyper, num_hyper_steps):
+    return _sweep(key, st, X, cfg, sample_hyper, num_hyper_steps)
+
+
+def bhmc_step(key, state: BHMCState, X, cfg: BHMCConfig, *, sample_hyper: bool = False, num_hyper_steps: int = 5):
+    """One sweep of Algorithm 2 (compiled once per shape): every point's path MH and ``c_n``
+    Gibbs in a random order, then (optionally) hyperparameter MH, ``B`` and ``theta``.
+    Returns ``(state, info)``; ``info`` holds the complete-data log likelihood, the path
+    acceptance rate, node and component counts and the hyperparameters."""
+    return _sweep_jit(key, state, jnp.asarray(X), cfg, bool(sample_hyper), int(num_hyper_steps))
+
+
+# ------------------------------------------------------------------------------------------
+# initial states
+# ------------------------------------------------------------------------------------------
+def _empty_state(N, D, L, M, K, hyper, dtype):
+    alpha, gamma0, gamma, sigma2 = (jnp.asarray(h, dtype) for h in hyper)
+    logb = jnp.full((M, K + 1), _NEG, dtype).at[:, K].set(0.0)
+    return BHMCState(
+        path=jnp.zeros((N, L + 1), jnp.int32), c=jnp.zeros(N, jnp.int32),
+        parent=jnp.full(M, -1, jnp.int32), level=jnp.zeros(M, jnp.int32), count=jnp.zeros(M, jnp.int32),
+        logb=logb, theta=jnp.zeros((K, D), dtype), alpha=alpha, gamma0=gamma0, gamma=gamma, sigma2=sigma2,
+        overflow=jnp.int32(0))
+
+
+@functools.partial(jax.jit, static_argnames=("N", "D", "L", "M", "K"))
+def _prior_sample(key, hyper, cfg, N, D, L, M, K):
+    st = _empty_state(N, D, L, M, K, hyper, cfg.mu0.dtype)
+    x0 = jnp.zeros((N, D), cfg.mu0.dtype)
+
+    def body(n, carry):
+        s, X = carry
+        s, x, _ = _point_update(jax.random.fold_in(key, n), s, n, X[n], cfg, mode="prior")
+        return s, X.at[n].set(x)
+
+    return jax.lax.fori_loop(0, N, body, (st, x0))
+
+
+def prior_sample_state(key, num_points: int, dim: int, depth: int, cfg: BHMCConfig, *, alpha=1.0, gamma0=1.0,
+                       gamma=1.0, sigma2=1.0, max_nodes: Optional[int] = None, max_components: Optional[int] = None):
+    """An exact draw ``(state, X)`` from the BHMC prior by the generative process (points
+    inserted one by one; the root starts with no component and components are made on
+    demand, so there is no truncation). Compiled; ``vmap``-able over ``key``."""
+    N, D, L = int(num_points), int(dim), int(depth)
+    M = int(max_nodes) if max_nodes is not None else N * L + 1
+    K = int(max_components) if max_components is not None else N
+    return _prior_sample(key, (alpha, gamma0, gamma, sigma2), cfg, N, D, L, M, K)
+
+
+def bhmc_init(key, X, depth: int, cfg: BHMCConfig, *, alpha=0.5, gamma0=1.0, gamma=0.5, sigma2=1.0, epsilon=1e-3,
+              max_nodes: int = 1024, max_components: int = 128) -> BHMCState:
+    """The initial state of Algorithm 2: the root's sticks broken until ``beta* < epsilon``
+    (line 1), their ``theta_k`` at distinct random data points, every point on one path of ``depth`` nodes (each node's
+    ``beta ~ DP(gamma, beta_parent)``), ``c_n`` by Eq. 2 among those components with the root's
+    weights, then ``B``
+    and ``theta`` updated once (Eq. 3-5)."""
+    X = jnp.asarray(X)
+    N, D = X.shape
+    L, M, K = int(depth), int(max_nodes), int(max_components)
+    if M < L + 1:
+        raise ValueError(f"max_nodes must be >= depth + 1 = {L + 1}, got {M}")
+    st, n_sticks = _init_jit(key, X, (alpha, gamma0, gamma, sigma2), cfg, jnp.asarray(epsilon, X.dtype), L, M, K)
+    n_sticks = int(n_sticks)
+    if n_sticks > K:
+        raise ValueError(f"the initial root stick needs {n_sticks} components until beta* < epsilon={epsilon}, "
+                         f"more than max_components={K}; raise max_components or epsilon")
+    return st
+
+
+@functools.partial(jax.jit, static_argnames=("L", "M", "K"))
+def _init_jit(key, X, hyper, cfg, epsilon, L, M, K):
+    N, D = X.shape
+    f = X.dtype
+    st = _empty_state(N, D, L, M, K, hyper, f)
+    ks, kt, kb, kc, kB, kT = jax.random.split(key, 6)
+    # line 1: GEM(gamma0) sticks until beta* < epsilon
+    u = jax.random.beta(ks, 1.0, st.gamma0, (K,), f)
+    log_rem = jnp.cumsum(jnp.log1p(-u))  # remaining after k + 1 sticks
+    n_sticks = jnp.argmax(log_rem < jnp.log(epsilon)) + 1
+    n_sticks = jnp.where(jnp.any(log_rem < jnp.log(epsilon)), n_sticks, K + 1)
+    use = jnp.arange(K) < n_sticks
+    log_prev = jnp.concatenate([jnp.zeros(1, f), log_rem[:-1]])
+    root = jnp.where(use, log_prev + jnp.log(u), _NEG)
+    star = log_rem[jnp.minimum(n_sticks, K) - 1]
+    logb = st.logb.at[0].set(jnp.concatenate([root, star[None]]))
+    # theta: the instantiated components start at distinct random points (a data-driven start;
+    # theta_k ~ H would leave one component holding every point), the other slots at H draws
+    kt1, kt2 = jax.random.split(kt)
+    pick = jax.random.permutation(kt1, N)[jnp.arange(K) % N]
+    theta = jnp.where((jnp.arange(K) < n_sticks)[:, None], X[pick],
+                      cfg.mu0 + jnp.sqrt(cfg.prior_var) * jax.random.normal(kt2, (K, D), f))
+    # one chain of nodes 0..L
+    bkeys = jax.random.split(kb, L)
+    for l in range(1, L + 1):
+        logb = logb.at[l].set(dp_child_log(bkeys[l - 1], logb[l - 1], st.gamma))
+    parent = st.parent.at[1:L + 1].set(jnp.arange(L, dtype=jnp.int32))
+    level = st.level.at[1:L + 1].set(jnp.arange(1, L + 1, dtype=jnp.int32))
+    count = st.count.at[:L + 1].set(N)
+    path = jnp.broadcast_to(jnp.arange(L + 1, dtype=jnp.int32), (N, L + 1))
+    st = st._replace(logb=logb, theta=theta, parent=parent, level=level, count=count, path=path)
+    # c_n among the instantiated components by Eq. 2 with the root's weights (the chain's
+    # leaf weights, drawn from the sparse HDP, would put nearly every point in one component);
+    # Eq. 3-4 then give every chain node weight on all the components in use
+    ll = _normal_diag_logpdf(X[:, None, :], theta[None], st.sigma2)
+    logits = logb[0, :K][None] + ll
+    c = jax.random.categorical(kc, logits, axis=1).astype(jnp.int32)
+    st = st._replace(c=c)
+    st = update_weights(kB, st)
+    st = update_theta(kT, st, X, cfg)
+    return st, n_sticks
+
+
+# ------------------------------------------------------------------------------------------
+# results
+# ------------------------------------------------------------------------------------------
+class BHMCResult(NamedTuple):
+    """Output of `bhmc`.
+
+    Attributes:
+      tree: `ParentTree` of the reported state (the one with the greatest complete-data
+        likelihood among the kept sweeps): leaves ``0..N-1`` are the points, each under its
+        level-``L`` node; internal nodes follow (``heights`` = their depth, points at ``L+1``).
+      level_labels: int ``[N, L]``; column ``l - 1`` is every point's node at level ``l``,
+        renumbered ``0..`` per level.
+      paths: int ``[N, L + 1]`` node slots of the reported state.
+      labels: int ``[N]`` component of every point in the reported state.
+      log_likelihood: its complete-data log likelihood.
+      trace: dict of ``[num_warmup + num_samples]`` arrays, one entry per sweep
+        (``log_likelihood``, ``accept_rate``, ``num_nodes``, ``num_components``, ``alpha``,
+        ``gamma0``, ``gamma``, ``sigma2``).
+      state: the last `BHMCState` (continue with `bhmc_step`).
+      best_state: the reported `BHMCState`.
+      config: the `BHMCConfig` used.
+    """
+
+    tree: ParentTree
+    level_labels: np.ndarray
+    paths: np.ndarray
+    labels: np.ndarray
+    log_likelihood: float
+    trace: dict
+    state: BHMCState
+    best_state: BHMCState
+    config: BHMCConfig
+
+
+def state_to_tree(state: BHMCState):
+    """``(ParentTree, level_labels [N, L])`` of a state (empty node slots dropped)."""
+    path = np.asarray(state.path)
+    N, L1 = path.shape
+    L = L1 - 1
+    count = np.asarray(state.count)
+    parent = np.asarray(state.parent)
+    level = np.asarray(state.level)
+    active = np.flatnonzero(count > 0)
+    order = active[np.lexsort((active, level[active]))]  # root first, then by level
+    new_id = np.full(count.shape[0], -1)
+    new_id[order] = N + np.arange(order.size)
+    par = np.empty(N + order.size, np.int64)
+    par[:N] = new_id[path[:, L]]
+    par[N:] = np.where(parent[order] >= 0, new_id[np.maximum(parent[order], 0)], -1)
+    heights = np.concatenate([np.full(N, L + 1.0), level[order].astype(float)])
+    level_labels = np.zeros((N, L), np.int64)
+    for l in range(1, L + 1):
+        _, level_labels[:, l - 1] = np.unique(path[:, l], return_inverse=True)
+    return ParentTree(par, N, heights), level_labels
+
+
+# ------------------------------------------------------------------------------------------
+# validation and the driver
+# ------------------------------------------------------------------------------------------
+def _check_X(X):
+    if isinstance(X, (str, bytes)) or X is None:
+        raise TypeError(f"X must be a 2-D float array [N, D], got {type(X).__name__}")
+    X = np.asarray(X)
+    if X.dtype == object or not (np.issubdtype(X.dtype, np.number) or X.dtype == bool):
+        raise TypeError(f"X must be a numeric 2-D array [N, D], got dtype {X.dtype}")
+    if X.ndim != 2:
+        raise ValueError(f"X must be 2-D [N, D], got shape {X.shape}")
+    if X.shape[0] < 1 or X.shape[1] < 1:
+        raise ValueError(f"X must not be empty, got shape {X.shape}")
+    X = X.astype(jnp.result_type(float))
+    if not np.all(np.isfinite(X)):
+        raise ValueError("X contains NaN or inf; BHMC needs complete, finite data")
+    return X
+
+
+def _check_positive(v, name, upper=None):
+    try:
+        v = float(v)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a number, got {type(v).__name__}") from None
+    if not np.isfinite(v) or v <= 0:
+        raise ValueError(f"{name} must be a finite number > 0, got {v}")
+    if upper is not None and v >= upper:
+        raise ValueError(f"{name} must be < {upper} (the support of its hyperprior), got {v}")
+    return v
+
+
+def _check_int(v, name, minimum):
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {type(v).__name__}")
+    if v < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {v}")
+    return int(v)
+
+
+def _check_key(key):
+    if not (isinstance(key, jax.Array) and (jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
+                                            or (key.dtype == jnp.uint32 and key.shape == (2,)))):
+        raise TypeError("key must be a jax.random key (jax.random.key(0) or PRNGKey(0))")
+
+
+def make_config(X, *, mu0=0.0, prior_var=1.0, sigma2_max=None, step=(0.3, 0.3, 0.3, 0.1), gamma_max=1.5):
+    """The `BHMCConfig` for data ``X`` (``sigma2_max`` defaults to the mean per-feature
+    variance of ``X``)."""
+    X = np.asarray(X, float)
+    D = X.shape[1]
+    mu0 = np.broadcast_to(np.asarray(mu0, float), (D,))
+    pv = np.broadcast_to(np.asarray(prior_var, float), (D,))
+    if not np.all(np.isfinite(mu0)):
+        raise ValueError("mu0 must be finite")
+    if not np.all(np.isfinite(pv)) or np.any(pv <= 0):
+        raise ValueError(f"prior_var must be finite and > 0, got {prior_var}")
+    if sigma2_max is None:
+        sigma2_max = float(np.mean(np.var(X, axis=0))) if X.shape[0] > 1 else 1.0
+        sigma2_max = max(sigma2_max, 1e-12)
+    sigma2_max = _check_positive(sigma2_max, "sigma2_max")
+    f = jnp.result_type(float)
+    return BHMCConfig(jnp.asarray(mu0, f), jnp.asarray(pv, f), jnp.asarray(sigma2_max, f),
+                      jnp.asarray(step, f), jnp.asarray(gamma_max, f))
+
+
+def _raise_overflow(flag, M, K, where):
+    if flag & OVERFLOW_NODES:
+        raise ValueError(f"BHMC ran out of node slots (max_nodes={M}) {where}; pass a larger max_nodes")
+    if flag & OVERFLOW_COMPONENTS:
+        raise ValueError(f"BHMC ran out of component slots (max_components={K}) {where}; "
+                         f"pass a larger max_components")
+
+
+def bhmc(key, X, depth: int = 4, *, alpha=0.5, gamma0=1.0, gamma=0.5, sigma2=1.0, mu0=0.0, prior_var=1.0,
+         num_samples: int = 200, num_warmup: int = 100, sample_hyper: bool = False, sigma2_max=None,
+         epsilon=1e-3, max_nodes: Optional[int] = None, max_components: int = 128, num_hyper_steps: int = 5,
+         init_state: Optional[BHMCState] = None, progress_bar: bool = True) -> BHMCResult:
+    """Bayesian Hierarchical Mixture Clustering (Huang et al.): Algorithm 2 for
+    ``num_warmup + num_samples`` sweeps; reports the kept state with the greatest
+    complete-data likelihood ``p(X, c, V | B, theta)``, as the paper does.
+
+    Args:
+      key: a ``jax.random`` key (the same key gives the same result).
+      X: float ``[N, D]`` data.
+      depth: ``L`` >= 1, levels below the root.
+      alpha, gamma0, gamma: nCRP and HDP concentrations (> 0; ``gamma < 1.5`` when sampled).
+      sigma2: observation variance (``Sigma = sigma2 I``).
+      mu0, prior_var: base measure ``H = N(mu0, diag(prior_var))`` (scalars or ``[D]``).
+      num_samples, num_warmup: sweeps kept / burnt.
+      sample_hyper: MH updates of ``(alpha, gamma0, gamma, sigma2)`` after every sweep under
+        ``Ga(3, 1)``, ``Ga(3.5, 1)``, ``Unif(0, 1.5)``, ``Unif(0, sigma2_max)``.
+      sigma2_max: ``s`` of the ``sigma2`` prior (default: mean per-feature variance of X).
+      epsilon: initial root stick truncation (Algorithm 2, line 1).
+      max_nodes, max_components: slot capacities (default ``min(N L + L + 1, 1024)``, enough
+        for every point on its own path while one more is proposed, and 128);
+        running out raises a ValueError that names the one to raise.
+      num_hyper_steps: MH proposals per hyperparameter per sweep.
+      init_state: continue from this state (e.g. ``result.state``) instead of initialising.
+      progress_bar: show a tqdm bar over sweeps.
+
+    Returns:
+      `BHMCResult` (``tree``, ``level_labels [N, L]``, ``trace``, ...).
+    """
+    _check_key(key)
+    X = _check_X(X)
+    N, D = X.shape
+    L = _check_int(depth, "depth", 1)
+    alpha = _check_positive(alpha, "alpha")
+    gamma0 = _check_positive(gamma0, "gamma0")
+    gamma = _check_positive(gamma, "gamma", 1.5 if sample_hyper else None)
+    sigma2 = _check_positive(sigma2, "sigma2")
+    epsilon = _check_positive(epsilon, "epsilon")
+    num_samples = _check_int(num_samples, "num_samples", 1)
+    num_warmup = _check_int(num_warmup, "num_warmup", 0)
+    num_hyper_steps = _check_int(num_hyper_steps, "num_hyper_steps", 1)
+    M = _check_int(max_nodes if max_nodes is not None else min(N * L + L + 1, 1024), "max_nodes", L + 1)
+    K = _check_int(max_components, "max_components", 1)
+    cfg = make_config(X, mu0=mu0, prior_var=prior_var, sigma2_max=sigma2_max)
+    if sample_hyper and sigma2 >= float(cfg.sigma2_max):
+        raise ValueError(f"sigma2={sigma2} must be < sigma2_max={float(cfg.sigma2_max)} when sample_hyper=True")
+    Xj = jnp.asarray(X)
+    k_init, k_run = jax.random.split(key)
+    if init_state is None:
+        st = bhmc_init(k_init, Xj, L, cfg, alpha=alpha, gamma0=gamma0, gamma=gamma, sigma2=sigma2, epsilon=epsilon,
+                       max_nodes=M, max_components=K)
+    else:
+        st = init_state
+        if tuple(st.path.shape) != (N, L + 1):
+            raise ValueError(f"init_state.path has shape {tuple(st.path.shape)}, expected {(N, L + 1)}")
+        M, K = st.parent.shape[0], st.theta.shape[0]
+    total = num_warmup + num_samples
+    rows = []
+    best, best_ll = None, -np.inf
+    bar = None
+    if progress_bar:
+        from tqdm.auto import tqdm
+        bar = tqdm(total=total, desc="bhmc")
+    try:
+        for t in range(total):
+            st, info = _sweep_jit(jax.random.fold_in(k_run, t), st, Xj, cfg, bool(sample_hyper), num_hyper_steps)
+            info = jax.device_get(info)
+            flag = int(st.overflow)
+            if flag:
+                _raise_overflow(flag, M, K, f"in sweep {t}")
+            rows.append(info)
+            if t >= num_warmup and float(info["log_likelihood"]) > best_ll:
+                best, best_ll = st, float(info["log_likelihood"])
+            if bar is not None:
+                bar.update(1)
+                if t % 10 == 0:
+                    bar.set_postfix(loglik=f"{float(info['log_likelihood']):.1f}", nodes=int(info["num_nodes"]))
+    finally:
+        if bar is not None:
+            bar.close()
+    trace = {k: np.asarray([r[k] for r in rows]) for k in rows[0]}
+    tree, level_labels = state_to_tree(best)
+    return BHMCResult(tree, level_labels, np.asarray(best.path), np.asarray(best.c), best_ll, trace, st, best, cfg)
+
+
+__all__ += ["make_config", "state_to_tree", "update_hyper", "update_theta", "update_weights", "joint_log_density"]
+
+
+class _KernelState(NamedTuple):
+    sample: Any
+    state: Any
+    rng_key: jax.Array
+
+
+class BHMC(MCMCKernel):
+    """Algorithm 2 as a NumPyro kernel: ``MCMC(BHMC(X, depth=4), num_warmup=...,
+    num_samples=...).run(key)`` collects ``{"paths": [N, L + 1], "c": [N]}`` of every kept
+    sweep (node and component slots; only the partitions they induce matter).
+
+    Args:
+      X, depth, alpha, gamma0, gamma, sigma2, mu0, prior_var, epsilon, max_nodes,
+      max_components, sample_hyper, num_hyper_steps: as in `bhmc`.
+    """
+
+    sample_field = "sample"
+
+    def __init__(self, X, depth: int = 4, *, alpha=0.5, gamma0=1.0, gamma=0.5, sigma2=1.0, mu0=0.0, prior_var=1.0,
+                 epsilon=1e-3, max_nodes=None, max_components=128, sample_hyper=False, num_hyper_steps=5):
+        X = _check_X(X)
+        self.X = jnp.asarray(X)
+        N = X.shape[0]
+        self.depth = _check_int(depth, "depth", 1)
+        self.hyper = dict(alpha=_check_positive(alpha, "alpha"), gamma0=_check_positive(gamma0, "gamma0"),
+                          gamma=_check_positive(gamma, "gamma"), sigma2=_check_positive(sigma2, "sigma2"),
+                          epsilon=_check_positive(epsilon, "epsilon"))
+        self.max_nodes = _check_int(max_nodes if max_nodes is not None else min(N * self.depth + self.depth + 1, 1024),
+                                    "max_nodes", self.depth + 1)
+        self.max_components = _check_int(max_components, "max_components", 1)
+        self.cfg = make_config(X, mu0=mu0, prior_var=prior_var)
+        self.sample_hyper = bool(sample_hyper)
+        self.num_hyper_steps = _check_int(num_hyper_steps, "num_hyper_steps", 1)
+
+    def init(self, rng_key, num_warmup, init_params, model_args, model_kwargs):
+        k_init, k = jax.random.split(rng_key)
+        st = init_params if init_params is not None else bhmc_init(
+            k_init, self.X, self.depth, self.cfg, max_nodes=self.max_nodes, max_components=self.max_components,
+            **self.hyper)
+        return _KernelState({"paths": st.path, "c": st.c}, st, k)
+
+    def sample(self, state, model_args, model_kwargs):
+        k, k_next = jax.random.split(state.rng_key)
+        st, _ = _sweep(k, state.state, self.X, self.cfg, self.sample_hyper, self.num_hyper_steps)
+        return _KernelState({"paths": st.path, "c": st.c}, st, k_next)

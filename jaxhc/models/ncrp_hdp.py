@@ -1,0 +1,312 @@
+"""BHMC: nested CRP paths with mixture weights linked by a multilevel HDP (Huang et al.).
+
+The generative process (Algorithm 1, with the truncated stick of section 4.1):
+
+* ``beta_root = (beta_1, ..., beta_K, beta*)``: sticks of ``GEM(gamma0)`` broken until the
+  remaining stick ``beta*`` is below ``epsilon`` (``epsilon = 1`` starts from no component at
+  all, which is exact: components are then created on demand, below);
+* every point ``n`` walks ``L`` levels down from the root by ``CRP(alpha)`` at each node
+  (existing child with probability ``N_child / (N_node + alpha)``, a new one with ``alpha /
+  (N_node + alpha)``); a new node ``z'`` under ``z`` draws ``beta_z' ~ DP(gamma, beta_z)``,
+  i.e. ``Dir(gamma beta_z1, ..., gamma beta_zK, gamma beta*_z)`` on the instantiated atoms
+  plus the rest;
+* ``c_n ~ Cat(beta_leaf)``; choosing ``beta*`` instantiates a new component: ``theta_new ~
+  N(mu0, diag(prior_var))`` and every node breaks one more stick (root: ``u ~ Beta(1,
+  gamma0)``; child of ``z``: ``u ~ Beta(gamma beta_z,new, gamma beta*_z)``; ``beta_new = u
+  beta*``, ``beta* <- (1 - u) beta*``);
+* ``x_n ~ N(theta_{c_n}, sigma2 I)``.
+
+`ncrp_hdp` is that process as a NumPyro program (Python control flow, one site per random
+choice), `ncrp_log_prob` is ``log p(V | alpha)`` of section 3.1 and `joint_log_density` the
+log density of a whole state. The array primitives (`dirichlet_log`, `beta_log`,
+`dp_child_log`) work in log space on ``[..., K + 1]`` weight vectors whose last entry is
+``log beta*`` and whose ``-inf`` entries are components that do not exist (a ``Dir`` parameter
+of 0); the sampler of `jaxhc.inference.bhmc` shares them.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+from jax.scipy.special import gammaln, logsumexp
+
+__all__ = [
+    "NCRPHDPSample",
+    "beta_log",
+    "dirichlet_log",
+    "dp_child_log",
+    "joint_log_density",
+    "ncrp_hdp",
+    "ncrp_log_prob",
+]
+
+_NEG = -jnp.inf
+
+
+# ---------------------------------------------------------------------------------------
+# log-space primitives shared with the sampler
+# ---------------------------------------------------------------------------------------
+def dirichlet_log(key, log_conc):
+    """``log w`` for ``w ~ Dir(exp(log_conc))`` along the last axis.
+
+    Entries with ``log_conc = -inf`` (or a concentration that underflows to 0) are absent
+    components: their ``log w`` is ``-inf``. Uses ``jax.random.loggamma``, so concentrations
+    far below 1 (``gamma beta_k`` for tiny ``beta_k``) stay finite in log space."""
+    a = jnp.exp(log_conc)
+    live = a > 0
+    g = jax.random.loggamma(key, jnp.where(live, a, 1.0), dtype=a.dtype)
+    g = jnp.where(live, g, _NEG)
+    return g - logsumexp(g, axis=-1, keepdims=True)
+
+
+def beta_log(key, a, b):
+    """``(log u, log(1 - u))`` for ``u ~ Beta(a, b)``. ``a = 0`` gives ``u = 0``, ``b = 0``
+    gives ``u = 1``; both 0 gives ``u = 0`` (nothing to break)."""
+    k1, k2 = jax.random.split(key)
+    dt = jnp.result_type(a, b, float)
+    a = jnp.asarray(a, dt)
+    b = jnp.asarray(b, dt)
+    ga = jnp.where(a > 0, jax.random.loggamma(k1, jnp.where(a > 0, a, 1.0), dtype=dt), _NEG)
+    gb = jnp.where(b > 0, jax.random.loggamma(k2, jnp.where(b > 0, b, 1.0), dtype=dt), _NEG)
+    tot = jnp.logaddexp(ga, gb)
+    none = ~jnp.isfinite(tot)
+    lu = jnp.where(none, _NEG, ga - tot)
+    l1mu = jnp.where(none, 0.0, gb - tot)
+    return lu, l1mu
+
+
+def dp_child_log(key, log_beta_parent, gamma):
+    """``log beta_child`` for ``beta_child ~ DP(gamma, beta_parent)`` on the instantiated
+    atoms plus ``beta*``: ``Dir(gamma beta_parent)``."""
+    return dirichlet_log(key, jnp.log(gamma) + log_beta_parent)
+
+
+def _normal_diag_logpdf(x, mean, var):
+    return -0.5 * jnp.sum(jnp.log(2 * jnp.pi * var) + (x - mean) ** 2 / var, axis=-1)
+
+
+# ---------------------------------------------------------------------------------------
+# densities of a state
+# ---------------------------------------------------------------------------------------
+def ncrp_log_prob(parent, level, count, alpha, depth: int):
+    """``log p(V | alpha)`` of section 3.1 (equal to the product of the sequential nCRP
+    choices in any order of the points).
+
+    Args:
+      parent: int ``[M]`` parent slot of each node (``-1`` for the root and unused slots).
+      level: int ``[M]`` depth of each node (root 0, leaves ``depth``).
+      count: int ``[M]`` number of points through each node (0 = unused slot).
+      alpha: nCRP concentration.
+      depth: ``L``.
+    """
+    count = jnp.asarray(count)
+    f = jnp.result_type(alpha, float)
+    active = count > 0
+    M = count.shape[0]
+    nonroot = active & (jnp.asarray(parent) >= 0)
+    m_children = jax.ops.segment_sum(nonroot.astype(f), jnp.where(nonroot, parent, M), num_segments=M + 1)[:M]
+    internal = active & (jnp.asarray(level) < depth)
+    nz = count.astype(f)
+    la = jnp.log(alpha)
+    t_int = jnp.where(internal, gammaln(alpha) + m_children * la - gammaln(nz + alpha), 0.0)
+    t_edge = jnp.where(nonroot, gammaln(jnp.where(nonroot, nz, 1.0)), 0.0)
+    return jnp.sum(t_int) + jnp.sum(t_edge)
+
+
+def _log_dirichlet_density(log_x, log_conc):
+    """``log Dir(x; a)`` over the entries with ``a > 0`` (absent atoms are skipped)."""
+    a = jnp.exp(log_conc)
+    ok = (a > 0) & jnp.isfinite(log_x)
+    return (gammaln(jnp.sum(jnp.where(ok, a, 0.0), -1))
+            - jnp.sum(jnp.where(ok, gammaln(jnp.where(ok, a, 1.0)), 0.0), -1)
+            + jnp.sum(jnp.where(ok, (a - 1.0) * jnp.where(ok, log_x, 0.0), 0.0), -1))
+
+
+def gem_log_density(log_beta_root, gamma0):
+    """Log density of the root weights ``(beta_1..beta_K)`` under ``GEM(gamma0)`` with the
+    live atoms taken in slot order: ``sum_k [log Beta(u_k; 1, gamma0) - log R_{k-1}]`` with
+    ``u_k = beta_k / R_{k-1}`` and ``R_{k-1}`` the stick left before atom ``k``."""
+    lb = log_beta_root[:-1]
+    live = jnp.isfinite(lb)
+    b = jnp.where(live, jnp.exp(lb), 0.0)
+    rem_before = 1.0 - (jnp.cumsum(b) - b)
+    log_r = jnp.log(jnp.maximum(rem_before, 1e-300))
+    log1mu = jnp.log(jnp.maximum(rem_before - b, 1e-300)) - log_r
+    term = jnp.log(gamma0) + (gamma0 - 1.0) * log1mu - log_r
+    return jnp.sum(jnp.where(live, term, 0.0))
+
+
+def joint_log_density(state, X, mu0, prior_var):
+    """``log p(X, c, V, B, theta | alpha, gamma0, gamma, sigma2)`` of a BHMC state.
+
+    The sum of: ``log p(V | alpha)`` (`ncrp_log_prob`); the root weights under ``GEM(gamma0)``
+    (`gem_log_density`); every non-root node's ``log Dir(beta_z'; gamma beta_parent)``; the
+    live components' ``log N(theta_k; mu0, diag(prior_var))``; and ``sum_n log beta_{leaf(n),
+    c_n} + log N(x_n; theta_{c_n}, sigma2 I)``.
+
+    Args:
+      state: a `jaxhc.inference.bhmc.BHMCState` (or anything with its fields).
+      X: float ``[N, D]``.
+      mu0, prior_var: the base measure ``H`` (``[D]`` or scalars).
+    """
+    X = jnp.asarray(X)
+    depth = state.path.shape[1] - 1
+    active = state.count > 0
+    nonroot = active & (state.parent >= 0)
+    par = jnp.where(nonroot, state.parent, 0)
+    lv = ncrp_log_prob(state.parent, state.level, state.count, state.alpha, depth)
+    lroot = gem_log_density(state.logb[0], state.gamma0)
+    ldir = jax.vmap(_log_dirichlet_density)(state.logb, jnp.log(state.gamma) + state.logb[par])
+    ledge = jnp.sum(jnp.where(nonroot, ldir, 0.0))
+    live = jnp.isfinite(state.logb[0, :-1])
+    D = X.shape[1]
+    mu0 = jnp.broadcast_to(jnp.asarray(mu0, X.dtype), (D,))
+    v0 = jnp.broadcast_to(jnp.asarray(prior_var, X.dtype), (D,))
+    ltheta = jnp.sum(jnp.where(live, _normal_diag_logpdf(state.theta, mu0, v0), 0.0))
+    leaf = state.path[:, -1]
+    lc = jnp.sum(state.logb[leaf, state.c])
+    lx = jnp.sum(_normal_diag_logpdf(X, state.theta[state.c], state.sigma2))
+    return lv + lroot + ledge + ltheta + lc + lx
+
+
+# ---------------------------------------------------------------------------------------
+# the NumPyro program
+# ---------------------------------------------------------------------------------------
+class NCRPHDPSample(NamedTuple):
+    """What `ncrp_hdp` returns (host arrays; node 0 is the root).
+
+    Attributes:
+      paths: int ``[N, L + 1]`` node of every point at every level (column 0: the root).
+      c: int ``[N]`` component of every point.
+      parent: int ``[M]`` parent node (``-1`` for the root).
+      level: int ``[M]`` depth of each node.
+      log_beta: float ``[M, K + 1]`` log mixture weights per node (last column ``beta*``).
+      theta: float ``[K, D]`` component means.
+      X: float ``[N, D]`` the data (the observed values when ``X`` was given).
+    """
+
+    paths: np.ndarray
+    c: np.ndarray
+    parent: np.ndarray
+    level: np.ndarray
+    log_beta: np.ndarray
+    theta: np.ndarray
+    X: np.ndarray
+
+
+def _check_pos(v, name):
+    v = float(v)
+    if not np.isfinite(v) or v <= 0:
+        raise ValueError(f"{name} must be a finite number > 0, got {v}")
+    return v
+
+
+def ncrp_hdp(num_points: int = None, dim: int = None, depth: int = 3, *, alpha=1.0, gamma0=1.0, gamma=1.0,
+             sigma2=1.0, mu0=0.0, prior_var=1.0, epsilon=1e-3, X=None) -> NCRPHDPSample:
+    """Algorithm 1 (with section 4.1's truncated stick) as a NumPyro program.
+
+    Run it under ``numpyro.handlers.seed``; with ``X`` given, ``x`` is observed (so
+    ``numpyro.infer.util.log_density`` scores a full trace). Sites: ``u_root_k`` (initial
+    sticks, ``Beta(1, gamma0)``), ``path_n_l`` (the CRP choice at level ``l``: an existing
+    child's index in creation order, or the number of children for a new one),
+    ``beta_node_j`` (``Dir(gamma beta_parent)`` of a new node), ``c_n``, ``theta_k``,
+    ``stick_k_node_j`` (the extra stick every node breaks when component ``k`` is created;
+    ``Beta(1, gamma0)`` at the root, ``Beta(gamma beta_parent,k, gamma beta*_parent)`` below)
+    and ``x_n``.
+
+    Args:
+      num_points, dim: ``N`` and ``D`` (taken from ``X`` when given).
+      depth: ``L`` >= 1, the number of levels below the root.
+      alpha, gamma0, gamma: nCRP and HDP concentrations (> 0).
+      sigma2: observation variance (``Sigma = sigma2 I``).
+      mu0, prior_var: ``H = N(mu0, diag(prior_var))``.
+      epsilon: stop breaking the root stick once ``beta* < epsilon`` (``epsilon >= 1``
+        starts with no component; every component is then made on demand).
+      X: optional observed data ``[N, D]``.
+    """
+    if X is not None:
+        X = np.asarray(X, dtype=float)
+        if X.ndim != 2 or X.size == 0:
+            raise ValueError(f"X must be a non-empty 2-D array [N, D], got shape {X.shape}")
+        num_points, dim = X.shape
+    if num_points is None or dim is None:
+        raise ValueError("give num_points and dim, or X")
+    N, D, L = int(num_points), int(dim), int(depth)
+    if N < 1 or D < 1 or L < 1:
+        raise ValueError(f"num_points, dim and depth must be >= 1, got {N}, {D}, {L}")
+    for v, name in ((alpha, "alpha"), (gamma0, "gamma0"), (gamma, "gamma"), (sigma2, "sigma2"),
+                    (epsilon, "epsilon")):
+        _check_pos(v, name)
+    mu0 = np.broadcast_to(np.asarray(mu0, float), (D,))
+    sd0 = np.sqrt(np.broadcast_to(np.asarray(prior_var, float), (D,)))
+    sd = float(np.sqrt(sigma2))
+
+    # root sticks
+    log_root = [0.0]  # only beta* so far
+    theta = []
+    k = 0
+    while np.exp(log_root[-1]) >= epsilon:
+        u = numpyro.sample(f"u_root_{k}", dist.Beta(1.0, gamma0))
+        rest = log_root.pop()
+        log_root += [rest + float(np.log(u)), rest + float(np.log1p(-u))]
+        theta.append(np.asarray(numpyro.sample(f"theta_{k}", dist.Normal(mu0, sd0).to_event(1))))
+        k += 1
+    beta = [np.asarray(log_root)]  # per node, length K + 1
+    parent, level, children, counts = [-1], [0], [[]], [0]
+    paths = np.zeros((N, L + 1), int)
+    cs = np.zeros(N, int)
+    xs = np.zeros((N, D))
+
+    def add_component():
+        kk = len(theta)
+        theta.append(np.asarray(numpyro.sample(f"theta_{kk}", dist.Normal(mu0, sd0).to_event(1))))
+        for j in range(len(beta)):  # nodes were created parents-first
+            lb = beta[j]
+            if parent[j] < 0:
+                a, b = 1.0, gamma0
+            else:
+                lp = beta[parent[j]]
+                a, b = gamma * np.exp(lp[kk]), gamma * np.exp(lp[-1])
+            u = float(numpyro.sample(f"stick_{kk}_node_{j}", dist.Beta(max(a, 1e-300), max(b, 1e-300))))
+            star = lb[-1]
+            beta[j] = np.concatenate([lb[:-1], [star + np.log(max(u, 1e-300)), star + np.log1p(-min(u, 1 - 1e-16))]])
+
+    for n in range(N):
+        z = 0
+        counts[0] += 1
+        for l in range(1, L + 1):
+            ch = children[z]
+            w = np.array([counts[c] for c in ch] + [alpha], float)
+            pick = int(numpyro.sample(f"path_{n}_{l}", dist.Categorical(probs=w / w.sum())))
+            if pick == len(ch):
+                j = len(beta)
+                lb = numpyro.sample(f"beta_node_{j}", dist.Dirichlet(gamma * np.exp(beta[z])))
+                beta.append(np.log(np.asarray(lb)))
+                parent.append(z)
+                level.append(l)
+                children.append([])
+                counts.append(0)
+                children[z].append(j)
+                z = j
+            else:
+                z = ch[pick]
+            counts[z] += 1
+            paths[n, l] = z
+        p = np.exp(beta[z])
+        cn = int(numpyro.sample(f"c_{n}", dist.Categorical(probs=p / p.sum())))
+        if cn == len(theta):
+            add_component()
+        cs[n] = cn
+        obs = None if X is None else X[n]
+        xs[n] = np.asarray(numpyro.sample(f"x_{n}", dist.Normal(theta[cn], sd).to_event(1), obs=obs))
+    K = len(theta)
+    log_beta = np.full((len(beta), K + 1), -np.inf)
+    for j, lb in enumerate(beta):
+        log_beta[j, :len(lb) - 1] = lb[:-1]
+        log_beta[j, K] = lb[-1]
+    return NCRPHDPSample(paths, cs, np.asarray(parent), np.asarray(level), log_beta,
+                         np.asarray(theta).reshape(K, D), xs)
