@@ -147,16 +147,18 @@ def _new_component(key, st: BHMCState, x, cfg, use_x):
     lu, l1 = beta_log(kr, 1.0, st.gamma0)
     logb = logb.at[0, slot].set(logb[0, K] + lu).at[0, K].add(l1)
     L = st.path.shape[1] - 1
-    lkeys = jax.random.split(kl, L)
     par = jnp.maximum(st.parent, 0)
-    for l in range(1, L + 1):
+
+    def level_body(l, logb):  # a loop, not unrolled: one Beta sampler in the compiled program
         sel = (st.level == l) & (st.count > 0) & (st.parent >= 0)
         a = st.gamma * jnp.exp(logb[par, slot])
         b = st.gamma * jnp.exp(logb[par, K])
-        lu, l1 = beta_log(lkeys[l - 1], a, b)
+        lu, l1 = beta_log(jax.random.fold_in(kl, l), a, b)
         newk = jnp.where(sel, logb[:, K] + lu, logb[:, slot])
         newstar = jnp.where(sel, logb[:, K] + l1, logb[:, K])
-        logb = logb.at[:, slot].set(newk).at[:, K].set(newstar)
+        return logb.at[:, slot].set(newk).at[:, K].set(newstar)
+
+    logb = jax.lax.fori_loop(1, L + 1, level_body, logb)
     st = st._replace(logb=logb, theta=st.theta.at[slot].set(th),
                      overflow=st.overflow | jnp.where(full, OVERFLOW_COMPONENTS, 0))
     return st, slot
@@ -196,12 +198,12 @@ def _point_update(key, st: BHMCState, n, x, cfg, *, mode: str):
     new = jnp.stack(news)
 
     def draw_new(_):
-        bkeys = jax.random.split(kb, L)
-        outs = []
-        for l in range(1, L + 1):
-            par_lb = st.logb[prop[l - 1]] if l == 1 else jnp.where(new[l - 1], outs[-1], st.logb[prop[l - 1]])
-            outs.append(dp_child_log(bkeys[l - 1], par_lb, st.gamma))
-        return jnp.stack(outs)
+        def body(prev, l):  # level l's draw given its parent (a new node's, or an existing one)
+            par_lb = jnp.where((l > 1) & new[l - 1], prev, st.logb[prop[l - 1]])
+            d = dp_child_log(jax.random.fold_in(kb, l), par_lb, st.gamma)
+            return d, d
+
+        return jax.lax.scan(body, st.logb[0], jnp.arange(1, L + 1))[1]
 
     newlb = jax.lax.cond(new[L], draw_new, lambda _: jnp.zeros((L, K1), st.logb.dtype), None)
     lb_prop = jnp.where(new[L], newlb[L - 1], st.logb[prop[L]])
@@ -249,18 +251,20 @@ def update_weights(key, st: BHMCState):
     M, K1 = st.logb.shape
     L = st.path.shape[1] - 1
     nk = _node_comp_counts(st)
-    keys = jax.random.split(key, L + 1)
     root_conc = jnp.concatenate([jnp.log(nk[0]), jnp.log(st.gamma0)[None]])
-    logb = st.logb.at[0].set(dirichlet_log(keys[0], root_conc))
+    logb = st.logb.at[0].set(dirichlet_log(jax.random.fold_in(key, 0), root_conc))
     par = jnp.maximum(st.parent, 0)
     lg = jnp.log(st.gamma)
-    for l in range(1, L + 1):
+    log_nk = jnp.log(nk)
+
+    def level_body(l, logb):
         sel = (st.level == l) & (st.count > 0) & (st.parent >= 0)
         lp = logb[par]
-        conc = jnp.concatenate([jnp.logaddexp(jnp.log(nk), lg + lp[:, :-1]), lg + lp[:, -1:]], axis=1)
-        draw = dirichlet_log(keys[l], conc)
-        logb = jnp.where(sel[:, None], draw, logb)
-    return st._replace(logb=logb)
+        conc = jnp.concatenate([jnp.logaddexp(log_nk, lg + lp[:, :-1]), lg + lp[:, -1:]], axis=1)
+        draw = dirichlet_log(jax.random.fold_in(key, l), conc)
+        return jnp.where(sel[:, None], draw, logb)
+
+    return st._replace(logb=jax.lax.fori_loop(1, L + 1, level_body, logb))
 
 
 def update_theta(key, st: BHMCState, X, cfg):
@@ -461,9 +465,8 @@ def _init_jit(key, X, hyper, cfg, epsilon, L, M, K):
     theta = jnp.where((jnp.arange(K) < n_sticks)[:, None], X[pick],
                       cfg.mu0 + jnp.sqrt(cfg.prior_var) * jax.random.normal(kt2, (K, D), f))
     # one chain of nodes 0..L
-    bkeys = jax.random.split(kb, L)
-    for l in range(1, L + 1):
-        logb = logb.at[l].set(dp_child_log(bkeys[l - 1], logb[l - 1], st.gamma))
+    logb = jax.lax.fori_loop(1, L + 1, lambda l, lb: lb.at[l].set(
+        dp_child_log(jax.random.fold_in(kb, l), lb[l - 1], st.gamma)), logb)
     parent = st.parent.at[1:L + 1].set(jnp.arange(L, dtype=jnp.int32))
     level = st.level.at[1:L + 1].set(jnp.arange(1, L + 1, dtype=jnp.int32))
     count = st.count.at[:L + 1].set(N)
