@@ -176,17 +176,38 @@ def test_prior_sampler_and_numpyro_program_match_the_crp():
     freq = np.bincount(n1, minlength=N + 1)[1:] / S
     np.testing.assert_allclose(freq, exact, atol=5 * np.sqrt(exact * (1 - exact) / S).max())
     # the NumPyro program (Algorithm 1; epsilon=1: components made on demand) agrees
-    nk_jax = np.isfinite(np.asarray(st.logb)[:, 0, :-1]).sum(1)
+    cj = np.asarray(st.c)
+    nk_jax = np.array([np.unique(r).size for r in cj])  # components in use
     n1_np, nk_np = [], []
-    for s in range(200):
+    for s in range(150):
         with numpyro.handlers.seed(rng_seed=s):
             out = M.ncrp_hdp(N, 1, L, alpha=a, gamma0=1.2, gamma=0.8, sigma2=0.3, prior_var=4.0, epsilon=1.0)
         n1_np.append(int(np.sum(out.level == 1)))
-        nk_np.append(out.theta.shape[0])
+        nk_np.append(np.unique(out.c).size)
         assert out.paths.shape == (N, L + 1) and out.X.shape == (N, 1)
     for x_np, x_jax in ((n1_np, n1), (nk_np, nk_jax)):
         se = np.sqrt(np.var(x_np) / len(x_np) + np.var(x_jax) / S)
         assert abs(np.mean(x_np) - np.mean(x_jax)) < 4.5 * se, (np.mean(x_np), np.mean(x_jax))
+
+
+def test_new_components_are_shared_as_in_the_hdp():
+    """Two points, L = 1: P(same leaf) = 1 / (1 + alpha); at one leaf P(c_1 = c_2) =
+    E[sum_k beta_leaf,k^2] = (1 + gamma / (1 + gamma0)) / (1 + gamma); at two leaves
+    E[sum_k beta_root,k^2] = 1 / (1 + gamma0)."""
+    a, g0, g = 1.0, 1.5, 1.0
+    want = (1 / (1 + a)) * (1 + g / (1 + g0)) / (1 + g) + (a / (1 + a)) / (1 + g0)
+    cfg = B.make_config(np.zeros((2, 1)))
+    S = 20000
+    st, _ = jax.jit(jax.vmap(lambda k: B.prior_sample_state(k, 2, 1, 1, cfg, alpha=a, gamma0=g0, gamma=g)))(
+        jax.random.split(jax.random.key(13), S))
+    same = np.mean(np.asarray(st.c[:, 0] == st.c[:, 1]))
+    assert abs(same - want) < 4.5 * np.sqrt(want * (1 - want) / S), (same, want)
+    hits = 0
+    for s in range(400):
+        with numpyro.handlers.seed(rng_seed=1000 + s):
+            out = M.ncrp_hdp(2, 1, 1, alpha=a, gamma0=g0, gamma=g, epsilon=1.0)
+        hits += int(out.c[0] == out.c[1])
+    assert abs(hits / 400 - want) < 4.5 * np.sqrt(want * (1 - want) / 400), (hits / 400, want)
 
 
 def test_numpyro_program_scores_observed_data():

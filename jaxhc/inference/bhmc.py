@@ -128,39 +128,68 @@ def _categorical(key, logits):
     return jnp.minimum(idx, logits.shape[0] - 1).astype(jnp.int32)
 
 
-def _new_component(key, st: BHMCState, x, cfg, use_x):
-    """Eq. 2's "new k": a free component slot, its ``theta`` (posterior given ``x`` or the
-    prior) and one more stick broken at every node (section 4.1), parents first."""
-    M, K1 = st.logb.shape
-    K = K1 - 1
-    dead = ~jnp.isfinite(st.logb[0, :K])
-    slot = jnp.argmax(dead).astype(jnp.int32)
-    full = ~jnp.any(dead)
-    kt, kr, kl = jax.random.split(key, 3)
-    if use_x:
-        var = 1.0 / (1.0 / cfg.prior_var + 1.0 / st.sigma2)
-        mean = var * (cfg.mu0 / cfg.prior_var + x / st.sigma2)
-    else:
-        var, mean = cfg.prior_var, cfg.mu0
-    th = mean + jnp.sqrt(var) * jax.random.normal(kt, mean.shape, mean.dtype)
-    logb = st.logb
-    lu, l1 = beta_log(kr, 1.0, st.gamma0)
-    logb = logb.at[0, slot].set(logb[0, K] + lu).at[0, K].add(l1)
+def _break_stick(key, st: BHMCState, logb, slot):
+    """Section 4.1: every node breaks one more stick for component ``slot``, parents first
+    (root: ``u ~ Beta(1, gamma0)``; child of ``z``: ``u ~ Beta(gamma beta_z,slot, gamma
+    beta*_z)``; ``beta_slot = u beta*``, ``beta* <- (1 - u) beta*``)."""
+    K = logb.shape[1] - 1
     L = st.path.shape[1] - 1
     par = jnp.maximum(st.parent, 0)
+    lu, l1 = beta_log(jax.random.fold_in(key, 0), 1.0, st.gamma0)
+    logb = logb.at[0, slot].set(logb[0, K] + lu).at[0, K].add(l1)
 
     def level_body(l, logb):  # a loop, not unrolled: one Beta sampler in the compiled program
         sel = (st.level == l) & (st.count > 0) & (st.parent >= 0)
         a = st.gamma * jnp.exp(logb[par, slot])
         b = st.gamma * jnp.exp(logb[par, K])
-        lu, l1 = beta_log(jax.random.fold_in(kl, l), a, b)
+        lu, l1 = beta_log(jax.random.fold_in(key, l), a, b)
         newk = jnp.where(sel, logb[:, K] + lu, logb[:, slot])
         newstar = jnp.where(sel, logb[:, K] + l1, logb[:, K])
         return logb.at[:, slot].set(newk).at[:, K].set(newstar)
 
-    logb = jax.lax.fori_loop(1, L + 1, level_body, logb)
-    st = st._replace(logb=logb, theta=st.theta.at[slot].set(th),
-                     overflow=st.overflow | jnp.where(full, OVERFLOW_COMPONENTS, 0))
+    return jax.lax.fori_loop(1, L + 1, level_body, logb)
+
+
+def _new_component(key, st: BHMCState, x, leaf, cfg, use_x):
+    """Eq. 2's "new k" at node ``leaf``: instantiate the atom of the leaf's remaining stick
+    that the draw selected.
+
+    Atoms of the rest are instantiated one at a time by section 4.1's stick-breaking step
+    (which visits them in the root's size-biased order), each taken with probability its
+    share ``u_leaf`` of the leaf's remaining stick; one not taken stays instantiated with
+    ``theta ~ H`` and no point (the next ``B`` update frees it). Breaking a single stick and
+    always taking it, as section 4.1 reads literally, would give the new atom the leaf weight
+    of an unselected atom: e.g. with ``L = 1`` two points at one leaf would share a component
+    with probability ``1 / (1 + gamma0)`` instead of the HDP's ``(1 + gamma / (1 + gamma0)) /
+    (1 + gamma)``. The taken atom's ``theta`` is drawn from its posterior given ``x``
+    (``use_x``) or from ``H``."""
+    K = st.logb.shape[1] - 1
+    kt, kloop = jax.random.split(key)
+
+    def cond(c):
+        return ~c[1] & ~c[3]
+
+    def body(c):
+        logb, taken, i, full, slot, theta = c
+        dead = ~jnp.isfinite(logb[0, :K])
+        full = ~jnp.any(dead)
+        slot = jnp.argmax(dead).astype(jnp.int32)
+        kb, ku, kh = jax.random.split(jax.random.fold_in(kloop, i), 3)
+        new = _break_stick(kb, st, logb, slot)
+        share = new[leaf, slot] - logb[leaf, K]  # log u at the leaf
+        take = jnp.log(jax.random.uniform(ku, (), logb.dtype)) < share
+        th = cfg.mu0 + jnp.sqrt(cfg.prior_var) * jax.random.normal(kh, cfg.mu0.shape, cfg.mu0.dtype)
+        logb = jnp.where(full, logb, new)
+        theta = jnp.where(full, theta, theta.at[slot].set(th))
+        return logb, take & ~full, i + 1, full, slot, theta
+
+    init = (st.logb, jnp.bool_(False), jnp.int32(0), jnp.bool_(False), jnp.int32(0), st.theta)
+    logb, _, _, full, slot, theta = jax.lax.while_loop(cond, body, init)
+    if use_x:
+        var = 1.0 / (1.0 / cfg.prior_var + 1.0 / st.sigma2)
+        mean = var * (cfg.mu0 / cfg.prior_var + x / st.sigma2)
+        theta = theta.at[slot].set(mean + jnp.sqrt(var) * jax.random.normal(kt, mean.shape, mean.dtype))
+    st = st._replace(logb=logb, theta=theta, overflow=st.overflow | jnp.where(full, OVERFLOW_COMPONENTS, 0))
     return st, slot
 
 
@@ -229,7 +258,7 @@ def _point_update(key, st: BHMCState, n, x, cfg, *, mode: str):
     lb_leaf = st.logb[path_n[L]]
     logits = _mix_terms(lb_leaf, ll, lfs) if mcmc else lb_leaf
     cn = _categorical(kc, logits)
-    st, cn = jax.lax.cond(cn == K, lambda s: _new_component(kn, s, x, cfg, mcmc), lambda s: (s, cn), st)
+    st, cn = jax.lax.cond(cn == K, lambda s: _new_component(kn, s, x, path_n[L], cfg, mcmc), lambda s: (s, cn), st)
     st = st._replace(c=st.c.at[n].set(cn))
     if not mcmc:
         x = st.theta[cn] + jnp.sqrt(st.sigma2) * jax.random.normal(kx, x.shape, x.dtype)
@@ -418,7 +447,7 @@ def prior_sample_state(key, num_points: int, dim: int, depth: int, cfg: BHMCConf
     demand, so there is no truncation). Compiled; ``vmap``-able over ``key``."""
     N, D, L = int(num_points), int(dim), int(depth)
     M = int(max_nodes) if max_nodes is not None else N * L + 1
-    K = int(max_components) if max_components is not None else N
+    K = int(max_components) if max_components is not None else 4 * N + 16  # revealed, untaken atoms too
     return _prior_sample(key, (alpha, gamma0, gamma, sigma2), cfg, N, D, L, M, K)
 
 

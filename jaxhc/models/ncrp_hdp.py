@@ -10,10 +10,13 @@ The generative process (Algorithm 1, with the truncated stick of section 4.1):
   (N_node + alpha)``); a new node ``z'`` under ``z`` draws ``beta_z' ~ DP(gamma, beta_z)``,
   i.e. ``Dir(gamma beta_z1, ..., gamma beta_zK, gamma beta*_z)`` on the instantiated atoms
   plus the rest;
-* ``c_n ~ Cat(beta_leaf)``; choosing ``beta*`` instantiates a new component: ``theta_new ~
-  N(mu0, diag(prior_var))`` and every node breaks one more stick (root: ``u ~ Beta(1,
-  gamma0)``; child of ``z``: ``u ~ Beta(gamma beta_z,new, gamma beta*_z)``; ``beta_new = u
-  beta*``, ``beta* <- (1 - u) beta*``);
+* ``c_n ~ Cat(beta_leaf)``; choosing ``beta*`` means one of the atoms not yet instantiated:
+  they are revealed one at a time, each with ``theta ~ N(mu0, diag(prior_var))`` and one more
+  stick broken at every node (root: ``u ~ Beta(1, gamma0)``; child of ``z``: ``u ~ Beta(gamma
+  beta_z,new, gamma beta*_z)``; ``beta_new = u beta*``, ``beta* <- (1 - u) beta*``), and the
+  draw takes the revealed atom with probability ``u`` at the point's leaf (its share of the
+  leaf's rest), else goes on to the next. This is exact; always taking the first revealed
+  atom would undercount shared components (see `jaxhc.inference.bhmc._new_component`);
 * ``x_n ~ N(theta_{c_n}, sigma2 I)``.
 
 `ncrp_hdp` is that process as a NumPyro program (Python control flow, one site per random
@@ -246,8 +249,8 @@ def ncrp_hdp(num_points: int = None, dim: int = None, depth: int = 3, *, alpha=1
     child's index in creation order, or the number of children for a new one),
     ``beta_node_j`` (``Dir(gamma beta_parent)`` of a new node), ``c_n``, ``theta_k``,
     ``stick_k_node_j`` (the extra stick every node breaks when component ``k`` is created;
-    ``Beta(1, gamma0)`` at the root, ``Beta(gamma beta_parent,k, gamma beta*_parent)`` below)
-    and ``x_n``.
+    ``Beta(1, gamma0)`` at the root, ``Beta(gamma beta_parent,k, gamma beta*_parent)`` below),
+    ``take_k`` (whether the draw of ``c_n`` that revealed atom ``k`` takes it) and ``x_n``.
 
     Args:
       num_points, dim: ``N`` and ``D`` (taken from ``X`` when given).
@@ -329,8 +332,12 @@ def ncrp_hdp(num_points: int = None, dim: int = None, depth: int = 3, *, alpha=1
             paths[n, l] = z
         p = np.exp(beta[z])
         cn = int(numpyro.sample(f"c_{n}", dist.Categorical(probs=p / p.sum())))
-        if cn == len(theta):
+        while cn == len(theta):  # the rest was drawn: reveal its atoms until the drawn one
+            star_before = beta[z][-1]
             add_component()
+            share = float(np.exp(beta[z][-2] - star_before)) if np.isfinite(star_before) else 0.0
+            if not int(numpyro.sample(f"take_{len(theta) - 1}", dist.Bernoulli(probs=min(max(share, 0.0), 1.0)))):
+                cn += 1
         cs[n] = cn
         obs = None if X is None else X[n]
         xs[n] = np.asarray(numpyro.sample(f"x_{n}", dist.Normal(theta[cn], sd).to_event(1), obs=obs))
