@@ -150,7 +150,7 @@ def _break_stick(key, st: BHMCState, logb, slot):
     return jax.lax.fori_loop(1, L + 1, level_body, logb)
 
 
-def _new_component(key, st: BHMCState, x, leaf, cfg, use_x):
+def _new_component(key, st: BHMCState, x, leaf, cfg, use_x, need=True):
     """Eq. 2's "new k" at node ``leaf``: instantiate the atom of the leaf's remaining stick
     that the draw selected.
 
@@ -162,12 +162,13 @@ def _new_component(key, st: BHMCState, x, leaf, cfg, use_x):
     of an unselected atom: e.g. with ``L = 1`` two points at one leaf would share a component
     with probability ``1 / (1 + gamma0)`` instead of the HDP's ``(1 + gamma / (1 + gamma0)) /
     (1 + gamma)``. The taken atom's ``theta`` is drawn from its posterior given ``x``
-    (``use_x``) or from ``H``."""
+    (``use_x``) or from ``H``. With ``need`` False nothing happens (the loop runs zero times;
+    a ``while_loop`` rather than a ``cond`` so the state is updated in place)."""
     K = st.logb.shape[1] - 1
     kt, kloop = jax.random.split(key)
 
     def cond(c):
-        return ~c[1] & ~c[3]
+        return need & ~c[1] & ~c[3]
 
     def body(c):
         logb, taken, i, full, slot, theta = c
@@ -188,7 +189,8 @@ def _new_component(key, st: BHMCState, x, leaf, cfg, use_x):
     if use_x:
         var = 1.0 / (1.0 / cfg.prior_var + 1.0 / st.sigma2)
         mean = var * (cfg.mu0 / cfg.prior_var + x / st.sigma2)
-        theta = theta.at[slot].set(mean + jnp.sqrt(var) * jax.random.normal(kt, mean.shape, mean.dtype))
+        theta = theta.at[slot].set(jnp.where(need, mean + jnp.sqrt(var) * jax.random.normal(kt, mean.shape, mean.dtype),
+                                             theta[slot]))
     st = st._replace(logb=logb, theta=theta, overflow=st.overflow | jnp.where(full, OVERFLOW_COMPONENTS, 0))
     return st, slot
 
@@ -258,7 +260,9 @@ def _point_update(key, st: BHMCState, n, x, cfg, *, mode: str):
     lb_leaf = st.logb[path_n[L]]
     logits = _mix_terms(lb_leaf, ll, lfs) if mcmc else lb_leaf
     cn = _categorical(kc, logits)
-    st, cn = jax.lax.cond(cn == K, lambda s: _new_component(kn, s, x, path_n[L], cfg, mcmc), lambda s: (s, cn), st)
+    need = cn == K
+    st, slot = _new_component(kn, st, x, path_n[L], cfg, mcmc, need)
+    cn = jnp.where(need, slot, cn)
     st = st._replace(c=st.c.at[n].set(cn))
     if not mcmc:
         x = st.theta[cn] + jnp.sqrt(st.sigma2) * jax.random.normal(kx, x.shape, x.dtype)
@@ -451,7 +455,7 @@ def prior_sample_state(key, num_points: int, dim: int, depth: int, cfg: BHMCConf
     return _prior_sample(key, (alpha, gamma0, gamma, sigma2), cfg, N, D, L, M, K)
 
 
-def bhmc_init(key, X, depth: int, cfg: BHMCConfig, *, alpha=0.5, gamma0=1.0, gamma=0.5, sigma2=1.0, epsilon=1e-3,
+def bhmc_init(key, X, depth: int, cfg: BHMCConfig, *, alpha=0.5, gamma0=1.0, gamma=0.5, sigma2=1.0, epsilon=1e-6,
               max_nodes: int = 1024, max_components: int = 128) -> BHMCState:
     """The initial state of Algorithm 2: the root's sticks broken until ``beta* < epsilon``
     (line 1), their ``theta_k`` at distinct random data points, every point on one path of ``depth`` nodes (each node's
@@ -644,7 +648,7 @@ def _raise_overflow(flag, M, K, where):
 
 def bhmc(key, X, depth: int = 4, *, alpha=0.5, gamma0=1.0, gamma=0.5, sigma2=1.0, mu0=0.0, prior_var=1.0,
          num_samples: int = 200, num_warmup: int = 100, sample_hyper: bool = False, sigma2_max=None,
-         epsilon=1e-3, max_nodes: Optional[int] = None, max_components: int = 128, num_hyper_steps: int = 5,
+         epsilon=1e-6, max_nodes: Optional[int] = None, max_components: int = 128, num_hyper_steps: int = 5,
          init_state: Optional[BHMCState] = None, progress_bar: bool = True) -> BHMCResult:
     """Bayesian Hierarchical Mixture Clustering (Huang et al.): Algorithm 2 for
     ``num_warmup + num_samples`` sweeps; reports the kept state with the greatest
@@ -750,7 +754,7 @@ class BHMC(MCMCKernel):
     sample_field = "sample"
 
     def __init__(self, X, depth: int = 4, *, alpha=0.5, gamma0=1.0, gamma=0.5, sigma2=1.0, mu0=0.0, prior_var=1.0,
-                 epsilon=1e-3, max_nodes=None, max_components=128, sample_hyper=False, num_hyper_steps=5):
+                 epsilon=1e-6, max_nodes=None, max_components=128, sample_hyper=False, num_hyper_steps=5):
         X = _check_X(X)
         self.X = jnp.asarray(X)
         N = X.shape[0]
