@@ -328,7 +328,7 @@ def _blobs(n_per=20, seed=0):
 def test_bhmc_end_to_end_recovers_components_and_is_reproducible():
     X, y = _blobs()
     kw = dict(depth=2, alpha=0.5, gamma0=1.0, gamma=1.0, sigma2=0.25, prior_var=25.0, num_warmup=30,
-              num_samples=20, max_nodes=64, max_components=16, progress_bar=False)
+              num_samples=20, max_nodes=64, max_components=32, progress_bar=False)
     res = jaxhc.bhmc(jax.random.key(9), X, **kw)
     assert res.level_labels.shape == (60, 2)
     assert adjusted_rand_score(y, res.labels) > 0.95
@@ -347,7 +347,7 @@ def test_bhmc_end_to_end_recovers_components_and_is_reproducible():
     # the NumPyro kernel runs the same sweep
     from numpyro.infer import MCMC
 
-    mcmc = MCMC(B.BHMC(X, depth=2, sigma2=0.25, prior_var=25.0, max_nodes=64, max_components=16), num_warmup=2,
+    mcmc = MCMC(B.BHMC(X, depth=2, sigma2=0.25, prior_var=25.0, max_nodes=64, max_components=32), num_warmup=2,
                 num_samples=3, progress_bar=False)
     mcmc.run(jax.random.key(10))
     assert mcmc.get_samples()["paths"].shape == (3, 60, 3)
@@ -356,9 +356,9 @@ def test_bhmc_end_to_end_recovers_components_and_is_reproducible():
 def test_bhmc_bad_input_and_capacity_errors():
     X, _ = _blobs()
     key = jax.random.key(0)
-    kw = dict(depth=2, max_nodes=64, max_components=16, num_warmup=0, num_samples=3, progress_bar=False)
+    kw = dict(depth=2, max_nodes=64, max_components=32, num_warmup=0, num_samples=3, progress_bar=False)
     # out of capacity (same shapes as the end-to-end test, so nothing new is compiled)
-    with pytest.raises(ValueError, match="max_components=16"):  # the initial stick needs ~700 atoms
+    with pytest.raises(ValueError, match="max_components=32"):  # the initial stick needs ~700 atoms
         jaxhc.bhmc(key, X, epsilon=1e-300, **kw)
     with pytest.raises(ValueError, match="max_nodes=64"):  # alpha = 1e6: a new path for every point
         jaxhc.bhmc(key, X, alpha=1e6, **kw)
