@@ -220,6 +220,9 @@ def test_numpyro_program_scores_observed_data():
     assert "x_3" in tr and tr["x_3"]["is_observed"]
     with pytest.raises(ValueError, match="alpha"):
         numpyro.handlers.seed(M.ncrp_hdp, rng_seed=0)(4, 2, 2, alpha=-1.0)
+    for seed in range(3):  # tiny gamma: parents' weights underflow to 0, children keep them at 0
+        out = numpyro.handlers.seed(M.ncrp_hdp, rng_seed=seed)(30, 2, 3, gamma=0.02, gamma0=4.0, epsilon=1.0)
+        assert np.all(np.isfinite(out.log_beta[out.paths[:, -1], out.c]))
 
 
 def test_path_mh_matches_exact_conditional_over_paths():

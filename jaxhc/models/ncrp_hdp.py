@@ -318,8 +318,13 @@ def ncrp_hdp(num_points: int = None, dim: int = None, depth: int = 3, *, alpha=1
             pick = int(numpyro.sample(f"path_{n}_{l}", dist.Categorical(probs=w / w.sum())))
             if pick == len(ch):
                 j = len(beta)
-                lb = numpyro.sample(f"beta_node_{j}", dist.Dirichlet(gamma * np.exp(beta[z])))
-                beta.append(np.log(np.asarray(lb)))
+                conc = gamma * np.exp(beta[z])
+                pos = conc > 0  # atoms with (numerically) zero weight in the parent stay at zero
+                w = np.asarray(numpyro.sample(f"beta_node_{j}", dist.Dirichlet(conc[pos])))
+                lb = np.full(conc.shape, -np.inf)
+                with np.errstate(divide="ignore"):
+                    lb[pos] = np.log(w)
+                beta.append(lb)
                 parent.append(z)
                 level.append(l)
                 children.append([])
