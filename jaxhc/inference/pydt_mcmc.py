@@ -1,0 +1,678 @@
+"""Collapsed MCMC for the Pitman-Yor diffusion tree (Knowles & Ghahramani, section 5.1).
+
+State: a tree over ``N`` leaves in fixed-capacity parent form (``m = 2N - 1`` slots; leaves
+``0..N-1``, internal slots ``N..m-1``, ``parent = -1`` for the root branch point and ``-2``
+for a free slot), the divergence times (leaves at 1), and the hyperparameters ``c``
+(divergence function ``a(t) = c / (1 - t)``), ``alpha``, ``beta`` and ``sigma2``. Node
+locations are integrated out by message passing (section 5).
+
+One step:
+
+* **detach / re-attach** (``num_moves`` times): pick a non-root node ``s`` uniformly, detach
+  its subtree, and propose where it diverges from the remaining tree by the generative
+  process of a new point (segment: a new branch point; branch point: a new branch),
+  repeated until the divergence precedes ``t_s``. The acceptance ratio is the marginal
+  likelihood ratio (section 5.1) times ``P(T') P(T_s-as-a-leaf) / (P(T) P(T'_s-as-a-leaf))``
+  and the ratio of the numbers of detachable nodes. The prior factors cancel exactly when the
+  subtree is one leaf (the paper's statement); for a larger subtree the points after the
+  first follow the chosen path, which changes their non-divergence and branch factors, and
+  including them keeps the move exact.
+* **Gibbs** for ``c`` (Eq. 15, as the Gamma conditional implied by Eq. 14) and for
+  ``1 / sigma2`` (Eq. 16, after backward sampling of the node locations);
+* **slice sampling** of ``log alpha`` and ``logit beta`` on Eq. 9 + 11 and their priors.
+
+Priors (section 4): ``alpha ~ G(2, .5)``, ``beta ~ Beta(1, 1)``, ``c ~ G(1, 1)``,
+``1/sigma2 ~ G(1, 1)`` (shape, rate).
+"""
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.scipy.special import gammaln
+
+from ..tree import ParentTree
+from .mh import mh_accept
+
+__all__ = ["PYDTPriors", "PYDTState", "PYDTInfo", "PYDTSamples", "pydt_mcmc", "pydt_mcmc_init", "pydt_mcmc_step",
+           "log_prior_masked", "log_marginal_masked"]
+
+FREE = -2
+
+
+class PYDTPriors(NamedTuple):
+    """Gamma (shape, rate) priors on ``alpha``, ``c``, ``1/sigma2`` and Beta on ``beta``
+    (section 4 of the paper: ``G(2, .5)``, ``G(1, 1)``, ``G(1, 1)``, ``Beta(1, 1)``)."""
+
+    alpha: tuple = (2.0, 0.5)
+    c: tuple = (1.0, 1.0)
+    precision: tuple = (1.0, 1.0)
+    beta: tuple = (1.0, 1.0)
+
+
+class PYDTState(NamedTuple):
+    """State of the PYDT sampler.
+
+    Attributes:
+      parent: int32 ``[2N - 1]``; ``-1`` root branch point, ``-2`` free internal slot.
+      times: float ``[2N - 1]`` divergence times (leaves 1.0; free slots 0.0).
+      c, alpha, beta, sigma2: hyperparameters (scalars).
+      log_lik: ``log p(X | tree, times, sigma2)`` (locations integrated out).
+      log_prior: ``log`` of Eq. 9 and 11 (tree structure and times).
+    """
+
+    parent: jax.Array
+    times: jax.Array
+    c: jax.Array
+    alpha: jax.Array
+    beta: jax.Array
+    sigma2: jax.Array
+    log_lik: jax.Array
+    log_prior: jax.Array
+
+
+class PYDTInfo(NamedTuple):
+    """What a step did: ``accepted [num_moves]`` (bool), ``log_ratio [num_moves]``,
+    ``retries [num_moves]`` (re-runs of the generative process until divergence preceded the
+    subtree), ``num_branch_points``."""
+
+    accepted: jax.Array
+    log_ratio: jax.Array
+    retries: jax.Array
+    num_branch_points: jax.Array
+
+
+# ------------------------------------------------------------------------------------------
+# tree quantities on masked, fixed-capacity arrays
+# ------------------------------------------------------------------------------------------
+def _order(parent, times, active):
+    """Node slots by decreasing time (children before parents), inactive ones last."""
+    return jnp.argsort(jnp.where(active, -times, jnp.inf))
+
+
+def _up_counts(parent, order, active, weight):
+    """``cnt[k]`` = total ``weight`` in the subtree of ``k`` (over active nodes)."""
+
+    def body(i, cnt):
+        k = order[i]
+        p = parent[k]
+        ok = active[k] & (p >= 0)
+        return cnt.at[jnp.where(ok, p, cnt.shape[0])].add(cnt[k], mode="drop")
+
+    return jax.lax.fori_loop(0, parent.shape[0], body, jnp.where(active, weight, 0))
+
+
+def _harmonic_table(n_max, alpha, beta):
+    """``H[n] = sum_{i=1}^n Gamma(i - beta) / Gamma(i + 1 + alpha)``, ``n = 0..n_max``."""
+    i = jnp.arange(1, n_max + 1, dtype=jnp.result_type(alpha, float))
+    return jnp.concatenate([jnp.zeros(1, i.dtype), jnp.cumsum(jnp.exp(gammaln(i - beta) - gammaln(i + 1 + alpha)))])
+
+
+def _log_branch_prod(K, alpha, beta):
+    """``sum_{k=3}^{K} log(alpha + (k - 1) beta)`` (0 for ``K <= 2``)."""
+    Kf = K.astype(jnp.result_type(alpha, float))
+    bpos = beta > 0
+    sb = jnp.where(bpos, beta, 1.0)
+    with_beta = (Kf - 2) * jnp.log(sb) + gammaln(alpha / sb + Kf) - gammaln(alpha / sb + 2)
+    no_beta = (Kf - 2) * jnp.log(jnp.where(alpha > 0, alpha, 1.0)) + jnp.where(alpha > 0, 0.0, -jnp.inf)
+    return jnp.where(K > 2, jnp.where(bpos, with_beta, no_beta), 0.0)
+
+
+def log_prior_masked(parent, times, active, is_leaf, c, alpha, beta):
+    """Eq. 9 + Eq. 11 of a tree given on masked arrays.
+
+    Args:
+      parent: int ``[m]`` (``-1`` root; entries of inactive nodes are ignored).
+      times: float ``[m]``.
+      active: bool ``[m]`` nodes present in the tree.
+      is_leaf: bool ``[m]`` nodes that are leaves (data points, or a detached subtree
+        standing in as one point).
+      c, alpha, beta: PYDT hyperparameters.
+
+    Returns:
+      ``log P(structure, times)`` (scalar).
+    """
+    m = parent.shape[0]
+    f = times.dtype
+    order = _order(parent, times, active)
+    cnt = _up_counts(parent, order, active, is_leaf.astype(jnp.int32))
+    nonroot = active & (parent >= 0)
+    pidx = jnp.where(nonroot, parent, m)
+    nkids = jax.ops.segment_sum(nonroot.astype(jnp.int32), pidx, num_segments=m + 1)[:m]
+    branch = active & ~is_leaf
+    cntf = cnt.astype(f)
+    child_terms = jax.ops.segment_sum(jnp.where(nonroot, gammaln(cntf - beta), 0.0), pidx, num_segments=m + 1)[:m]
+    tb = jnp.where(branch, times, 0.0)
+    eq9 = (jnp.log(c) - jnp.log1p(-tb) + _log_branch_prod(nkids, alpha, beta) + child_terms
+           - gammaln(cntf + alpha))
+    H = _harmonic_table(m, alpha, beta)
+    tpar = jnp.where(parent >= 0, times[jnp.maximum(parent, 0)], 0.0)
+    A = lambda t: -c * jnp.log1p(-t)  # noqa: E731
+    eq11 = (A(tpar) - A(tb)) * H[jnp.clip(cnt - 1, 0, m)]
+    return jnp.sum(jnp.where(branch, eq9 + eq11, 0.0))
+
+
+def _messages(parent, times, active, X, sigma2, order):
+    """Upward pass: per node the product of its children's messages ``N(x; mu, v I)``
+    (``mu [m, D]``, ``v [m]``, ``has [m]``) and the accumulated log normaliser; the root's
+    message is closed against the origin ``N(0, sigma2 t_root)``."""
+    m = parent.shape[0]
+    N, D = X.shape
+    f = X.dtype
+    mu = jnp.zeros((m, D), f)
+    v = jnp.full(m, jnp.inf, f)
+    has = jnp.zeros(m, bool)
+
+    def body(i, carry):
+        mu, v, has, logz = carry
+        k = order[i]
+        p = parent[k]
+        ok = active[k]
+        tp = jnp.where(p >= 0, times[jnp.maximum(p, 0)], 0.0)
+        edge = sigma2 * (times[k] - tp)
+        is_leaf = k < N
+        mk = jnp.where(is_leaf, X[jnp.minimum(k, N - 1)], mu[k])
+        vk = jnp.where(is_leaf, 0.0, v[k]) + edge
+        # combine into the parent (or close against the origin at the root)
+        pp = jnp.maximum(p, 0)
+        tgt_mu = jnp.where(p >= 0, mu[pp], jnp.zeros(D, f))
+        tgt_v = jnp.where(p >= 0, v[pp], 0.0)
+        tgt_has = jnp.where(p >= 0, has[pp], True)
+        s = tgt_v + vk
+        lz = jnp.where(tgt_has, -0.5 * jnp.sum(jnp.log(2 * jnp.pi * s) + (mk - tgt_mu) ** 2 / s), 0.0)
+        new_v = jnp.where(tgt_has, tgt_v * vk / s, vk)
+        new_mu = jnp.where(tgt_has, (tgt_mu * vk + mk * tgt_v) / s, mk)
+        upd = ok & (p >= 0)
+        mu = mu.at[jnp.where(upd, pp, m)].set(new_mu, mode="drop")
+        v = v.at[jnp.where(upd, pp, m)].set(new_v, mode="drop")
+        has = has.at[jnp.where(upd, pp, m)].set(True, mode="drop")
+        return mu, v, has, logz + jnp.where(ok, lz, 0.0)
+
+    return jax.lax.fori_loop(0, m, body, (mu, v, has, jnp.zeros((), f)))
+
+
+def log_marginal_masked(parent, times, active, X, sigma2):
+    """``log p(X | tree, times, sigma2)`` with internal locations integrated out (belief
+    propagation, section 5); ``X [N, D]`` sits at leaves ``0..N-1``."""
+    order = _order(parent, times, active)
+    return _messages(parent, times, active, X, sigma2, order)[3]
+
+
+def _sample_locations(key, parent, times, active, X, sigma2):
+    """Backward sampling of all internal node locations given the data ``[m, D]`` (leaves hold
+    ``X``)."""
+    m = parent.shape[0]
+    N, D = X.shape
+    order = _order(parent, times, active)
+    mu, v, _, _ = _messages(parent, times, active, X, sigma2, order)
+    loc = jnp.zeros((m, D), X.dtype).at[:N].set(X)
+    keys = jax.random.split(key, m)
+
+    def body(i, loc):
+        k = order[m - 1 - i]  # increasing time: parents first
+        p = parent[k]
+        tp = jnp.where(p >= 0, times[jnp.maximum(p, 0)], 0.0)
+        prior_mu = jnp.where(p >= 0, loc[jnp.maximum(p, 0)], 0.0)
+        pv = sigma2 * (times[k] - tp)
+        post_v = pv * v[k] / (pv + v[k])
+        post_mu = (prior_mu * v[k] + mu[k] * pv) / (pv + v[k])
+        x = post_mu + jnp.sqrt(post_v) * jax.random.normal(keys[i], (D,), X.dtype)
+        write = active[k] & (k >= N)
+        return loc.at[jnp.where(write, k, m)].set(x, mode="drop")
+
+    return jax.lax.fori_loop(0, m, body, loc)
+
+
+def _subtree_mask(parent, times, active, s):
+    """``[m]`` bool: nodes in the subtree of ``s`` (including ``s``)."""
+    m = parent.shape[0]
+    order = _order(parent, times, active)
+
+    def body(i, ins):
+        k = order[m - 1 - i]
+        p = parent[k]
+        return ins.at[k].set(active[k] & ((k == s) | ((p >= 0) & ins[jnp.maximum(p, 0)])))
+
+    return jax.lax.fori_loop(0, m, body, jnp.zeros(m, bool))
+
+
+# ------------------------------------------------------------------------------------------
+# the generative process of one point on an existing tree
+# ------------------------------------------------------------------------------------------
+def _attach_point(key, parent, times, active, cnt, root, t_max, c, alpha, beta, max_tries=1000):
+    """Where a new point diverges from the tree (section 1), redrawn until the divergence
+    time is ``< t_max``. Returns ``(on_segment, node, time, tries)``: a new branch point at
+    ``time`` on the edge into ``node`` (``on_segment``), or a new branch at branch point
+    ``node``."""
+    m = parent.shape[0]
+    f = times.dtype
+    slots = jnp.arange(m)
+
+    def one_path(k):
+        def cond(s):
+            return ~s[3]
+
+        def body(s):
+            cur, t0, i, done, seg, t = s
+            ki = jax.random.fold_in(k, i)
+            k1, k2 = jax.random.split(ki)
+            mcur = cnt[cur].astype(f)
+            rate = c * jnp.exp(gammaln(mcur - beta) - gammaln(mcur + 1 + alpha))
+            u = jax.random.uniform(k1, (), f, minval=jnp.finfo(f).tiny)
+            td = 1.0 - (1.0 - t0) * u ** (1.0 / rate)
+            here = td < times[cur]
+            # at the branch point: follow child k w.p. (n_k - beta)/(m + alpha), new branch
+            # w.p. (alpha + beta K)/(m + alpha)
+            kids = active & (parent == cur) & (slots != cur)
+            K = jnp.sum(kids)
+            w = jnp.where(kids, cnt.astype(f) - beta, 0.0)
+            w_new = alpha + beta * K
+            logits = jnp.log(jnp.concatenate([jnp.maximum(w, 0.0), jnp.maximum(w_new, 0.0)[None]]))
+            pick = jax.random.categorical(k2, logits)
+            new_branch = pick == m
+            done_now = here | new_branch
+            nxt = jnp.where(done_now, cur, pick)
+            return (nxt.astype(jnp.int32), times[cur], i + 1, done_now, here, jnp.where(here, td, times[cur]))
+
+        init = (root.astype(jnp.int32), jnp.zeros((), f), jnp.int32(0), jnp.bool_(False), jnp.bool_(False),
+                jnp.zeros((), f))
+        cur, _, _, _, seg, t = jax.lax.while_loop(cond, body, init)
+        return seg, cur, t
+
+    def cond(s):
+        return (s[3] >= t_max) & (s[4] < max_tries)
+
+    def body(s):
+        seg, node, t, _, tries = s
+        seg, node, t = one_path(jax.random.fold_in(key, tries))
+        return seg, node, t, t, tries + 1
+
+    seg, node, t = one_path(jax.random.fold_in(key, 0))
+    seg, node, t, _, tries = jax.lax.while_loop(cond, body, (seg, node, t, t, jnp.int32(1)))
+    return seg, node, t, tries
+
+
+# ------------------------------------------------------------------------------------------
+# the detach / re-attach move
+# ------------------------------------------------------------------------------------------
+def _log_joint_terms(st, X, use_lik):
+    active = st.parent != FREE
+    N = X.shape[0]
+    is_leaf = jnp.arange(st.parent.shape[0]) < N
+    lp = log_prior_masked(st.parent, st.times, active, is_leaf, st.c, st.alpha, st.beta)
+    ll = log_marginal_masked(st.parent, st.times, active, X, st.sigma2) if use_lik else jnp.zeros((), X.dtype)
+    return lp, ll
+
+
+def _move(key, st: PYDTState, X, use_lik: bool):
+    m = st.parent.shape[0]
+    N = X.shape[0]
+    f = st.times.dtype
+    slots = jnp.arange(m)
+    active = st.parent != FREE
+    is_leaf = slots < N
+    ks, ka, kacc = jax.random.split(key, 3)
+    # pick a non-root active node uniformly
+    cand = active & (st.parent >= 0)
+    n_cand = jnp.sum(cand)
+    s = jax.random.categorical(ks, jnp.where(cand, 0.0, -jnp.inf)).astype(jnp.int32)
+    p = st.parent[s]
+    t_s = st.times[s]
+    insub = _subtree_mask(st.parent, st.times, active, s)
+    # the old tree with the subtree standing in as a single point
+    act_leaf = active & (~insub | (slots == s))
+    lp_old_leaf = log_prior_masked(st.parent, st.times, act_leaf, is_leaf | (slots == s), st.c, st.alpha, st.beta)
+    # detach: remove s's subtree; a parent left with one child disappears
+    nonroot = active & (st.parent >= 0)
+    nkids_p = jnp.sum(nonroot & (st.parent == p))
+    binary = nkids_p == 2
+    other = jnp.argmax(nonroot & (st.parent == p) & (slots != s)).astype(jnp.int32)
+    par_r = jnp.where(binary, st.parent.at[other].set(st.parent[p]).at[p].set(FREE), st.parent)
+    act_r = (par_r != FREE) & ~insub
+    root_r = jnp.argmax(act_r & (par_r == -1)).astype(jnp.int32)
+    order_r = _order(par_r, st.times, act_r)
+    cnt_r = _up_counts(par_r, order_r, act_r, is_leaf.astype(jnp.int32))
+    seg, node, t_new, tries = _attach_point(ka, par_r, st.times, act_r, cnt_r, root_r, t_s, st.c, st.alpha,
+                                            st.beta)
+    ok = t_new < t_s
+    # a free slot for the new branch point (p itself if it was removed)
+    free_slot = jnp.where(binary, p, jnp.argmax((par_r == FREE) & (slots >= N)).astype(jnp.int32))
+    # build the new tree
+    par_seg = par_r.at[free_slot].set(par_r[node]).at[node].set(free_slot).at[s].set(free_slot)
+    times_seg = st.times.at[free_slot].set(t_new)
+    par_bp = par_r.at[s].set(node)
+    # the subtree itself keeps its internal structure (its nodes' parents are unchanged)
+    par_new = jnp.where(seg, par_seg, par_bp)
+    times_new = jnp.where(seg, times_seg, st.times)
+    act_new = par_new != FREE
+    lp_new = log_prior_masked(par_new, times_new, act_new, is_leaf, st.c, st.alpha, st.beta)
+    act_new_leaf = act_new & (~insub | (slots == s))
+    lp_new_leaf = log_prior_masked(par_new, times_new, act_new_leaf, is_leaf | (slots == s), st.c, st.alpha,
+                                   st.beta)
+    ll_new = log_marginal_masked(par_new, times_new, act_new, X, st.sigma2) if use_lik else jnp.zeros((), f)
+    n_cand_new = jnp.sum(act_new & (par_new >= 0))
+    log_ratio = ((ll_new - st.log_lik) + (lp_new - st.log_prior) - (lp_new_leaf - lp_old_leaf)
+                 + jnp.log(n_cand.astype(f)) - jnp.log(n_cand_new.astype(f)))
+    log_ratio = jnp.where(ok, log_ratio, -jnp.inf)
+    acc = mh_accept(kacc, log_ratio)
+    new_st = st._replace(parent=par_new.astype(jnp.int32), times=times_new, log_lik=ll_new, log_prior=lp_new)
+    st = jax.tree_util.tree_map(lambda a, b: jnp.where(acc, a, b), new_st, st)
+    return st, (acc, log_ratio, tries)
+
+
+# ------------------------------------------------------------------------------------------
+# hyperparameters
+# ------------------------------------------------------------------------------------------
+def _gibbs_c(key, st, N, priors):
+    """Eq. 15: ``c | T ~ G(a_c + |I|, b_c - sum_i J_i log(1 - t_i))`` (Eq. 14's ``c``-terms)."""
+    m = st.parent.shape[0]
+    active = st.parent != FREE
+    slots = jnp.arange(m)
+    is_leaf = slots < N
+    order = _order(st.parent, st.times, active)
+    cnt = _up_counts(st.parent, order, active, is_leaf.astype(jnp.int32))
+    H = _harmonic_table(m, st.alpha, st.beta)
+    nonroot = active & (st.parent >= 0)
+    kidsH = jax.ops.segment_sum(jnp.where(nonroot, H[jnp.maximum(cnt - 1, 0)], 0.0),
+                                jnp.where(nonroot, st.parent, m), num_segments=m + 1)[:m]
+    branch = active & ~is_leaf
+    J = H[jnp.maximum(cnt - 1, 0)] - kidsH
+    tb = jnp.where(branch, st.times, 0.0)
+    shape = priors.c[0] + jnp.sum(branch)
+    rate = priors.c[1] - jnp.sum(jnp.where(branch, J * jnp.log1p(-tb), 0.0))
+    return jax.random.gamma(key, shape, dtype=st.times.dtype) / rate
+
+
+def _gibbs_precision(key, st, X, priors):
+    """Eq. 16: sample the locations backwards, then ``1/sigma2 ~ G(a + |E| D / 2, b + sum
+    ||x_b - x_a||^2 / (2 (t_b - t_a)))`` over all edges (origin to root included)."""
+    kl, kg = jax.random.split(key)
+    N, D = X.shape
+    active = st.parent != FREE
+    loc = _sample_locations(kl, st.parent, st.times, active, X, st.sigma2)
+    p = st.parent
+    tp = jnp.where(p >= 0, st.times[jnp.maximum(p, 0)], 0.0)
+    lp = jnp.where((p >= 0)[:, None], loc[jnp.maximum(p, 0)], 0.0)
+    sq = jnp.sum((loc - lp) ** 2, axis=1) / (2.0 * jnp.maximum(st.times - tp, 1e-300))
+    n_edges = jnp.sum(active)
+    shape = priors.precision[0] + n_edges * D / 2.0
+    rate = priors.precision[1] + jnp.sum(jnp.where(active, sq, 0.0))
+    return rate / jax.random.gamma(kg, shape, dtype=X.dtype)
+
+
+def _slice(key, x0, logp, w=1.0, max_steps=20):
+    """One univariate slice-sampling update (stepping out, shrinkage; Neal 2003)."""
+    k1, k2, k3 = jax.random.split(key, 3)
+    f = x0.dtype
+    ly = logp(x0) + jnp.log(jax.random.uniform(k1, (), f, minval=jnp.finfo(f).tiny))
+    left = x0 - w * jax.random.uniform(k2, (), f)
+    right = left + w
+
+    def out_l(s):
+        l, i = s
+        return (logp(l) > ly) & (i < max_steps)
+
+    left, _ = jax.lax.while_loop(out_l, lambda s: (s[0] - w, s[1] + 1), (left, 0))
+
+    def out_r(s):
+        r, i = s
+        return (logp(r) > ly) & (i < max_steps)
+
+    right, _ = jax.lax.while_loop(out_r, lambda s: (s[0] + w, s[1] + 1), (right, 0))
+
+    def cond(s):
+        return ~s[3]
+
+    def body(s):
+        l, r, i, _, x = s
+        xn = l + (r - l) * jax.random.uniform(jax.random.fold_in(k3, i), (), f)
+        good = logp(xn) > ly
+        l = jnp.where(~good & (xn < x0), xn, l)
+        r = jnp.where(~good & (xn >= x0), xn, r)
+        return l, r, i + 1, good | (i > 200), jnp.where(good, xn, x0)
+
+    _, _, _, _, x = jax.lax.while_loop(cond, body, (left, right, 0, jnp.bool_(False), x0))
+    return x
+
+
+def _slice_alpha_beta(key, st, N, priors, sample_alpha, sample_beta):
+    active = st.parent != FREE
+    is_leaf = jnp.arange(st.parent.shape[0]) < N
+    ka, kb = jax.random.split(key)
+
+    def lp_tree(alpha, beta):
+        return log_prior_masked(st.parent, st.times, active, is_leaf, st.c, alpha, beta)
+
+    alpha, beta = st.alpha, st.beta
+    if sample_alpha:
+        aa, ab = priors.alpha
+
+        def logp_la(la):  # log alpha, with the Jacobian; alpha >= -2 beta holds for alpha > 0
+            a = jnp.exp(la)
+            return lp_tree(a, beta) + aa * la - ab * a
+
+        alpha = jnp.exp(_slice(ka, jnp.log(alpha), logp_la))
+    if sample_beta:
+        ba, bb = priors.beta
+
+        def logp_lb(lb):  # logit beta, with the Jacobian
+            b = jax.nn.sigmoid(lb)
+            return lp_tree(alpha, b) + ba * jnp.log(b) + bb * jnp.log1p(-b)
+
+        b0 = jnp.clip(beta, 1e-12, 1 - 1e-12)
+        beta = jax.nn.sigmoid(_slice(kb, jnp.log(b0) - jnp.log1p(-b0), logp_lb))
+    return alpha, beta
+
+
+# ------------------------------------------------------------------------------------------
+# init / step
+# ------------------------------------------------------------------------------------------
+def _prior_tree(key, N, f, c, alpha, beta):
+    """A tree drawn from the PYDT prior by the generative process (points one by one)."""
+    m = 2 * N - 1
+    slots = jnp.arange(m)
+    parent = jnp.full(m, FREE, jnp.int32).at[0].set(-1)
+    times = jnp.zeros(m, f).at[:N].set(1.0)
+    is_leaf = slots < N
+
+    def body(n, carry):
+        parent, times = carry
+        active = (parent != FREE) & ((slots < n) | (slots >= N))
+        order = _order(parent, times, active)
+        cnt = _up_counts(parent, order, active, is_leaf.astype(jnp.int32))
+        root = jnp.argmax(active & (parent == -1)).astype(jnp.int32)
+        seg, node, t, _ = _attach_point(jax.random.fold_in(key, n), parent, times, active, cnt, root,
+                                        jnp.asarray(1.0, f), c, alpha, beta)
+        slot = jnp.argmax((parent == FREE) & (slots >= N)).astype(jnp.int32)
+        par_seg = parent.at[slot].set(parent[node]).at[node].set(slot).at[n].set(slot)
+        par_bp = parent.at[n].set(node)
+        parent = jnp.where(seg, par_seg, par_bp)
+        times = jnp.where(seg, times.at[slot].set(t), times)
+        return parent, times
+
+    # leaf n is "free" until inserted: mark it by leaving its parent as FREE
+    parent = parent.at[1:N].set(FREE)
+    return jax.lax.fori_loop(1, N, body, (parent, times))
+
+
+@functools.partial(jax.jit, static_argnames=("use_lik",))
+def _init_jit(key, X, c, alpha, beta, sigma2, use_lik):
+    N = X.shape[0]
+    f = X.dtype
+    parent, times = _prior_tree(key, N, f, c, alpha, beta)
+    st = PYDTState(parent, times, c, alpha, beta, sigma2, jnp.zeros((), f), jnp.zeros((), f))
+    lp, ll = _log_joint_terms(st, X, use_lik)
+    return st._replace(log_prior=lp, log_lik=ll)
+
+
+def pydt_mcmc_init(key, X, *, c=1.0, alpha=0.5, beta=0.2, sigma2=1.0, use_likelihood: bool = True) -> PYDTState:
+    """Initial state: a tree drawn from the PYDT prior (points attached one by one)."""
+    X = jnp.asarray(X)
+    f = X.dtype
+    return _init_jit(key, X, jnp.asarray(c, f), jnp.asarray(alpha, f), jnp.asarray(beta, f), jnp.asarray(sigma2, f),
+                     bool(use_likelihood))
+
+
+def _step(key, st, X, priors, num_moves, sample_c, sample_sigma2, sample_alpha, sample_beta, use_lik):
+    N = X.shape[0]
+    km, kc, ks, kab = jax.random.split(key, 4)
+
+    def mv(s, k):
+        s, info = _move(k, s, X, use_lik)
+        return s, info
+
+    st, (acc, lr, tries) = jax.lax.scan(mv, st, jax.random.split(km, num_moves))
+    changed = False
+    if sample_c:
+        st = st._replace(c=_gibbs_c(kc, st, N, priors))
+        changed = True
+    if sample_sigma2 and use_lik:
+        st = st._replace(sigma2=_gibbs_precision(ks, st, X, priors))
+        changed = True
+    if sample_alpha or sample_beta:
+        a, b = _slice_alpha_beta(kab, st, N, priors, sample_alpha, sample_beta)
+        st = st._replace(alpha=a, beta=b)
+        changed = True
+    if changed:
+        lp, ll = _log_joint_terms(st, X, use_lik)
+        st = st._replace(log_prior=lp, log_lik=ll)
+    nb = jnp.sum((st.parent != FREE) & (jnp.arange(st.parent.shape[0]) >= N))
+    return st, PYDTInfo(acc, lr, tries, nb)
+
+
+@functools.partial(jax.jit, static_argnames=("num_moves", "sample_c", "sample_sigma2", "sample_alpha",
+                                             "sample_beta", "use_lik"))
+def _step_jit(key, st, X, priors, num_moves, sample_c, sample_sigma2, sample_alpha, sample_beta, use_lik):
+    return _step(key, st, X, priors, num_moves, sample_c, sample_sigma2, sample_alpha, sample_beta, use_lik)
+
+
+def pydt_mcmc_step(key, state: PYDTState, X, *, priors: PYDTPriors = PYDTPriors(), num_moves: int = 1,
+                   sample_c=True, sample_sigma2=True, sample_alpha=True, sample_beta=True, use_likelihood=True):
+    """One sampler step: ``num_moves`` detach / re-attach moves, then the hyperparameter
+    updates that are switched on. Returns ``(state, PYDTInfo)``."""
+    pri = PYDTPriors(*(tuple(float(v) for v in p) for p in priors))
+    return _step_jit(key, state, jnp.asarray(X), pri, int(num_moves), bool(sample_c), bool(sample_sigma2),
+                     bool(sample_alpha), bool(sample_beta), bool(use_likelihood))
+
+
+class PYDTSamples(NamedTuple):
+    """Output of `pydt_mcmc`: per kept step ``parent [S, 2N-1]``, ``times [S, 2N-1]``,
+    ``c, alpha, beta, sigma2, log_lik, log_prior [S]``, ``accept_rate`` (kept steps) and the
+    final `PYDTState`."""
+
+    parent: np.ndarray
+    times: np.ndarray
+    c: np.ndarray
+    alpha: np.ndarray
+    beta: np.ndarray
+    sigma2: np.ndarray
+    log_lik: np.ndarray
+    log_prior: np.ndarray
+    accept_rate: float
+    state: PYDTState
+
+    def tree(self, i: int = -1) -> ParentTree:
+        """Sample ``i`` as a `ParentTree` (free slots dropped, internal nodes renumbered)."""
+        return state_to_tree(self.parent[i], self.times[i])
+
+
+def state_to_tree(parent, times) -> ParentTree:
+    """A compact `ParentTree` (heights = divergence times) from fixed-capacity arrays."""
+    parent = np.asarray(parent)
+    times = np.asarray(times)
+    m = parent.shape[0]
+    N = (m + 1) // 2
+    keep = np.flatnonzero(parent != FREE)
+    new_id = np.full(m, -1)
+    new_id[keep] = np.arange(keep.size)
+    par = np.where(parent[keep] >= 0, new_id[np.maximum(parent[keep], 0)], -1)
+    return ParentTree(par, N, times[keep])
+
+
+def _check_X(X):
+    X = np.asarray(X)
+    if X.dtype == object or not np.issubdtype(X.dtype, np.number):
+        raise TypeError(f"X must be a numeric 2-D array [N, D], got dtype {X.dtype}")
+    if X.ndim != 2 or X.shape[0] < 2 or X.shape[1] < 1:
+        raise ValueError(f"X must be 2-D [N, D] with N >= 2, got shape {X.shape}")
+    X = X.astype(jnp.result_type(float))
+    if not np.all(np.isfinite(X)):
+        raise ValueError("X contains NaN or inf")
+    return X
+
+
+def check_hyperparameters(c, alpha, beta, sigma2=1.0):
+    """Raise a ValueError unless ``c > 0``, ``0 <= beta < 1``, ``alpha >= -2 beta``,
+    ``sigma2 > 0`` (the sampler needs ``beta < 1``: ``Gamma(1 - beta)`` is infinite at 1)."""
+    vals = {}
+    for name, v in (("c", c), ("alpha", alpha), ("beta", beta), ("sigma2", sigma2)):
+        try:
+            vals[name] = float(v)
+        except (TypeError, ValueError):
+            raise TypeError(f"{name} must be a number, got {type(v).__name__}") from None
+        if not np.isfinite(vals[name]):
+            raise ValueError(f"{name} must be finite, got {v}")
+    if vals["c"] <= 0:
+        raise ValueError(f"c must be > 0, got {c}")
+    if not 0 <= vals["beta"] < 1:
+        raise ValueError(f"beta must be in [0, 1), got {beta}")
+    if vals["alpha"] < -2 * vals["beta"]:
+        raise ValueError(f"alpha must be >= -2 beta = {-2 * vals['beta']}, got {alpha}")
+    if vals["sigma2"] <= 0:
+        raise ValueError(f"sigma2 must be > 0, got {sigma2}")
+    return vals["c"], vals["alpha"], vals["beta"], vals["sigma2"]
+
+
+def pydt_mcmc(key, X, num_samples: int = 1000, num_warmup: int = 0, *, c=1.0, alpha=0.5, beta=0.2, sigma2=1.0,
+              priors: PYDTPriors = PYDTPriors(), num_moves: Optional[int] = None, thin: int = 1,
+              sample_c=True, sample_sigma2=True, sample_alpha=True, sample_beta=True,
+              init_state: Optional[PYDTState] = None, progress_bar: bool = True) -> PYDTSamples:
+    """PYDT posterior samples by the section-5.1 sampler (Gaussian observation model).
+
+    Args:
+      key: a ``jax.random`` key.
+      X: float ``[N, D]`` data (the leaves at time 1).
+      num_samples, num_warmup, thin: kept steps, burnt steps, thinning.
+      c, alpha, beta, sigma2: initial hyperparameters (fixed when not sampled); ``alpha =
+        beta = 0`` with ``sample_alpha = sample_beta = False`` is the Dirichlet diffusion tree.
+      priors: `PYDTPriors`.
+      num_moves: detach / re-attach moves per step (default ``N``).
+      sample_c, sample_sigma2, sample_alpha, sample_beta: which hyperparameters to update.
+      init_state: continue from a state.
+      progress_bar: tqdm bar over steps.
+    """
+    X = _check_X(X)
+    c, alpha, beta, sigma2 = check_hyperparameters(c, alpha, beta, sigma2)
+    if sample_alpha and alpha <= 0:
+        raise ValueError("sample_alpha=True needs alpha > 0 (it is sampled on the log scale)")
+    N = X.shape[0]
+    num_moves = N if num_moves is None else int(num_moves)
+    k0, k1 = jax.random.split(key)
+    st = init_state if init_state is not None else pydt_mcmc_init(k0, X, c=c, alpha=alpha, beta=beta, sigma2=sigma2)
+    Xj = jnp.asarray(X)
+    total = num_warmup + num_samples * thin
+    rows, accs = [], []
+    bar = None
+    if progress_bar:
+        from tqdm.auto import tqdm
+        bar = tqdm(total=total, desc="pydt")
+    try:
+        for t in range(total):
+            st, info = pydt_mcmc_step(jax.random.fold_in(k1, t), st, Xj, priors=priors, num_moves=num_moves,
+                                      sample_c=sample_c, sample_sigma2=sample_sigma2, sample_alpha=sample_alpha,
+                                      sample_beta=sample_beta)
+            r = t + 1 - num_warmup
+            if r > 0 and r % thin == 0:
+                rows.append(jax.device_get(st))
+                accs.append(np.asarray(info.accepted))
+            if bar is not None:
+                bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+    stack = lambda name: np.stack([np.asarray(getattr(r, name)) for r in rows])  # noqa: E731
+    return PYDTSamples(stack("parent"), stack("times"), stack("c"), stack("alpha"), stack("beta"), stack("sigma2"),
+                       stack("log_lik"), stack("log_prior"), float(np.mean(np.concatenate(accs))), st)
