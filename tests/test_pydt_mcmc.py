@@ -217,3 +217,26 @@ def _leaves_under(parent, node, N):
                 break
             k = parent[k]
     return out
+
+
+def test_probit_model_chains_and_numpyro_kernel():
+    rng = np.random.default_rng(3)
+    proto = rng.random((2, 8)) < 0.5
+    Y = np.concatenate([np.where(rng.random((5, 8)) < 0.9, proto[0], ~proto[0]),
+                        np.where(rng.random((5, 8)) < 0.9, proto[1], ~proto[1])]).astype(float)
+    out = P.pydt_mcmc(jax.random.key(10), Y, num_samples=4, num_warmup=6, likelihood="probit", num_chains=2,
+                      sigma2=4.0, num_moves=5, sample_alpha=False, sample_beta=False, progress_bar=False)
+    assert out.parent.shape == (2, 4, 19)
+    lat = np.asarray(out.state.latent)
+    assert lat.shape == (2, 10, 8)
+    np.testing.assert_array_equal(lat > 0, np.broadcast_to(Y > 0.5, lat.shape))  # latent signs follow the bits
+    assert np.all(np.isfinite(out.log_lik))
+    with pytest.raises(ValueError, match="binary"):
+        P.pydt_mcmc(jax.random.key(0), Y + 0.5, likelihood="probit", num_samples=1, progress_bar=False)
+    from numpyro.infer import MCMC
+
+    X = rng.normal(size=(6, 2))
+    mcmc = MCMC(P.PYDT(X, num_moves=3, sample_alpha=False, sample_beta=False, sample_c=False), num_warmup=2,
+                num_samples=3, progress_bar=False)
+    mcmc.run(jax.random.key(11))
+    assert mcmc.get_samples()["parent"].shape == (3, 11)

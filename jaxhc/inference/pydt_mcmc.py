@@ -27,17 +27,19 @@ Priors (section 4): ``alpha ~ G(2, .5)``, ``beta ~ Beta(1, 1)``, ``c ~ G(1, 1)``
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple, Optional
+from typing import Any, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import gammaln
 
+from numpyro.infer.mcmc import MCMCKernel
+
 from ..tree import ParentTree
 from .mh import mh_accept
 
-__all__ = ["PYDTPriors", "PYDTState", "PYDTInfo", "PYDTSamples", "pydt_mcmc", "pydt_mcmc_init", "pydt_mcmc_step",
+__all__ = ["PYDT", "PYDTPriors", "check_hyperparameters", "state_to_tree", "PYDTState", "PYDTInfo", "PYDTSamples", "pydt_mcmc", "pydt_mcmc_init", "pydt_mcmc_step",
            "log_prior_masked", "log_marginal_masked"]
 
 FREE = -2
@@ -62,6 +64,9 @@ class PYDTState(NamedTuple):
       c, alpha, beta, sigma2: hyperparameters (scalars).
       log_lik: ``log p(X | tree, times, sigma2)`` (locations integrated out).
       log_prior: ``log`` of Eq. 9 and 11 (tree structure and times).
+      latent: probit model only: the auxiliary Gaussian leaf values ``[N, D]`` (``y = 1`` iff
+        positive; each is the leaf location plus ``N(0, 1)`` noise, so ``P(y = 1) =
+        Phi(location)``); ``None`` for Gaussian data.
     """
 
     parent: jax.Array
@@ -72,6 +77,7 @@ class PYDTState(NamedTuple):
     sigma2: jax.Array
     log_lik: jax.Array
     log_prior: jax.Array
+    latent: Any = None
 
 
 class PYDTInfo(NamedTuple):
@@ -155,10 +161,11 @@ def log_prior_masked(parent, times, active, is_leaf, c, alpha, beta):
     return jnp.sum(jnp.where(branch, eq9 + eq11, 0.0))
 
 
-def _messages(parent, times, active, X, sigma2, order):
+def _messages(parent, times, active, X, sigma2, order, leaf_var=0.0):
     """Upward pass: per node the product of its children's messages ``N(x; mu, v I)``
     (``mu [m, D]``, ``v [m]``, ``has [m]``) and the accumulated log normaliser; the root's
-    message is closed against the origin ``N(0, sigma2 t_root)``."""
+    message is closed against the origin ``N(0, sigma2 t_root)``. ``leaf_var`` adds observation
+    noise at the leaves (1 for the probit model's auxiliary variables)."""
     m = parent.shape[0]
     N, D = X.shape
     f = X.dtype
@@ -175,7 +182,7 @@ def _messages(parent, times, active, X, sigma2, order):
         edge = sigma2 * (times[k] - tp)
         is_leaf = k < N
         mk = jnp.where(is_leaf, X[jnp.minimum(k, N - 1)], mu[k])
-        vk = jnp.where(is_leaf, 0.0, v[k]) + edge
+        vk = jnp.where(is_leaf, leaf_var, v[k]) + edge
         # combine into the parent (or close against the origin at the root)
         pp = jnp.maximum(p, 0)
         tgt_mu = jnp.where(p >= 0, mu[pp], jnp.zeros(D, f))
@@ -194,20 +201,21 @@ def _messages(parent, times, active, X, sigma2, order):
     return jax.lax.fori_loop(0, m, body, (mu, v, has, jnp.zeros((), f)))
 
 
-def log_marginal_masked(parent, times, active, X, sigma2):
+def log_marginal_masked(parent, times, active, X, sigma2, leaf_var=0.0):
     """``log p(X | tree, times, sigma2)`` with internal locations integrated out (belief
-    propagation, section 5); ``X [N, D]`` sits at leaves ``0..N-1``."""
+    propagation, section 5); ``X [N, D]`` sits at leaves ``0..N-1`` (observed with extra
+    variance ``leaf_var``)."""
     order = _order(parent, times, active)
-    return _messages(parent, times, active, X, sigma2, order)[3]
+    return _messages(parent, times, active, X, sigma2, order, leaf_var)[3]
 
 
-def _sample_locations(key, parent, times, active, X, sigma2):
+def _sample_locations(key, parent, times, active, X, sigma2, leaf_var=0.0):
     """Backward sampling of all internal node locations given the data ``[m, D]`` (leaves hold
     ``X``)."""
     m = parent.shape[0]
     N, D = X.shape
     order = _order(parent, times, active)
-    mu, v, _, _ = _messages(parent, times, active, X, sigma2, order)
+    mu, v, _, _ = _messages(parent, times, active, X, sigma2, order, leaf_var)
     loc = jnp.zeros((m, D), X.dtype).at[:N].set(X)
     keys = jax.random.split(key, m)
 
@@ -298,16 +306,17 @@ def _attach_point(key, parent, times, active, cnt, root, t_max, c, alpha, beta, 
 # ------------------------------------------------------------------------------------------
 # the detach / re-attach move
 # ------------------------------------------------------------------------------------------
-def _log_joint_terms(st, X, use_lik):
+def _log_joint_terms(st, X, use_lik, leaf_var=0.0):
     active = st.parent != FREE
     N = X.shape[0]
     is_leaf = jnp.arange(st.parent.shape[0]) < N
     lp = log_prior_masked(st.parent, st.times, active, is_leaf, st.c, st.alpha, st.beta)
-    ll = log_marginal_masked(st.parent, st.times, active, X, st.sigma2) if use_lik else jnp.zeros((), X.dtype)
+    ll = (log_marginal_masked(st.parent, st.times, active, X, st.sigma2, leaf_var) if use_lik
+          else jnp.zeros((), X.dtype))
     return lp, ll
 
 
-def _move(key, st: PYDTState, X, use_lik: bool):
+def _move(key, st: PYDTState, X, use_lik: bool, leaf_var=0.0):
     m = st.parent.shape[0]
     N = X.shape[0]
     f = st.times.dtype
@@ -352,7 +361,8 @@ def _move(key, st: PYDTState, X, use_lik: bool):
     act_new_leaf = act_new & (~insub | (slots == s))
     lp_new_leaf = log_prior_masked(par_new, times_new, act_new_leaf, is_leaf | (slots == s), st.c, st.alpha,
                                    st.beta)
-    ll_new = log_marginal_masked(par_new, times_new, act_new, X, st.sigma2) if use_lik else jnp.zeros((), f)
+    ll_new = (log_marginal_masked(par_new, times_new, act_new, X, st.sigma2, leaf_var) if use_lik
+              else jnp.zeros((), f))
     n_cand_new = jnp.sum(act_new & (par_new >= 0))
     log_ratio = ((ll_new - st.log_lik) + (lp_new - st.log_prior) - (lp_new_leaf - lp_old_leaf)
                  + jnp.log(n_cand.astype(f)) - jnp.log(n_cand_new.astype(f)))
@@ -498,30 +508,59 @@ def _prior_tree(key, N, f, c, alpha, beta):
     return jax.lax.fori_loop(1, N, body, (parent, times))
 
 
-@functools.partial(jax.jit, static_argnames=("use_lik",))
-def _init_jit(key, X, c, alpha, beta, sigma2, use_lik):
+@functools.partial(jax.jit, static_argnames=("use_lik", "probit"))
+def _init_jit(key, X, c, alpha, beta, sigma2, use_lik, probit):
     N = X.shape[0]
     f = X.dtype
     parent, times = _prior_tree(key, N, f, c, alpha, beta)
-    st = PYDTState(parent, times, c, alpha, beta, sigma2, jnp.zeros((), f), jnp.zeros((), f))
-    lp, ll = _log_joint_terms(st, X, use_lik)
+    latent = jnp.where(X > 0.5, 1.0, -1.0).astype(f) if probit else None
+    st = PYDTState(parent, times, c, alpha, beta, sigma2, jnp.zeros((), f), jnp.zeros((), f), latent)
+    lp, ll = _log_joint_terms(st, latent if probit else X, use_lik, 1.0 if probit else 0.0)
     return st._replace(log_prior=lp, log_lik=ll)
 
 
-def pydt_mcmc_init(key, X, *, c=1.0, alpha=0.5, beta=0.2, sigma2=1.0, use_likelihood: bool = True) -> PYDTState:
-    """Initial state: a tree drawn from the PYDT prior (points attached one by one)."""
+def pydt_mcmc_init(key, X, *, c=1.0, alpha=0.5, beta=0.2, sigma2=1.0, use_likelihood: bool = True,
+                   likelihood: str = "gaussian") -> PYDTState:
+    """Initial state: a tree drawn from the PYDT prior (points attached one by one); for the
+    probit model the latent values start at ``+-1`` by the bits."""
     X = jnp.asarray(X)
     f = X.dtype
     return _init_jit(key, X, jnp.asarray(c, f), jnp.asarray(alpha, f), jnp.asarray(beta, f), jnp.asarray(sigma2, f),
-                     bool(use_likelihood))
+                     bool(use_likelihood), likelihood == "probit")
+
+
+def _probit_latent(key, st, Y):
+    """Auxiliary variables of the probit model: sample the internal locations given the
+    current latent leaf values (backward sampling), then each latent value from
+    ``N(x_parent, sigma2 (1 - t_parent) + 1)`` truncated to the side its bit says."""
+    k1, k2 = jax.random.split(key)
+    N = Y.shape[0]
+    active = st.parent != FREE
+    loc = _sample_locations(k1, st.parent, st.times, active, st.latent, st.sigma2, 1.0)
+    par = st.parent[:N]
+    mean = loc[par]
+    sd = jnp.sqrt(st.sigma2 * (1.0 - st.times[par]) + 1.0)[:, None]
+    z0 = -mean / sd
+    pos = Y > 0.5
+    lower = jnp.where(pos, z0, -jnp.inf)
+    upper = jnp.where(pos, jnp.inf, z0)
+    z = jax.random.truncated_normal(k2, lower, upper, Y.shape, Y.dtype)
+    return mean + sd * z
 
 
 def _step(key, st, X, priors, num_moves, sample_c, sample_sigma2, sample_alpha, sample_beta, use_lik):
     N = X.shape[0]
-    km, kc, ks, kab = jax.random.split(key, 4)
+    km, kc, ks, kab, kp = jax.random.split(key, 5)
+    probit = st.latent is not None
+    if probit:  # X holds the bits; the tree sees the latent values with unit leaf noise
+        st = st._replace(latent=_probit_latent(kp, st, X))
+        data, leaf_var = st.latent, 1.0
+        st = st._replace(log_lik=_log_joint_terms(st, data, use_lik, leaf_var)[1])
+    else:
+        data, leaf_var = X, 0.0
 
     def mv(s, k):
-        s, info = _move(k, s, X, use_lik)
+        s, info = _move(k, s, data, use_lik, leaf_var)
         return s, info
 
     st, (acc, lr, tries) = jax.lax.scan(mv, st, jax.random.split(km, num_moves))
@@ -529,7 +568,7 @@ def _step(key, st, X, priors, num_moves, sample_c, sample_sigma2, sample_alpha, 
     if sample_c:
         st = st._replace(c=_gibbs_c(kc, st, N, priors))
         changed = True
-    if sample_sigma2 and use_lik:
+    if sample_sigma2 and use_lik and not probit:
         st = st._replace(sigma2=_gibbs_precision(ks, st, X, priors))
         changed = True
     if sample_alpha or sample_beta:
@@ -537,7 +576,7 @@ def _step(key, st, X, priors, num_moves, sample_c, sample_sigma2, sample_alpha, 
         st = st._replace(alpha=a, beta=b)
         changed = True
     if changed:
-        lp, ll = _log_joint_terms(st, X, use_lik)
+        lp, ll = _log_joint_terms(st, data, use_lik, leaf_var)
         st = st._replace(log_prior=lp, log_lik=ll)
     nb = jnp.sum((st.parent != FREE) & (jnp.arange(st.parent.shape[0]) >= N))
     return st, PYDTInfo(acc, lr, tries, nb)
@@ -547,6 +586,13 @@ def _step(key, st, X, priors, num_moves, sample_c, sample_sigma2, sample_alpha, 
                                              "sample_beta", "use_lik"))
 def _step_jit(key, st, X, priors, num_moves, sample_c, sample_sigma2, sample_alpha, sample_beta, use_lik):
     return _step(key, st, X, priors, num_moves, sample_c, sample_sigma2, sample_alpha, sample_beta, use_lik)
+
+
+@functools.partial(jax.jit, static_argnames=("num_moves", "sample_c", "sample_sigma2", "sample_alpha",
+                                             "sample_beta", "use_lik"))
+def _step_chains(keys, st, X, priors, num_moves, sample_c, sample_sigma2, sample_alpha, sample_beta, use_lik):
+    return jax.vmap(lambda k, s: _step(k, s, X, priors, num_moves, sample_c, sample_sigma2, sample_alpha,
+                                       sample_beta, use_lik))(keys, st)
 
 
 def pydt_mcmc_step(key, state: PYDTState, X, *, priors: PYDTPriors = PYDTPriors(), num_moves: int = 1,
@@ -626,33 +672,60 @@ def check_hyperparameters(c, alpha, beta, sigma2=1.0):
     return vals["c"], vals["alpha"], vals["beta"], vals["sigma2"]
 
 
+def _check_likelihood(X, likelihood):
+    if likelihood not in ("gaussian", "probit"):
+        raise ValueError(f"likelihood must be 'gaussian' or 'probit', got {likelihood!r}")
+    if likelihood == "probit" and not np.all((X == 0) | (X == 1)):
+        raise ValueError("likelihood='probit' needs binary X (entries 0 or 1)")
+
+
 def pydt_mcmc(key, X, num_samples: int = 1000, num_warmup: int = 0, *, c=1.0, alpha=0.5, beta=0.2, sigma2=1.0,
-              priors: PYDTPriors = PYDTPriors(), num_moves: Optional[int] = None, thin: int = 1,
-              sample_c=True, sample_sigma2=True, sample_alpha=True, sample_beta=True,
-              init_state: Optional[PYDTState] = None, progress_bar: bool = True) -> PYDTSamples:
-    """PYDT posterior samples by the section-5.1 sampler (Gaussian observation model).
+              likelihood: str = "gaussian", priors: PYDTPriors = PYDTPriors(), num_moves: Optional[int] = None,
+              thin: int = 1, num_chains: int = 1, sample_c=True, sample_sigma2=True, sample_alpha=True,
+              sample_beta=True, init_state: Optional[PYDTState] = None, progress_bar: bool = True) -> PYDTSamples:
+    """PYDT posterior samples by the section-5.1 sampler.
 
     Args:
-      key: a ``jax.random`` key.
-      X: float ``[N, D]`` data (the leaves at time 1).
+      key: a ``jax.random`` key (the same key gives the same samples).
+      X: ``[N, D]`` data: real values (``likelihood="gaussian"``, the leaves at time 1) or
+        bits (``"probit"``: ``P(x = 1) = Phi(leaf location)``, by auxiliary variables).
       num_samples, num_warmup, thin: kept steps, burnt steps, thinning.
       c, alpha, beta, sigma2: initial hyperparameters (fixed when not sampled); ``alpha =
         beta = 0`` with ``sample_alpha = sample_beta = False`` is the Dirichlet diffusion tree.
+      likelihood: ``"gaussian"`` or ``"probit"`` (``sigma2`` stays fixed under probit).
       priors: `PYDTPriors`.
       num_moves: detach / re-attach moves per step (default ``N``).
+      num_chains: independent chains run together by ``vmap`` (outputs gain a leading axis).
       sample_c, sample_sigma2, sample_alpha, sample_beta: which hyperparameters to update.
-      init_state: continue from a state.
+      init_state: continue from a state (``state`` of an earlier result).
       progress_bar: tqdm bar over steps.
+
+    Returns:
+      `PYDTSamples` (``[S, ...]`` arrays, or ``[num_chains, S, ...]``).
     """
     X = _check_X(X)
+    _check_likelihood(X, likelihood)
     c, alpha, beta, sigma2 = check_hyperparameters(c, alpha, beta, sigma2)
     if sample_alpha and alpha <= 0:
         raise ValueError("sample_alpha=True needs alpha > 0 (it is sampled on the log scale)")
+    if isinstance(num_chains, bool) or not isinstance(num_chains, (int, np.integer)) or num_chains < 1:
+        raise ValueError(f"num_chains must be an int >= 1, got {num_chains!r}")
     N = X.shape[0]
     num_moves = N if num_moves is None else int(num_moves)
     k0, k1 = jax.random.split(key)
-    st = init_state if init_state is not None else pydt_mcmc_init(k0, X, c=c, alpha=alpha, beta=beta, sigma2=sigma2)
     Xj = jnp.asarray(X)
+    f = Xj.dtype
+    hyp = tuple(jnp.asarray(v, f) for v in (c, alpha, beta, sigma2))
+    probit = likelihood == "probit"
+    chains = num_chains > 1
+    if init_state is not None:
+        st = init_state
+    elif chains:
+        st = jax.vmap(lambda k: _init_jit(k, Xj, *hyp, True, probit))(jax.random.split(k0, num_chains))
+    else:
+        st = _init_jit(k0, Xj, *hyp, True, probit)
+    pri = PYDTPriors(*(tuple(float(v) for v in p) for p in priors))
+    flags = (num_moves, bool(sample_c), bool(sample_sigma2), bool(sample_alpha), bool(sample_beta), True)
     total = num_warmup + num_samples * thin
     rows, accs = [], []
     bar = None
@@ -661,18 +734,64 @@ def pydt_mcmc(key, X, num_samples: int = 1000, num_warmup: int = 0, *, c=1.0, al
         bar = tqdm(total=total, desc="pydt")
     try:
         for t in range(total):
-            st, info = pydt_mcmc_step(jax.random.fold_in(k1, t), st, Xj, priors=priors, num_moves=num_moves,
-                                      sample_c=sample_c, sample_sigma2=sample_sigma2, sample_alpha=sample_alpha,
-                                      sample_beta=sample_beta)
+            kt = jax.random.fold_in(k1, t)
+            if chains:
+                st, info = _step_chains(jax.random.split(kt, num_chains), st, Xj, pri, *flags)
+            else:
+                st, info = _step_jit(kt, st, Xj, pri, *flags)
             r = t + 1 - num_warmup
             if r > 0 and r % thin == 0:
-                rows.append(jax.device_get(st))
+                rows.append(jax.device_get((st.parent, st.times, st.c, st.alpha, st.beta, st.sigma2, st.log_lik,
+                                            st.log_prior)))
                 accs.append(np.asarray(info.accepted))
             if bar is not None:
                 bar.update(1)
     finally:
         if bar is not None:
             bar.close()
-    stack = lambda name: np.stack([np.asarray(getattr(r, name)) for r in rows])  # noqa: E731
-    return PYDTSamples(stack("parent"), stack("times"), stack("c"), stack("alpha"), stack("beta"), stack("sigma2"),
-                       stack("log_lik"), stack("log_prior"), float(np.mean(np.concatenate(accs))), st)
+    ax = 1 if chains else 0
+    cols = [np.stack([r[i] for r in rows], axis=ax) for i in range(8)]
+    return PYDTSamples(*cols, float(np.mean(np.concatenate([a.reshape(-1) for a in accs]))), st)
+
+
+class _KernelState(NamedTuple):
+    sample: Any
+    state: Any
+    rng_key: jax.Array
+
+
+class PYDT(MCMCKernel):
+    """The section-5.1 sampler as a NumPyro kernel: ``MCMC(PYDT(X), num_warmup=...,
+    num_samples=...).run(key)`` collects ``{"parent": [2N-1], "times": [2N-1]}`` per step
+    (turn one into a tree with `state_to_tree`).
+
+    Args:
+      X, c, alpha, beta, sigma2, likelihood, priors, num_moves, sample_*: as in `pydt_mcmc`.
+    """
+
+    sample_field = "sample"
+
+    def __init__(self, X, *, c=1.0, alpha=0.5, beta=0.2, sigma2=1.0, likelihood="gaussian",
+                 priors: PYDTPriors = PYDTPriors(), num_moves=None, sample_c=True, sample_sigma2=True,
+                 sample_alpha=True, sample_beta=True):
+        X = _check_X(X)
+        _check_likelihood(X, likelihood)
+        self.hyp = check_hyperparameters(c, alpha, beta, sigma2)
+        self.X = jnp.asarray(X)
+        self.probit = likelihood == "probit"
+        self.priors = PYDTPriors(*(tuple(float(v) for v in p) for p in priors))
+        N = X.shape[0]
+        self.flags = (N if num_moves is None else int(num_moves), bool(sample_c), bool(sample_sigma2),
+                      bool(sample_alpha), bool(sample_beta), True)
+
+    def init(self, rng_key, num_warmup, init_params, model_args, model_kwargs):
+        k_init, k = jax.random.split(rng_key)
+        f = self.X.dtype
+        st = init_params if init_params is not None else _init_jit(
+            k_init, self.X, *(jnp.asarray(v, f) for v in self.hyp), True, self.probit)
+        return _KernelState({"parent": st.parent, "times": st.times}, st, k)
+
+    def sample(self, state, model_args, model_kwargs):
+        k, k_next = jax.random.split(state.rng_key)
+        st, _ = _step(k, state.state, self.X, self.priors, *self.flags)
+        return _KernelState({"parent": st.parent, "times": st.times}, st, k_next)
