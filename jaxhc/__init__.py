@@ -13,6 +13,7 @@ from .components import (
     NormalKnownCov,
 )
 from .inference.bhmc import BHMCResult, bhmc
+from .inference.pydt_mcmc import PYDTSamples, pydt_mcmc
 from .inference.bhc import BHCResult, bhc, bhc_predictive, bhc_predictive_cell, tree_log_evidence
 from .inference.bhcc import (
     BHCCResult,
@@ -46,6 +47,7 @@ __all__ = [
     "LambdaPosterior",
     "NormalInverseWishart",
     "NormalKnownCov",
+    "PYDTSamples",
     "ParentTree",
     "Tree",
     "bhc",
@@ -64,6 +66,7 @@ __all__ = [
     "jets",
     "learn_hyperparameters",
     "metrics",
+    "pydt_mcmc",
     "rbhc",
     "rbhcc",
     "sample_lambda",
