@@ -1,4 +1,4 @@
 """NumPyro programs (generative models): usable with ``Predictive``, handlers and NUTS."""
-from . import cdpm, dpm, ginkgo, ncrp_hdp
+from . import cdpm, dpm, ginkgo, ncrp_hdp, pydt
 
-__all__ = ["ginkgo", "dpm", "cdpm", "ncrp_hdp"]
+__all__ = ["ginkgo", "dpm", "cdpm", "ncrp_hdp", "pydt"]

@@ -1,0 +1,745 @@
+"""The Pitman-Yor diffusion tree (Knowles & Ghahramani): prior over trees, Gaussian and probit
+likelihoods.
+
+A tree over ``N`` points is a `jaxhc.tree.ParentTree` with ``heights`` = divergence times:
+
+* nodes ``0..N-1`` are the leaves (data points), nodes ``N..m-1`` are branch points (any
+  arity ``>= 2``); ``parent[k]`` is the parent node, ``-1`` for the root branch point (the
+  first divergence; the origin at time 0 is implicit, with one edge origin -> root), and
+  ``-2`` marks a free slot of a fixed-capacity array (ignored everywhere, see below);
+* ``times[k]`` is in ``(0, 1)`` for branch points and ``1.0`` for leaves; a parent diverges
+  before its children. Children diverge later than parents, so sorting nodes by time,
+  latest first, is a post-order; the array kernels use that (no recursion).
+
+Divergence function (section 3): ``a(t) = c / (1 - t)``, ``A(t) = -c log(1 - t)``.
+
+Densities (all array functions are jittable and take fixed-size ``(parent, times)``):
+
+* `log_structure_times`: ``log P(tree, times)``, Eq. 9 per branch point plus Eq. 11 per edge.
+  **Erratum**: Eq. 9 as printed omits a factor ``Gamma(1 - beta)^-(K_b - 1)`` per branch point
+  (the last line of Appendix A writes ``prod_l Gamma(n_l - beta)`` where the products
+  ``prod_{c=1}^{n_l - 1} (c - beta)`` give ``Gamma(n_l - beta) / Gamma(1 - beta)`` for the
+  ``K_b - 1`` branches other than the one of the first point). With the factor the density
+  equals the paper's own N = 4 example (Figure 1 text), integrates to one over structures and
+  times, and equals the sequential generative process for any ordering of the points. The
+  printed Eq. 9 is off by ``Gamma(1 - beta)^-(N - 1)``, a constant in the tree that still
+  depends on ``beta``.
+* `log_locations`: Eq. 12, a Gaussian per edge (origin at 0).
+* `log_marginal_likelihood`: ``log p(X | tree, times, sigma2)`` with all branch-point
+  locations integrated out by upward belief propagation (section 5).
+* `probit_log_likelihood`: the probit observation model of section 5.4.
+
+`sample_prior` runs the generative process of section 1; `pydt` is the NumPyro program, with
+the tree as one exact site (`PYDTTree`: its ``sample`` runs the process, its ``log_prob`` is
+`log_structure_times`), the branch-point locations as Brownian increments and the leaves as
+the observed site ``X``.
+
+Hyperparameters: ``c > 0``, ``0 <= beta < 1``, ``alpha >= -2 beta`` (the paper allows
+``beta = 1``, but there the divergence rate ``Gamma(m - beta) / Gamma(m + 1 + alpha)`` of a
+path followed by one point is infinite: every tree collapses at ``t = 0`` into a star, which
+has no density; so ``beta = 1`` is rejected). ``alpha = -2 beta`` is allowed (no branch point
+gets a third branch).
+
+Validation: the public functions check their inputs eagerly (clear ``ValueError``) when the
+inputs are concrete; called on traced values (inside ``jit``/``vmap``/``grad``) they skip the
+checks and run the kernel, so they batch with ``jax.vmap`` directly.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+from jax.scipy.special import gammaln, log_ndtr, polygamma, digamma
+from numpyro.distributions import constraints
+
+from ..tree import ParentTree
+
+__all__ = [
+    "FREE",
+    "PYDTSample",
+    "PYDTTree",
+    "check_hyper",
+    "check_tree",
+    "cumulative_divergence",
+    "divergence",
+    "harmonic",
+    "log_joint",
+    "log_locations",
+    "log_marginal_likelihood",
+    "log_structure_times",
+    "node_counts",
+    "probit_log_likelihood",
+    "pydt",
+    "sample_prior",
+]
+
+FREE = -2  # parent value of an unused slot in a fixed-capacity array
+
+
+# ---------------------------------------------------------------------------------------
+# validation
+# ---------------------------------------------------------------------------------------
+def _concrete(*xs) -> bool:
+    return not any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(xs))
+
+
+def check_hyper(c=None, alpha=None, beta=None, sigma2=None):
+    """Raise ``ValueError`` naming the argument unless ``c > 0``, ``0 <= beta < 1``,
+    ``alpha >= -2 beta`` and ``sigma2 > 0`` (arguments left ``None`` are not checked).
+
+    Traced values are not checked."""
+    if not _concrete(c, alpha, beta, sigma2):
+        return
+
+    def scalar(v, name):
+        a = np.asarray(v, dtype=float)
+        if a.shape != () or not np.isfinite(a):
+            raise ValueError(f"{name} must be a finite scalar, got {v!r}")
+        return float(a)
+
+    if c is not None and not scalar(c, "c") > 0:
+        raise ValueError(f"c (divergence function a(t) = c / (1 - t)) must be > 0, got {c}")
+    if sigma2 is not None and not scalar(sigma2, "sigma2") > 0:
+        raise ValueError(f"sigma2 (Brownian motion variance) must be > 0, got {sigma2}")
+    if beta is not None:
+        b = scalar(beta, "beta")
+        if not 0.0 <= b <= 1.0:
+            raise ValueError(f"beta must be in [0, 1), got {beta}")
+        if b == 1.0:
+            raise ValueError("beta must be in [0, 1): at beta = 1 the divergence rate "
+                             "Gamma(m - beta) / Gamma(m + 1 + alpha) of a path followed by one "
+                             "point is infinite and every tree collapses at t = 0")
+    if alpha is not None:
+        a = scalar(alpha, "alpha")
+        b = 0.0 if beta is None else float(beta)
+        if a < -2.0 * b:
+            raise ValueError(f"alpha must be >= -2 beta = {-2.0 * b}, got {alpha}")
+
+
+def check_tree(parent, times, n_leaves=None):
+    """Validate a PYDT tree in array form; returns the number of leaves ``N``.
+
+    Checks: ``parent`` 1-D integer with exactly one ``-1`` (``-2`` = free slot), ids in
+    range, no cycles; the childless used nodes are exactly ``0..N-1`` (and ``N ==
+    n_leaves`` when given); every branch point has ``>= 2`` children; ``times`` has the
+    shape of ``parent``, leaves at 1.0, branch points in ``(0, 1)``, and every node later
+    than its parent. Raises ``ValueError`` with the reason."""
+    par = np.asarray(parent)
+    t = np.asarray(times, dtype=float)
+    if par.ndim != 1 or par.size == 0:
+        raise ValueError(f"parent must be a non-empty 1-D array, got shape {par.shape}")
+    if not np.issubdtype(par.dtype, np.integer):
+        raise ValueError(f"parent must be an integer array, got dtype {par.dtype}")
+    m = par.size
+    if t.shape != par.shape:
+        raise ValueError(f"times must have the shape of parent {par.shape}, got {t.shape}")
+    if np.any((par < FREE) | (par >= m)):
+        raise ValueError(f"parent ids must be in [-2, {m - 1}] (-1 root, -2 free slot)")
+    used = par != FREE
+    roots = np.flatnonzero(par == -1)
+    if roots.size != 1:
+        raise ValueError(f"parent needs exactly one root (-1), found {roots.size}")
+    if np.any(~used[par[used & (par >= 0)]]):
+        raise ValueError("a node has a free slot (-2) as its parent")
+    nkids = np.bincount(par[used & (par >= 0)], minlength=m)
+    leaves = np.flatnonzero(used & (nkids == 0))
+    N = leaves.size
+    if not np.array_equal(leaves, np.arange(N)):
+        raise ValueError(f"the leaves (childless nodes) must be nodes 0..N-1, got {leaves[:10].tolist()}")
+    if n_leaves is not None and N != int(n_leaves):
+        raise ValueError(f"the tree has {N} leaves but the data has {n_leaves} rows")
+    inner = used & (nkids > 0)
+    if np.any(inner & (nkids < 2)):
+        bad = np.flatnonzero(inner & (nkids < 2))
+        raise ValueError(f"branch points need >= 2 children; nodes {bad[:5].tolist()} have 1")
+    if not np.all(np.isfinite(t[used])):
+        raise ValueError("times must be finite")
+    if np.any(t[:N] != 1.0):
+        raise ValueError("leaf times must be 1.0")
+    ti = t[inner]
+    if np.any((ti <= 0.0) | (ti >= 1.0)):
+        raise ValueError("branch point times must be in (0, 1)")
+    nonroot = used & (par >= 0)
+    if np.any(t[nonroot] <= t[par[nonroot]]):
+        bad = np.flatnonzero(nonroot & (t <= t[np.maximum(par, 0)]))
+        raise ValueError(f"times must increase from parent to child; nodes {bad[:5].tolist()} "
+                         "are not later than their parents")
+    # no cycles: with strictly increasing times along edges a cycle is impossible
+    return N
+
+
+def _unpack(tree_or_parent, times=None):
+    if isinstance(tree_or_parent, ParentTree):
+        if times is None:
+            times = tree_or_parent.heights
+        if times is None:
+            raise ValueError("times not given and the ParentTree has no heights")
+        return tree_or_parent.parent, times
+    if times is None:
+        raise ValueError("times must be given with a parent array")
+    return tree_or_parent, times
+
+
+# ---------------------------------------------------------------------------------------
+# divergence function and H_n^{alpha, beta}
+# ---------------------------------------------------------------------------------------
+def divergence(t, c):
+    """Divergence function ``a(t) = c / (1 - t)`` (section 3)."""
+    return c / (1.0 - t)
+
+
+def cumulative_divergence(t, c):
+    """Cumulative rate ``A(t) = -c log(1 - t)``."""
+    return -c * jnp.log1p(-t)
+
+
+def _exprel(x):
+    """``(e^x - 1) / x`` (1 at 0)."""
+    small = jnp.abs(x) < 1e-5
+    xs = jnp.where(small, 1.0, x)
+    return jnp.where(small, 1.0 + x / 2.0 + x * x / 6.0, jnp.expm1(xs) / xs)
+
+
+def harmonic(n, alpha, beta):
+    """``H_n^{alpha,beta} = sum_{i=1}^n Gamma(i - beta) / Gamma(i + 1 + alpha)`` elementwise.
+
+    Args:
+      n: integer array (any shape), ``n >= 0`` (``H_0 = 0``); may be traced.
+      alpha, beta: scalars (broadcast), ``0 <= beta < 1``, ``alpha >= -2 beta``.
+
+    Returns:
+      float array of ``n``'s shape.
+
+    Closed form (definition after Eq. 10): with ``s = alpha + beta`` and ``f(i) =
+    Gamma(i - beta) / Gamma(i + alpha)``, each term is ``(f(i) - f(i + 1)) / s``, so
+    ``H_n = t_1 + f(2) D exprel(-s D)`` where ``t_1`` is the first term and ``D = (G(u + s) -
+    G(u)) / s``, ``G(y) = log Gamma(n + y) - log Gamma(1 + y)``, ``u = 1 - beta``; for ``|s|``
+    small ``D`` is its Taylor series (digamma / polygamma), so ``alpha = -beta`` (``H_n =
+    psi(n + 1 - beta) - psi(1 - beta)``) is continuous. All in log space.
+    """
+    alpha = jnp.asarray(alpha, jnp.result_type(alpha, float))
+    beta = jnp.asarray(beta, jnp.result_type(beta, float))
+    nf = jnp.asarray(n).astype(jnp.result_type(alpha, beta, float))
+    u = 1.0 - beta
+    s = alpha + beta
+    t1 = jnp.exp(gammaln(u) - gammaln(2.0 + alpha))
+    f2 = jnp.exp(gammaln(1.0 + u) - gammaln(2.0 + alpha))
+
+    def G(y):
+        return gammaln(nf + y) - gammaln(1.0 + y)
+
+    small = jnp.abs(s) < 1e-3
+    ss = jnp.where(small, 1.0, s)
+    d_direct = (G(u + ss) - G(u)) / ss
+    g1 = digamma(nf + u) - digamma(1.0 + u)
+    g2 = polygamma(1, nf + u) - polygamma(1, 1.0 + u)
+    g3 = polygamma(2, nf + u) - polygamma(2, 1.0 + u)
+    d_taylor = g1 + s * g2 / 2.0 + s * s * g3 / 6.0
+    D = jnp.where(small, d_taylor, d_direct)
+    rest = f2 * D * _exprel(-s * D)
+    return jnp.where(nf >= 1, t1 + jnp.where(nf >= 2, rest, 0.0), 0.0)
+
+
+def _harmonic_table(n_max: int, alpha, beta, dtype):
+    """``[H_0, ..., H_{n_max}]`` by a cumulative sum of the terms."""
+    i = jnp.arange(1, n_max + 1, dtype=dtype)
+    terms = jnp.exp(gammaln(i - beta) - gammaln(i + 1.0 + alpha))
+    return jnp.concatenate([jnp.zeros(1, dtype), jnp.cumsum(terms)])
+
+
+def _log_new_branch_table(k_max: int, alpha, beta, dtype):
+    """``L[K] = sum_{k=3}^K log(alpha + (k - 1) beta)`` for ``K = 0..k_max`` (0 for K <= 2;
+    ``-inf`` from ``K = 3`` on when ``alpha + 2 beta = 0``)."""
+    k = jnp.arange(k_max + 1, dtype=dtype)
+    terms = jnp.where(k >= 3, jnp.log(jnp.maximum(alpha + (k - 1.0) * beta, 0.0)), 0.0)
+    return jnp.cumsum(terms)
+
+
+# ---------------------------------------------------------------------------------------
+# tree bookkeeping on fixed-size arrays
+# ---------------------------------------------------------------------------------------
+def _postorder(parent, times):
+    """Used nodes by decreasing time (children before parents), free slots last."""
+    used = parent != FREE
+    return jnp.argsort(jnp.where(used, -times, jnp.inf))
+
+
+def node_counts(parent, times):
+    """Number of leaves under every node ``[m]`` (``m(b)`` of the paper; 1 for leaves, 0 for
+    free slots) and number of children ``[m]``.
+
+    Args:
+      parent: int ``[m]`` (``-1`` root, ``-2`` free slot); times: float ``[m]``.
+
+    Returns:
+      ``(counts int32 [m], num_children int32 [m])``.
+    """
+    parent = jnp.asarray(parent)
+    times = jnp.asarray(times)
+    m = parent.shape[0]
+    used = parent != FREE
+    has_parent = used & (parent >= 0)
+    pidx = jnp.where(has_parent, parent, m)
+    nkids = jax.ops.segment_sum(has_parent.astype(jnp.int32), pidx, num_segments=m + 1)[:m]
+    order = _postorder(parent, times)
+    leaf = used & (nkids == 0)
+
+    def body(i, cnt):
+        k = order[i]
+        return cnt.at[pidx[k]].add(cnt[k])
+
+    cnt = jax.lax.fori_loop(0, m, body, jnp.concatenate([leaf.astype(jnp.int32), jnp.zeros(1, jnp.int32)]))
+    return cnt[:m], nkids
+
+
+# ---------------------------------------------------------------------------------------
+# Eq. 9 + Eq. 11: tree structure and divergence times
+# ---------------------------------------------------------------------------------------
+def _log_structure_times(parent, times, c, alpha, beta):
+    m = parent.shape[0]
+    f = jnp.result_type(times, c, alpha, beta, float)
+    times = times.astype(f)
+    cnt, nkids = node_counts(parent, times)
+    used = parent != FREE
+    branch = used & (nkids > 0)
+    has_parent = used & (parent >= 0)
+    pidx = jnp.where(has_parent, parent, m)
+    cntf = cnt.astype(f)
+    lg1b = gammaln(1.0 - beta)
+    # Eq. 9 with the Gamma(1 - beta)^-(K - 1) factor (see module docstring)
+    per_child = jnp.where(has_parent & (cnt > 1), gammaln(cntf - beta) - lg1b, 0.0)
+    child_terms = jax.ops.segment_sum(per_child, pidx, num_segments=m + 1)[:m]
+    tb = jnp.where(branch, times, 0.5)
+    new_branch = _log_new_branch_table(m, alpha, beta, f)[nkids]
+    eq9 = (jnp.log(c) - jnp.log1p(-tb) + new_branch + child_terms + lg1b
+           - gammaln(cntf + alpha))
+    # Eq. 11 over edges [ab] with m(b) >= 2 (into branch points), the root's from t = 0
+    H = _harmonic_table(m, alpha, beta, f)
+    ta = jnp.where(has_parent, times[jnp.maximum(parent, 0)], 0.0)
+    eq11 = c * (jnp.log1p(-tb) - jnp.log1p(-ta)) * H[jnp.clip(cnt - 1, 0, m)]
+    return jnp.sum(jnp.where(branch, eq9 + eq11, 0.0))
+
+
+_log_structure_times_jit = jax.jit(_log_structure_times)
+
+
+def log_structure_times(tree_or_parent, times=None, c=1.0, alpha=0.0, beta=0.0):
+    """``log P(tree structure, divergence times | c, alpha, beta)``.
+
+    Args:
+      tree_or_parent: a `ParentTree` (its ``heights`` are the times when ``times`` is None)
+        or int ``[m]`` parent array (``-1`` root branch point, ``-2`` free slot).
+      times: float ``[m]``: leaves 1.0, branch points in ``(0, 1)``, increasing downwards.
+      c, alpha, beta: hyperparameters (scalars; may be traced, e.g. for ``grad``).
+
+    Returns:
+      scalar: the sum over branch points ``b`` (parent ``a``, the origin at 0 for the root) of
+      ``log a(t_b) + sum_{k=3}^{K_b} log(alpha + (k-1) beta) + sum_l log[Gamma(n_l^b - beta) /
+      Gamma(1 - beta)] + log Gamma(1 - beta) - log Gamma(m(b) + alpha)`` (Eq. 9, corrected,
+      see the module docstring) ``+ (A(t_a) - A(t_b)) H_{m(b)-1}^{alpha,beta}`` (Eq. 11).
+      Exchangeable: invariant to relabelling leaves and branch points (Lemma 1).
+    """
+    parent, times = _unpack(tree_or_parent, times)
+    if _concrete(parent, times, c, alpha, beta):
+        check_hyper(c=c, alpha=alpha, beta=beta)
+        check_tree(parent, times)
+    return _log_structure_times_jit(jnp.asarray(parent), jnp.asarray(times), c, alpha, beta)
+
+
+# ---------------------------------------------------------------------------------------
+# Eq. 12 and the marginal likelihood by message passing
+# ---------------------------------------------------------------------------------------
+def _log_locations(parent, times, locations, sigma2):
+    m, D = locations.shape
+    used = parent != FREE
+    has_parent = used & (parent >= 0)
+    pp = jnp.maximum(parent, 0)
+    tp = jnp.where(has_parent, times[pp], 0.0)
+    xp = jnp.where(has_parent[:, None], locations[pp], 0.0)
+    var = sigma2 * jnp.where(used, times - tp, 1.0)
+    lp = -0.5 * (D * jnp.log(2 * jnp.pi * var) + jnp.sum((locations - xp) ** 2, axis=1) / var)
+    return jnp.sum(jnp.where(used, lp, 0.0))
+
+
+def log_locations(tree_or_parent, times, locations, sigma2):
+    """``log prod_{[ab]} N(x_b; x_a, sigma2 (t_b - t_a) I)`` (Eq. 12; the root's parent is the
+    origin, location 0 at time 0).
+
+    Args:
+      tree_or_parent: `ParentTree` or int ``[m]`` parent array; times: float ``[m]`` (None:
+        the ParentTree's heights).
+      locations: float ``[m, D]``, a location per node (leaves: the data; free slots ignored).
+      sigma2: Brownian motion variance.
+
+    Returns:
+      scalar.
+    """
+    parent, times = _unpack(tree_or_parent, times)
+    if _concrete(parent, times, locations, sigma2):
+        check_hyper(sigma2=sigma2)
+        check_tree(parent, times)
+        loc = np.asarray(locations)
+        if loc.ndim != 2 or loc.shape[0] != np.shape(parent)[0]:
+            raise ValueError(f"locations must be [m={np.shape(parent)[0]}, D], got shape {loc.shape}")
+    return jax.jit(_log_locations)(jnp.asarray(parent), jnp.asarray(times), jnp.asarray(locations), sigma2)
+
+
+def _upward(parent, times, X, sigma2, noise_var=0.0):
+    """Upward belief propagation. Returns per node the mean ``[m, D]`` and variance ``[m]``
+    of the product of its children's messages (leaves: the data and ``noise_var``), and per
+    node the message it sends its parent, ``N(mean, out_var I)`` in the parent's location
+    (the root sends to the origin)."""
+    m = parent.shape[0]
+    N, D = X.shape
+    f = X.dtype
+    used = parent != FREE
+    has_parent = used & (parent >= 0)
+    pidx = jnp.where(has_parent, parent, jnp.where(used, m, m + 1))  # m: origin, m + 1: void
+    tp = jnp.where(has_parent, times[jnp.maximum(parent, 0)], 0.0)
+    edge = sigma2 * (times - tp)
+    order = _postorder(parent, times)
+    Xp = jnp.concatenate([X, jnp.zeros((max(m - N, 0), D), f)])[:m]
+
+    def body(i, carry):
+        prec, eta, mu, v, out_v = carry
+        k = order[i]
+        leaf = k < N
+        pk = jnp.where(leaf, 1.0, prec[k])
+        vk = jnp.where(leaf, noise_var, 1.0 / pk)
+        mk = jnp.where(leaf, Xp[k], eta[k] / pk)
+        ov = vk + edge[k]
+        p = pidx[k]
+        prec = prec.at[p].add(1.0 / ov)
+        eta = eta.at[p].add(mk / ov)
+        return prec, eta, mu.at[k].set(mk), v.at[k].set(vk), out_v.at[k].set(ov)
+
+    init = (jnp.zeros(m + 2, f), jnp.zeros((m + 2, D), f), jnp.zeros((m, D), f), jnp.zeros(m, f),
+            jnp.ones(m, f))
+    _, _, mu, v, out_v = jax.lax.fori_loop(0, m, body, init)
+    return mu, v, out_v
+
+
+def _log_marginal_likelihood(parent, times, X, sigma2, noise_var=0.0):
+    m = parent.shape[0]
+    N, D = X.shape
+    f = jnp.result_type(X, times, sigma2, float)
+    X = X.astype(f)
+    times = times.astype(f)
+    mu, v, out_v = _upward(parent, times, X, sigma2, noise_var)
+    used = parent != FREE
+    has_parent = used & (parent >= 0)
+    pp = jnp.maximum(parent, 0)
+    # per edge into a parent b: -1/2 [D log(2 pi out_v) + |mu_c - mu_b|^2 / out_v]
+    target = jnp.where(has_parent[:, None], mu[pp], 0.0)
+    edge_terms = -0.5 * (D * jnp.log(2 * jnp.pi * out_v) + jnp.sum((mu - target) ** 2, axis=1) / out_v)
+    # per branch point: + D/2 log(2 pi v_b) (the normaliser of the product of messages)
+    branch = used & (jnp.arange(m) >= N)
+    node_terms = 0.5 * D * jnp.log(2 * jnp.pi * jnp.where(branch, v, 1.0))
+    return jnp.sum(jnp.where(used, edge_terms, 0.0)) + jnp.sum(jnp.where(branch, node_terms, 0.0))
+
+
+_log_marginal_likelihood_jit = jax.jit(_log_marginal_likelihood)
+
+
+def log_marginal_likelihood(tree, times, X, sigma2, noise_var=0.0):
+    """``log p(X | tree, times, sigma2)`` with the branch-point locations integrated out.
+
+    Belief propagation upwards (section 5): every node sends its parent the Gaussian message
+    ``N(x_parent; mean, (v + sigma2 (t_child - t_parent)) I)`` (leaf: mean ``x``, ``v =
+    noise_var``; branch point: the normalised product of its children's messages, whose
+    normaliser enters the result); the root's message is evaluated at the origin (location 0,
+    time 0). Equals the dense Gaussian with ``Cov[x_i, x_j] = sigma2 t_lca(i, j)`` (``sigma2
+    + noise_var`` on the diagonal), independently per dimension.
+
+    Args:
+      tree: `ParentTree` or int ``[m]`` parent array (leaves ``0..N-1``, ``-1`` root branch
+        point, ``-2`` free slot of a fixed-capacity array).
+      times: float ``[m]`` divergence times (leaves 1.0; None: the ParentTree's heights).
+      X: float ``[N, D]``, row ``i`` at leaf ``i``.
+      sigma2: Brownian motion variance.
+      noise_var: extra observation variance at the leaves (0: the leaves are the data; 1: the
+        probit model's auxiliary Gaussians).
+
+    Returns:
+      scalar. Jittable and ``vmap``-able (e.g. over a batch of ``X`` or of trees of one
+      capacity ``m``); one ``fori_loop`` over the nodes in time order, ``O(m D)``.
+    """
+    parent, times = _unpack(tree, times)
+    if _concrete(parent, times, X, sigma2, noise_var):
+        check_hyper(sigma2=sigma2)
+        Xn = _check_X(X)
+        check_tree(parent, times, n_leaves=Xn.shape[0])
+        if not float(noise_var) >= 0:
+            raise ValueError(f"noise_var must be >= 0, got {noise_var}")
+    return _log_marginal_likelihood_jit(jnp.asarray(parent), jnp.asarray(times), jnp.asarray(X), sigma2,
+                                        noise_var)
+
+
+def _check_X(X, name="X"):
+    try:
+        Xn = np.asarray(X, dtype=float)
+    except ValueError as e:  # ragged
+        raise ValueError(f"{name} must be a rectangular [N, D] array of numbers ({e})") from None
+    if Xn.ndim != 2 or Xn.shape[0] < 1 or Xn.shape[1] < 1:
+        raise ValueError(f"{name} must be a non-empty 2-D array [N, D], got shape {Xn.shape}")
+    if not np.all(np.isfinite(Xn)):
+        raise ValueError(f"{name} must be finite")
+    return Xn
+
+
+def log_joint(tree, times, X, c, alpha, beta, sigma2):
+    """``log P(tree, times) + log p(X | tree, times)`` (Eq. 9 + 11 and the marginal
+    likelihood): the log density of a collapsed state, for MCMC and EM."""
+    return (log_structure_times(tree, times, c, alpha, beta)
+            + log_marginal_likelihood(tree, times, X, sigma2))
+
+
+def probit_log_likelihood(latent, Y):
+    """``sum log Phi((2 y - 1) latent)``: the probit observation model (section 5.4).
+
+    Args:
+      latent: float ``[N, D]`` (the PYDT leaf locations); Y: ``[N, D]`` in ``{0, 1}``.
+
+    Returns:
+      scalar (``log_ndtr``, stable in the tails).
+    """
+    latent = jnp.asarray(latent)
+    if _concrete(latent, Y):
+        y = np.asarray(Y)
+        if y.shape != latent.shape:
+            raise ValueError(f"Y must have the shape of latent {latent.shape}, got {y.shape}")
+        if not np.all((y == 0) | (y == 1)):
+            raise ValueError("Y must be binary (0 / 1)")
+    sign = 2.0 * jnp.asarray(Y, latent.dtype) - 1.0
+    return jnp.sum(log_ndtr(sign * latent))
+
+
+# ---------------------------------------------------------------------------------------
+# the generative process (section 1)
+# ---------------------------------------------------------------------------------------
+class PYDTSample(NamedTuple):
+    """A draw from the PYDT: ``tree`` (`ParentTree` with ``heights`` = times, ``m`` nodes),
+    ``locations [m, D]`` (every node), ``X [N, D]`` (= ``locations[:N]``)."""
+
+    tree: ParentTree
+    locations: np.ndarray
+    X: np.ndarray
+
+
+def _gamma_ratio(mcount, alpha, beta):
+    from math import lgamma, exp
+
+    return exp(lgamma(mcount - beta) - lgamma(mcount + 1 + alpha))
+
+
+def _sample_structure(rng: np.random.Generator, N: int, c, alpha, beta, capacity=None):
+    """Tree by the sequential process of section 1 (numpy; Python loops)."""
+    # leaves first: reserve ids 0..N-1; internal ids appended after
+    parent = [FREE] * N
+    times = [1.0] * N
+    kids = [[] for _ in range(N)]
+    cnt = [0] * N
+    parent[0] = -1
+    cnt[0] = 1
+    root = 0
+    for i in range(1, N):
+        E = rng.exponential()
+        node, s = root, 0.0
+        while True:
+            w = c * _gamma_ratio(cnt[node], alpha, beta)
+            t_end = times[node]
+            hazard = np.inf if t_end >= 1.0 else w * (np.log1p(-s) - np.log1p(-t_end))
+            if E < hazard:  # diverge on the edge into `node`
+                t = 1.0 - (1.0 - s) * np.exp(-E / w)
+                t = min(max(t, np.nextafter(s, 1.0)), np.nextafter(t_end, 0.0))
+                b = len(parent)
+                p = parent[node]
+                parent.append(p)
+                times.append(t)
+                kids.append([node, i])
+                cnt.append(cnt[node])
+                if p >= 0:
+                    kids[p][kids[p].index(node)] = b
+                else:
+                    root = b
+                parent[node] = b
+                parent[i] = b
+                break
+            E -= hazard
+            # at branch point `node`: follow branch k w.p. (n_k - beta)/(m + alpha), new branch
+            # w.p. (alpha + beta K)/(m + alpha)  (Eq. 2, 3)
+            ks = kids[node]
+            w_b = np.array([cnt[k] - beta for k in ks] + [alpha + beta * len(ks)], float)
+            j = rng.choice(len(w_b), p=np.maximum(w_b, 0.0) / w_b.sum())
+            if j == len(ks):
+                ks.append(i)
+                parent[i] = node
+                break
+            s = times[node]
+            node = ks[j]
+        # the new point passes through all ancestors of its leaf
+        cnt[i] = 1
+        k = parent[i]
+        while k >= 0:
+            cnt[k] += 1
+            k = parent[k]
+    parent = np.asarray(parent, np.int64)
+    times = np.asarray(times, float)
+    if capacity is not None:
+        pad = capacity - parent.size
+        parent = np.concatenate([parent, np.full(pad, FREE, np.int64)])
+        times = np.concatenate([times, np.zeros(pad)])
+    return parent, times
+
+
+def _sample_locations_np(rng, parent, times, D, sigma2):
+    m = parent.size
+    loc = np.zeros((m, D))
+    for k in np.argsort(np.where(parent == FREE, np.inf, times)):  # parents first
+        if parent[k] == FREE:
+            continue
+        p = parent[k]
+        tp, xp = (times[p], loc[p]) if p >= 0 else (0.0, 0.0)
+        loc[k] = xp + np.sqrt(sigma2 * (times[k] - tp)) * rng.standard_normal(D)
+    return loc
+
+
+def _rng(key):
+    data = np.asarray(jax.random.key_data(key) if jnp.issubdtype(key.dtype, jax.dtypes.prng_key) else key)
+    return np.random.default_rng(data.astype(np.uint32).ravel().tolist())
+
+
+def sample_prior(key, num_points: int, dim: int, c=1.0, alpha=0.0, beta=0.0, sigma2=1.0) -> PYDTSample:
+    """A draw from the PYDT by the generative process of section 1.
+
+    Point ``i`` follows the paths of the earlier points: on an edge followed by ``m`` points it
+    diverges at rate ``a(t) Gamma(m - beta) / Gamma(m + 1 + alpha)`` (Eq. 1), sampled exactly
+    with one ``E ~ Exp(1)`` per point spent along its path (on an edge from ``s``, divergence at
+    ``t = 1 - (1 - s) exp(-E / (c w))``, ``w = Gamma(m - beta) / Gamma(m + 1 + alpha)``, the
+    inverse of Eq. 6); at a branch point it takes branch ``k`` w.p. ``(n_k - beta) / (m +
+    alpha)`` (Eq. 2) or starts a new one w.p. ``(alpha + beta K) / (m + alpha)`` (Eq. 3).
+    Locations are Brownian motion with variance ``sigma2`` from the origin.
+
+    Runs in numpy (Python loops; not jittable), seeded from ``key``.
+
+    Args:
+      key: a JAX PRNG key; num_points: ``N >= 1``; dim: ``D >= 1``; c, alpha, beta, sigma2:
+        hyperparameters.
+
+    Returns:
+      `PYDTSample` ``(tree, locations [m, D], X [N, D])``; leaves ``0..N-1`` in order of
+      arrival, branch points ``N..m-1`` in order of creation (``m <= 2N - 1``).
+    """
+    check_hyper(c=c, alpha=alpha, beta=beta, sigma2=sigma2)
+    if int(num_points) < 1 or int(dim) < 1:
+        raise ValueError(f"num_points and dim must be >= 1, got {num_points}, {dim}")
+    rng = _rng(key)
+    parent, times = _sample_structure(rng, int(num_points), float(c), float(alpha), float(beta))
+    loc = _sample_locations_np(rng, parent, times, int(dim), float(sigma2))
+    return PYDTSample(ParentTree(parent, int(num_points), times), loc, loc[: int(num_points)].copy())
+
+
+class PYDTTree(dist.Distribution):
+    """The PYDT prior over tree structure and divergence times as a NumPyro distribution.
+
+    A value is a float array ``[2, 2N - 1]``: row 0 the parent array (as floats; ``-2`` free
+    slots pad the ``2N - 1`` capacity), row 1 the times (free slots 0). ``log_prob`` is
+    `log_structure_times` (jittable, batches over leading dimensions); ``sample`` runs the
+    generative process in numpy (not jittable; ``sample_shape`` draws independent trees).
+    """
+
+    support = constraints.real
+    pytree_data_fields = ("c", "alpha", "beta")
+    pytree_aux_fields = ("num_points",)
+
+    def __init__(self, num_points: int, c=1.0, alpha=0.0, beta=0.0, *, validate_args=None):
+        self.num_points = int(num_points)
+        self.c, self.alpha, self.beta = c, alpha, beta
+        super().__init__(batch_shape=(), event_shape=(2, 2 * self.num_points - 1), validate_args=validate_args)
+
+    def sample(self, key, sample_shape=()):
+        n = int(np.prod(sample_shape)) if sample_shape else 1
+        rng = _rng(key)
+        out = np.empty((n, 2, 2 * self.num_points - 1))
+        for j in range(n):
+            par, t = _sample_structure(rng, self.num_points, float(self.c), float(self.alpha),
+                                       float(self.beta), capacity=2 * self.num_points - 1)
+            out[j, 0], out[j, 1] = par, t
+        return jnp.asarray(out.reshape(tuple(sample_shape) + self.event_shape))
+
+    def log_prob(self, value):
+        value = jnp.asarray(value)
+        flat = value.reshape((-1,) + self.event_shape)
+        fn = jax.vmap(lambda v: _log_structure_times(jnp.round(v[0]).astype(jnp.int32), v[1], self.c,
+                                                     self.alpha, self.beta))
+        return fn(flat).reshape(value.shape[:-2])
+
+
+def pydt(num_points: int = None, dim: int = None, *, c=1.0, alpha=0.0, beta=0.0, sigma2=1.0, X=None):
+    """The PYDT with Gaussian observations as a NumPyro program.
+
+    Sites:
+      ``tree`` (`PYDTTree`, ``[2, 2N - 1]``: parent row and times row; ``log_prob`` = Eq. 9 +
+      11); ``increments`` (``[N - 1, D]``, the Brownian increments ``x_b - x_parent(b) ~ N(0,
+      sigma2 (t_b - t_a))`` of the branch-point slots, free slots masked out of the density);
+      ``locations`` (deterministic ``[2N - 1, D]``: branch-point locations, leaves' rows 0);
+      ``X`` (``[N, D]``, ``x_i ~ N(x_parent(i), sigma2 (1 - t_parent(i)))``, observed when
+      given). The joint density of the trace is Eq. 9 + 11 + 12 exactly (the increments map to
+      the locations with unit Jacobian).
+
+    The tree is sampled in numpy from a key of the ``seed`` handler, so run the program with
+    ``handlers.seed``/``trace`` (or `numpyro.infer.util.log_density` with ``tree`` given), not
+    under ``jit``/``Predictive`` vectorisation; `sample_prior` is the plain-function version.
+
+    Args:
+      num_points, dim: ``N`` and ``D`` (taken from ``X`` when given).
+      c, alpha, beta, sigma2: hyperparameters.
+      X: float ``[N, D]`` data or None to sample.
+
+    Returns:
+      ``(parent int [2N - 1], times [2N - 1], X [N, D])``.
+    """
+    if X is not None:
+        Xn = _check_X(X)
+        if num_points is not None and num_points != Xn.shape[0]:
+            raise ValueError(f"num_points={num_points} but X has {Xn.shape[0]} rows")
+        num_points, dim = Xn.shape
+    if num_points is None or dim is None:
+        raise ValueError("give num_points and dim, or X")
+    N, D = int(num_points), int(dim)
+    if N < 1 or D < 1:
+        raise ValueError(f"num_points and dim must be >= 1, got {N}, {D}")
+    check_hyper(c=c, alpha=alpha, beta=beta, sigma2=sigma2)
+    m = 2 * N - 1
+    tree = numpyro.sample("tree", PYDTTree(N, c, alpha, beta))
+    parent = jnp.round(tree[0]).astype(jnp.int32)
+    times = tree[1]
+    used = parent != FREE
+    has_parent = used & (parent >= 0)
+    pp = jnp.maximum(parent, 0)
+    tp = jnp.where(has_parent, times[pp], 0.0)
+    inner = used[N:]
+    scale = jnp.sqrt(sigma2 * jnp.where(inner, times[N:] - tp[N:], 1.0))
+    inc = numpyro.sample("increments",
+                         dist.Normal(jnp.zeros((m - N, D)), scale[:, None] * jnp.ones((m - N, D)))
+                         .mask(inner[:, None]).to_event(2))
+    # accumulate increments from the root down (increasing time)
+    order = jnp.argsort(jnp.where(used, times, jnp.inf))
+    incs = jnp.concatenate([jnp.zeros((N, D)), jnp.where(inner[:, None], inc, 0.0)])
+
+    def body(i, loc):
+        k = order[i]
+        base = jnp.where(has_parent[k], loc[pp[k]], 0.0)
+        return loc.at[k].set(jnp.where(k >= N, base + incs[k], 0.0))
+
+    loc = jax.lax.fori_loop(0, m, body, jnp.zeros((m, D), incs.dtype))
+    loc = numpyro.deterministic("locations", loc)
+    leaf_par = parent[:N]
+    mean = jnp.where((leaf_par >= 0)[:, None], loc[jnp.maximum(leaf_par, 0)], 0.0)
+    var = sigma2 * (1.0 - tp[:N])
+    x = numpyro.sample("X", dist.Normal(mean, jnp.sqrt(var)[:, None] * jnp.ones((N, D))).to_event(2), obs=X)
+    return parent, times, x
