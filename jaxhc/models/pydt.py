@@ -674,9 +674,33 @@ class PYDTTree(dist.Distribution):
     def log_prob(self, value):
         value = jnp.asarray(value)
         flat = value.reshape((-1,) + self.event_shape)
-        fn = jax.vmap(lambda v: _log_structure_times(jnp.round(v[0]).astype(jnp.int32), v[1], self.c,
-                                                     self.alpha, self.beta))
-        return fn(flat).reshape(value.shape[:-2])
+        return _tree_log_prob(flat, self.c, self.alpha, self.beta).reshape(value.shape[:-2])
+
+
+@jax.jit
+def _tree_log_prob(flat, c, alpha, beta):
+    return jax.vmap(lambda v: _log_structure_times(jnp.round(v[0]).astype(jnp.int32), v[1], c, alpha, beta))(flat)
+
+
+@jax.jit
+def _accumulate(parent, times, inc):
+    """Branch-point locations ``[m, D]`` from their increments ``[m - N, D]`` (slots ``N..m-1``),
+    summed from the root down (increasing time); leaves' and free slots' rows are 0."""
+    m = parent.shape[0]
+    N = m - inc.shape[0]
+    D = inc.shape[1]
+    used = parent != FREE
+    has_parent = used & (parent >= 0)
+    pp = jnp.maximum(parent, 0)
+    order = jnp.argsort(jnp.where(used, times, jnp.inf))
+    incs = jnp.concatenate([jnp.zeros((N, D), inc.dtype), jnp.where(used[N:, None], inc, 0.0)])
+
+    def body(i, loc):
+        k = order[i]
+        base = jnp.where(has_parent[k], loc[pp[k]], 0.0)
+        return loc.at[k].set(jnp.where((k >= N) & used[k], base + incs[k], 0.0))
+
+    return jax.lax.fori_loop(0, m, body, jnp.zeros((m, D), inc.dtype))
 
 
 def pydt(num_points: int = None, dim: int = None, *, c=1.0, alpha=0.0, beta=0.0, sigma2=1.0, X=None):
@@ -727,17 +751,7 @@ def pydt(num_points: int = None, dim: int = None, *, c=1.0, alpha=0.0, beta=0.0,
     inc = numpyro.sample("increments",
                          dist.Normal(jnp.zeros((m - N, D)), scale[:, None] * jnp.ones((m - N, D)))
                          .mask(inner[:, None]).to_event(2))
-    # accumulate increments from the root down (increasing time)
-    order = jnp.argsort(jnp.where(used, times, jnp.inf))
-    incs = jnp.concatenate([jnp.zeros((N, D)), jnp.where(inner[:, None], inc, 0.0)])
-
-    def body(i, loc):
-        k = order[i]
-        base = jnp.where(has_parent[k], loc[pp[k]], 0.0)
-        return loc.at[k].set(jnp.where(k >= N, base + incs[k], 0.0))
-
-    loc = jax.lax.fori_loop(0, m, body, jnp.zeros((m, D), incs.dtype))
-    loc = numpyro.deterministic("locations", loc)
+    loc = numpyro.deterministic("locations", _accumulate(parent, times, inc))
     leaf_par = parent[:N]
     mean = jnp.where((leaf_par >= 0)[:, None], loc[jnp.maximum(leaf_par, 0)], 0.0)
     var = sigma2 * (1.0 - tp[:N])
