@@ -56,6 +56,23 @@ def test_message_passing_equals_dense_gaussian_on_masked_trees():
         np.testing.assert_allclose(got, want, rtol=1e-10)
 
 
+def test_masked_prior_equals_the_model_density():
+    from jaxhc.models import pydt
+
+    N = 7
+    trees = jax.jit(jax.vmap(lambda k: P._prior_tree(k, N, jnp.float64, 1.0, 1.0, 0.3)))(
+        jax.random.split(jax.random.key(12), 3))
+    for i in range(3):
+        par, tim = np.asarray(trees[0][i]), np.asarray(trees[1][i])
+        for c, a, b in ((1.0, 0.5, 0.2), (2.0, 1.5, 0.6), (0.7, 0.0, 0.0)):
+            if a == b == 0 and np.sum(par != FREE) < 2 * N - 1:
+                continue  # the DDT gives multifurcations probability 0
+            got = float(P.log_prior_masked(jnp.asarray(par), jnp.asarray(tim), jnp.asarray(par != FREE),
+                                           jnp.arange(2 * N - 1) < N, c, a, b))
+            want = float(pydt.log_structure_times(par, tim, c=c, alpha=a, beta=b))
+            np.testing.assert_allclose(got, want, rtol=1e-10)
+
+
 def _structure_freqs(draws, N):
     return Counter(_clusters(p, N) for p in draws)
 

@@ -128,7 +128,8 @@ def _log_branch_prod(K, alpha, beta):
 
 
 def log_prior_masked(parent, times, active, is_leaf, c, alpha, beta):
-    """Eq. 9 + Eq. 11 of a tree given on masked arrays.
+    """Eq. 9 (corrected, see below) + Eq. 11 of a tree given on masked arrays; equal to
+    `jaxhc.models.pydt.log_structure_times`.
 
     Args:
       parent: int ``[m]`` (``-1`` root; entries of inactive nodes are ignored).
@@ -152,8 +153,11 @@ def log_prior_masked(parent, times, active, is_leaf, c, alpha, beta):
     cntf = cnt.astype(f)
     child_terms = jax.ops.segment_sum(jnp.where(nonroot, gammaln(cntf - beta), 0.0), pidx, num_segments=m + 1)[:m]
     tb = jnp.where(branch, times, 0.0)
+    # Eq. 9 with the Gamma(1 - beta)^-(K_b - 1) that the printed equation drops (Appendix A's
+    # products give Gamma(n_l - beta) / Gamma(1 - beta) for every branch but the first point's;
+    # the N = 2 density is a(t) Gamma(1 - beta) / Gamma(2 + alpha) exp(...), not Gamma(1 - beta)^2)
     eq9 = (jnp.log(c) - jnp.log1p(-tb) + _log_branch_prod(nkids, alpha, beta) + child_terms
-           - gammaln(cntf + alpha))
+           - (nkids - 1).astype(f) * gammaln(1.0 - beta) - gammaln(cntf + alpha))
     H = _harmonic_table(m, alpha, beta)
     tpar = jnp.where(parent >= 0, times[jnp.maximum(parent, 0)], 0.0)
     A = lambda t: -c * jnp.log1p(-t)  # noqa: E731
