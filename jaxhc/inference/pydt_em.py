@@ -365,7 +365,8 @@ def _golden(h, lo, hi, iters=40):
 
 @functools.partial(jax.jit, static_argnames=("learn", "learn_alpha_beta", "max_lbfgs"))
 def m_step(parent, times, X, est: EStep, hyper: EMHyper, priors: PYDTPriors = PYDTPriors(), learn: bool = True,
-           learn_alpha_beta: bool = True, max_lbfgs: int = 100, tol: float = 1e-6, alpha_max: float = 20.0):
+           learn_alpha_beta: bool = True, max_lbfgs: int = 100, tol: float = 1e-6, alpha_max: float = 20.0,
+           sigma2_max=jnp.inf):
     """The M-step: returns ``(times, hyper)`` that do not lower the bound.
 
     Times jointly by L-BFGS on Eq. 17 (``s = logit t``, ``q(x)`` from ``est`` fixed, steps that
@@ -390,6 +391,9 @@ def m_step(parent, times, X, est: EStep, hyper: EMHyper, priors: PYDTPriors = PY
         delta = jnp.where(active, times - tp, 1.0)
         p_shape = priors.precision[0] + 0.5 * D * jnp.sum(active)
         p_rate = priors.precision[1] + jnp.sum(jnp.where(active, b / delta, 0.0))
+        # the bound is unimodal in the rate at fixed shape: clipping 1/<lam> to
+        # [0, sigma2_max] is the constrained coordinate maximum (see `pydt_em`)
+        p_rate = jnp.minimum(p_rate, p_shape * sigma2_max)
         hyper = hyper._replace(prec_shape=jnp.asarray(p_shape, f), prec_rate=jnp.asarray(p_rate, f))
         tb = jnp.where(internal, times, 0.0)
         c_shape = priors.c[0] + jnp.sum(internal)
@@ -412,7 +416,7 @@ def m_step(parent, times, X, est: EStep, hyper: EMHyper, priors: PYDTPriors = PY
     return times, hyper
 
 
-def _em(parent, times, hyper, X, priors, learn, learn_ab, max_em, tol_em, max_lbfgs):
+def _em(parent, times, hyper, X, priors, learn, learn_ab, max_em, tol_em, max_lbfgs, sigma2_max):
     """EM to convergence (bound change < ``tol_em``) or ``max_em`` iterations."""
     est = e_step(parent, times, X, hyper, priors, learn)
 
@@ -422,7 +426,7 @@ def _em(parent, times, hyper, X, priors, learn, learn_ab, max_em, tol_em, max_lb
 
     def body(s):
         times, hyper, est, L, _, i = s
-        times, hyper = m_step(parent, times, X, est, hyper, priors, learn, learn_ab, max_lbfgs)
+        times, hyper = m_step(parent, times, X, est, hyper, priors, learn, learn_ab, max_lbfgs, sigma2_max=sigma2_max)
         est = e_step(parent, times, X, hyper, priors, learn)
         return times, hyper, est, est.bound, L, i + 1
 
@@ -539,7 +543,8 @@ def _subtree_message(parent, times, active, X, sigma2, s):
 
 
 @functools.partial(jax.jit, static_argnames=("learn", "learn_ab", "allow_bp", "n_em", "max_em", "max_lbfgs"))
-def _search_step(key, parent, times, hyper, X, priors, learn, learn_ab, allow_bp, n_em, max_em, tol_em, max_lbfgs):
+def _search_step(key, parent, times, hyper, X, priors, learn, learn_ab, allow_bp, n_em, max_em, tol_em, max_lbfgs,
+                 sigma2_max):
     m = parent.shape[0]
     N = X.shape[0]
     active = parent != FREE
@@ -554,7 +559,7 @@ def _search_step(key, parent, times, hyper, X, priors, learn, learn_ab, allow_bp
     pars, tims = jax.vmap(build)(top)
 
     def run(par, tim):
-        return _em(par, tim, hyper, X, priors, learn, learn_ab, max_em, tol_em, max_lbfgs)
+        return _em(par, tim, hyper, X, priors, learn, learn_ab, max_em, tol_em, max_lbfgs, sigma2_max)
 
     tims, hypers, Ls = jax.vmap(run)(pars, tims)
     Ls = jnp.where(jnp.isfinite(top_scores), Ls, -jnp.inf)
@@ -562,7 +567,7 @@ def _search_step(key, parent, times, hyper, X, priors, learn, learn_ab, allow_bp
 
 
 @functools.partial(jax.jit, static_argnames=("learn", "learn_ab", "allow_bp", "max_em", "max_lbfgs"))
-def _initial_tree(key, X, hyper, priors, learn, learn_ab, allow_bp, max_em, tol_em, max_lbfgs):
+def _initial_tree(key, X, hyper, priors, learn, learn_ab, allow_bp, max_em, tol_em, max_lbfgs, sigma2_max):
     """Sequential attachment of the points (random order) at the best-scoring place."""
     N = X.shape[0]
     m = 2 * N - 1
@@ -583,7 +588,7 @@ def _initial_tree(key, X, hyper, priors, learn, learn_ab, allow_bp, max_em, tol_
         return build(jnp.argmax(scores))
 
     parent, times = jax.lax.fori_loop(2, N, body, (parent, times))
-    times, hyper, L = _em(parent, times, hyper, X, priors, learn, learn_ab, max_em, tol_em, max_lbfgs)
+    times, hyper, L = _em(parent, times, hyper, X, priors, learn, learn_ab, max_em, tol_em, max_lbfgs, sigma2_max)
     return parent, times, hyper, L
 
 
@@ -622,8 +627,9 @@ def em_init_hyper(X, c=1.0, alpha=0.5, beta=0.2, sigma2=None) -> EMHyper:
 
 
 def pydt_em(key, X, *, c=1.0, alpha=0.5, beta=0.2, sigma2=None, num_iters: int = 100, k_best: int = 10,
-            learn_hyper: bool = True, priors: PYDTPriors = PYDTPriors(), num_em_candidates: int = 3,
-            max_em: int = 20, tol_em: float = 1e-4, max_lbfgs: int = 100, progress_bar: bool = True) -> PYDTEMResult:
+            learn_hyper: bool = True, learn_alpha_beta: Optional[bool] = None, priors: PYDTPriors = PYDTPriors(), num_em_candidates: int = 3,
+            max_em: int = 20, tol_em: float = 1e-4, max_lbfgs: int = 100, sigma2_max: Optional[float] = None,
+            progress_bar: bool = True) -> PYDTEMResult:
     """Greedy Bayesian EM search over PYDT trees (section 5.2), Gaussian observations.
 
     Args:
@@ -636,10 +642,18 @@ def pydt_em(key, X, *, c=1.0, alpha=0.5, beta=0.2, sigma2=None, num_iters: int =
       k_best: length of the K-best list.
       learn_hyper: learn ``q(c)``, ``q(1/sigma2)`` (variational Gamma) and, unless DDT,
         ``alpha``, ``beta`` (golden-section search).
+      learn_alpha_beta: override for ``alpha, beta`` alone (default: ``learn_hyper``; never
+        for the DDT).
       priors: Gamma priors on ``c`` and ``1/sigma2``.
       num_em_candidates: re-attachments per iteration that get EM (the paper: 3).
       max_em, tol_em, max_lbfgs: EM iterations per tree, its stopping tolerance on the bound,
         L-BFGS iterations per M-step.
+      sigma2_max: upper limit of the learned ``sigma2`` (default: the mean column variance of
+        ``X``, the leaf variance the model implies for ``sigma2``). Without it the bound is
+        unbounded when ``sigma2`` is learned: all times -> 1 with ``sigma2 (1 - t)`` fixed
+        gains ``sum_b (1 - <c> J_b) log(1/eps)`` from Eq. 14's singularity at ``t = 1``
+        (``<c> J_b < 1``) and loses only ``D/2 log(1/eps)`` at the root edge, so MAP times
+        collapse; the clip is the constrained coordinate maximum, so the bound stays monotone.
       progress_bar: tqdm bar over iterations.
 
     Returns:
@@ -657,14 +671,15 @@ def pydt_em(key, X, *, c=1.0, alpha=0.5, beta=0.2, sigma2=None, num_iters: int =
         raise ValueError("num_iters must be >= 0 and k_best >= 1")
     ddt = alpha == 0.0 and beta == 0.0
     learn = bool(learn_hyper)
-    learn_ab = learn and not ddt
+    learn_ab = (learn if learn_alpha_beta is None else bool(learn_alpha_beta)) and not ddt
     allow_bp = not ddt
     pri = PYDTPriors(*(tuple(float(v) for v in p) for p in priors))
     Xj = jnp.asarray(X)
     hyper = em_init_hyper(X, c, alpha, beta, sigma2)
+    s2max = float(sigma2_max) if sigma2_max is not None else max(float(np.mean(np.var(X, axis=0))), float(hyper.sigma2))
     k_init, k_search = jax.random.split(key)
     parent, times, hyper, L = _initial_tree(k_init, Xj, hyper, pri, learn, learn_ab, allow_bp, int(max_em),
-                                            float(tol_em), int(max_lbfgs))
+                                            float(tol_em), int(max_lbfgs), s2max)
     entries = {}  # signature -> (L, parent, times, hyper)
 
     def insert(L, par, tim, hyp):
@@ -694,7 +709,7 @@ def pydt_em(key, X, *, c=1.0, alpha=0.5, beta=0.2, sigma2=None, num_iters: int =
             pars, tims, hyps, Ls = _search_step(jax.random.fold_in(k_search, it), jnp.asarray(par), jnp.asarray(tim),
                                                 jax.tree_util.tree_map(jnp.asarray, hyp), Xj, pri, learn, learn_ab,
                                                 allow_bp, int(num_em_candidates), int(max_em), float(tol_em),
-                                                int(max_lbfgs))
+                                                int(max_lbfgs), s2max)
             pars, tims, hyps, Ls = jax.device_get((pars, tims, hyps, Ls))
             for j in range(len(Ls)):
                 insert(Ls[j], pars[j], tims[j], jax.tree_util.tree_map(lambda a: a[j], hyps))
