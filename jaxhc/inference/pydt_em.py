@@ -217,8 +217,10 @@ def _prior_from_counts(parent, times, active, cnt, N, c, alpha, beta):
     child_terms = jax.ops.segment_sum(jnp.where(nonroot, gammaln(jnp.maximum(cntf, 1.0) - beta), 0.0), pidx,
                                       num_segments=m + 1)[:m]
     tb = jnp.where(branch, times, 0.0)
+    # Eq. 9 with the Gamma(1 - beta)^-(K - 1) factor the printed equation drops (as
+    # `log_prior_masked`)
     eq9 = (jnp.log(c) - jnp.log1p(-tb) + _log_branch_prod(nkids, alpha, beta) + child_terms
-           - gammaln(jnp.maximum(cntf, 1.0) + alpha))
+           - (nkids - 1).astype(f) * gammaln(1.0 - beta) - gammaln(jnp.maximum(cntf, 1.0) + alpha))
     H = _harmonic_table(m, alpha, beta)
     tpar = jnp.where(parent >= 0, times[jnp.maximum(parent, 0)], 0.0)
     A = lambda t: -c * jnp.log1p(-t)  # noqa: E731

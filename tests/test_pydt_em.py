@@ -1,0 +1,205 @@
+"""Greedy Bayesian EM for the PYDT (section 5.2): E-step against the dense Gaussian, monotone
+bound, M-step, search on the paper's four-cluster set, predictive normalisation, input errors."""
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from jaxhc.inference import pydt_em as E  # noqa: E402
+from jaxhc.inference.pydt_mcmc import FREE, _prior_tree, log_marginal_masked, log_prior_masked  # noqa: E402
+
+
+def _random_tree(seed, N, alpha=0.5, beta=0.2):
+    return _prior_tree(jax.random.PRNGKey(seed), N, jnp.float64, 1.0, alpha, beta)
+
+
+def _dense_posterior(parent, times, X, sigma2):
+    """Condition the joint Gaussian of all node locations (Cov = sigma2 t_lca) on the leaves."""
+    parent, t, X = np.asarray(parent), np.asarray(times), np.asarray(X)
+    N = X.shape[0]
+    nodes = np.flatnonzero(parent != FREE)
+
+    def path(k):
+        out = [k]
+        while parent[out[-1]] >= 0:
+            out.append(parent[out[-1]])
+        return set(out)
+
+    C = np.array([[sigma2 * max(t[x] for x in path(a) & path(b)) for b in nodes] for a in nodes])
+    L = nodes < N
+    Cll, Cil, Cii = C[np.ix_(L, L)], C[np.ix_(~L, L)], C[np.ix_(~L, ~L)]
+    mean = Cil @ np.linalg.solve(Cll, X[nodes[L]])
+    cov = Cii - Cil @ np.linalg.solve(Cll, Cil.T)
+    return nodes[~L], mean, cov, nodes, C
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_e_step_matches_dense_gaussian(seed):
+    N, D, sigma2 = 6, 3, 0.7
+    parent, times = _random_tree(seed, N)
+    X = jax.random.normal(jax.random.PRNGKey(10 + seed), (N, D))
+    hyper = E.em_init_hyper(X, 1.0, 0.5, 0.2, sigma2)
+    est = E.e_step(parent, times, X, hyper)
+    internal, mean, cov, nodes, _ = _dense_posterior(parent, times, X, sigma2)
+    np.testing.assert_allclose(np.asarray(est.mean)[internal], mean, atol=1e-10)
+    np.testing.assert_allclose(np.asarray(est.var)[internal], np.diag(cov), atol=1e-10)
+    # pairwise moments along edges: b_[pk] = 1/2 sum_d E[(x_k - x_p)^2]
+    par = np.asarray(parent)
+    pos = {k: i for i, k in enumerate(internal)}
+    Xn = np.asarray(X)
+    for k in nodes:
+        p = par[k]
+        mk = Xn[k] if k < N else mean[pos[k]]
+        vk = 0.0 if k < N else cov[pos[k], pos[k]]
+        if p < 0:
+            want = 0.5 * (np.sum(mk ** 2) + D * vk)
+        else:
+            cpk = 0.0 if k < N else cov[pos[k], pos[p]]
+            want = 0.5 * (np.sum((mk - mean[pos[p]]) ** 2) + D * (vk + cov[pos[p], pos[p]] - 2 * cpk))
+        np.testing.assert_allclose(float(est.b[k]), want, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(float(est.log_lik), float(log_marginal_masked(parent, times, parent != FREE, X,
+                                                                              sigma2)), rtol=1e-12)
+    # with point-mass hyperparameters the bound is the joint log density
+    lp = log_prior_masked(parent, times, parent != FREE, jnp.arange(2 * N - 1) < N, 1.0, 0.5, 0.2)
+    L = E.e_step(parent, times, X, hyper, learn=False).bound
+    np.testing.assert_allclose(float(L), float(est.log_lik + lp), rtol=1e-12)
+
+
+def test_eq17_time_terms_equal_log_prior():
+    """Eq. 17's ``(c J - 1) log(1 - t)`` carries all the time dependence of Eq. 9 + 11."""
+    N = 7
+    parent, times = _random_tree(3, N)
+    active = parent != FREE
+    internal = active & (jnp.arange(2 * N - 1) >= N)
+    cnt = E._counts(parent, times, active, N)
+    J = E._J(parent, active, cnt, N, 0.5, 0.2)
+    c = 1.3
+    t2 = jnp.where(internal, 1.0 - (1.0 - times) * 0.7, times)  # keeps the ordering
+    lp = lambda t: log_prior_masked(parent, t, active, jnp.arange(2 * N - 1) < N, c, 0.5, 0.2)  # noqa: E731
+    f = lambda t: jnp.sum(jnp.where(internal, (c * J - 1) * jnp.log1p(-t), 0.0))  # noqa: E731
+    np.testing.assert_allclose(float(lp(t2) - lp(times)), float(f(t2) - f(times)), rtol=1e-10)
+
+
+@pytest.mark.parametrize("learn", [True, False])
+def test_bound_never_decreases(learn):
+    N, D = 8, 2
+    for seed in range(3):
+        parent, times = _random_tree(20 + seed, N)
+        X = jax.random.normal(jax.random.PRNGKey(seed), (N, D))
+        hyper = E.em_init_hyper(X, 1.0, 0.5, 0.2, 0.5)
+        bounds = []
+        for _ in range(6):
+            est = E.e_step(parent, times, X, hyper, learn=learn)
+            bounds.append(float(est.bound))
+            old = times
+            times, hyper = E.m_step(parent, times, X, est, hyper, learn=learn)
+            # ordering stays valid
+            act = np.asarray(parent != FREE)
+            p = np.asarray(parent)
+            tp = np.where(p >= 0, np.asarray(times)[np.maximum(p, 0)], 0.0)
+            assert np.all((np.asarray(times) - tp)[act] > 0)
+        assert np.all(np.diff(bounds) >= -1e-8 * np.abs(bounds[:-1])), bounds
+        assert bounds[-1] > bounds[0]
+        del old
+
+
+def test_m_step_time_optimum_not_below_start():
+    N, D = 8, 3
+    parent, times = _random_tree(5, N)
+    X = jax.random.normal(jax.random.PRNGKey(5), (N, D))
+    hyper = E.em_init_hyper(X, 1.0, 0.5, 0.2, 0.5)
+    est = E.e_step(parent, times, X, hyper, learn=False)
+    active = parent != FREE
+    J = E._J(parent, active, est.counts, N, 0.5, 0.2)
+    G = lambda t: E.time_objective(t, parent, active, est.b, 1 / hyper.sigma2, hyper.c_mean, J, N, D)  # noqa: E731
+    t_new, _ = E.m_step(parent, times, X, est, hyper, learn=False, learn_alpha_beta=False)
+    assert float(G(t_new)) >= float(G(times))
+    # at the optimum the gradient in logit t vanishes
+    s = lambda t: jnp.log(t) - jnp.log1p(-t)  # noqa: E731
+    internal = np.asarray(active & (jnp.arange(2 * N - 1) >= N))
+    g = jax.grad(lambda sv: G(t_new.at[N:].set(jnp.where(internal[N:], jax.nn.sigmoid(sv), t_new[N:]))))(
+        jnp.where(internal[N:], s(jnp.clip(t_new[N:], 1e-9, 1 - 1e-9)), 0.0))
+    assert float(jnp.max(jnp.abs(g))) < 1e-4
+    assert float(E.e_step(parent, t_new, X, hyper, learn=False).bound) >= float(est.bound)
+
+
+def _four_clusters(n, seed=0):
+    rng = np.random.default_rng(seed)
+    centers = np.array([[1.0, 1.0], [1.0, -1.0], [-1.0, 1.0], [-1.0, -1.0]])
+    lab = np.repeat(np.arange(4), n // 4)
+    return centers[lab] + rng.normal(size=(lab.size, 2)) * np.sqrt(1 / 8), lab
+
+
+def _leaf_sets(tree):
+    par = np.asarray(tree.parent)
+    N = tree.n_leaves
+    sets = {k: {k} if k < N else set() for k in range(par.size)}
+    for k in range(N):
+        p = par[k]
+        while p >= 0:
+            sets[p].add(k)
+            p = par[p]
+    return par, sets
+
+
+def test_four_clusters_pydt_multifurcates_ddt_binary():
+    X, lab = _four_clusters(24)
+    res = E.pydt_em(jax.random.PRNGKey(0), X, alpha=1.0, beta=0.2, num_iters=10, learn_alpha_beta=False,
+                    progress_bar=False)
+    par, sets = _leaf_sets(res.tree)
+    clusters = [set(np.flatnonzero(lab == c)) for c in range(4)]
+    assert all(cl in sets.values() for cl in clusters)
+    root = int(np.flatnonzero(par == -1)[0])
+    assert np.sum(par == root) == 4
+    assert np.all(np.diff(res.trace) >= 0) and np.isclose(res.trace[-1], res.log_evidence)
+    assert len(res.k_best) <= 10 and res.k_best[0][0] == res.log_evidence
+    ddt = E.pydt_em(jax.random.PRNGKey(0), X, alpha=0.0, beta=0.0, num_iters=10, progress_bar=False)
+    par, sets = _leaf_sets(ddt.tree)
+    kids = np.bincount(par[par >= 0], minlength=par.size)[X.shape[0]:]
+    assert np.all(kids == 2) and ddt.alpha == 0.0 and ddt.beta == 0.0
+    assert sum(cl in sets.values() for cl in clusters) >= 3
+    # same key, same result
+    again = E.pydt_em(jax.random.PRNGKey(0), X, alpha=0.0, beta=0.0, num_iters=10, progress_bar=False)
+    np.testing.assert_array_equal(again.parent, ddt.parent)
+    np.testing.assert_array_equal(again.times, ddt.times)
+    assert again.log_evidence == ddt.log_evidence
+
+
+def test_predictive_integrates_to_one_1d():
+    N = 5
+    parent, times = _random_tree(7, N)
+    X = np.asarray(jax.random.normal(jax.random.PRNGKey(7), (N, 1)))
+    grid = np.linspace(-12, 12, 6001)[:, None]
+    for alpha, beta in [(0.5, 0.2), (0.0, 0.0)]:
+        if alpha == 0.0:  # a binary tree for the DDT
+            parent, times = _prior_tree(jax.random.PRNGKey(7), N, jnp.float64, 1.0, 0.0, 0.0)
+        lp = E.pydt_predictive_logpdf((parent, times), grid, X, c=1.0, alpha=alpha, beta=beta, sigma2=0.8)
+        total = np.trapezoid(np.exp(lp), grid[:, 0])
+        np.testing.assert_allclose(total, 1.0, atol=1e-6)
+
+
+def test_predictive_from_result_averages_k_best():
+    X, _ = _four_clusters(12, seed=1)
+    res = E.pydt_em(jax.random.PRNGKey(1), X, alpha=1.0, beta=0.2, num_iters=3, progress_bar=False)
+    lp = E.pydt_predictive_logpdf(res, np.array([[1.0, 1.0], [0.0, 0.0], [5.0, 5.0]]))
+    assert lp.shape == (3,) and np.all(np.isfinite(lp))
+    assert lp[0] > lp[1] > lp[2]
+
+
+@pytest.mark.parametrize("kwargs, X, err", [
+    ({}, np.zeros(5), ValueError),
+    ({}, np.array([[0.0, np.nan], [1.0, 2.0], [3.0, 4.0]]), ValueError),
+    ({"beta": 1.0}, None, ValueError),
+    ({"beta": -0.1}, None, ValueError),
+    ({"alpha": -0.5, "beta": 0.1}, None, ValueError),
+    ({"c": 0.0}, None, ValueError),
+    ({"sigma2": -1.0}, None, ValueError),
+])
+def test_bad_input(kwargs, X, err):
+    if X is None:
+        X = np.random.default_rng(0).normal(size=(5, 2))
+    with pytest.raises(err):
+        E.pydt_em(jax.random.PRNGKey(0), X, num_iters=1, progress_bar=False, **kwargs)
