@@ -179,7 +179,7 @@ def test_prior_sampler_and_numpyro_program_match_the_crp():
     cj = np.asarray(st.c)
     nk_jax = np.array([np.unique(r).size for r in cj])  # components in use
     n1_np, nk_np = [], []
-    for s in range(150):
+    for s in range(60):
         with numpyro.handlers.seed(rng_seed=s):
             out = M.ncrp_hdp(N, 1, L, alpha=a, gamma0=1.2, gamma=0.8, sigma2=0.3, prior_var=4.0, epsilon=1.0)
         n1_np.append(int(np.sum(out.level == 1)))
@@ -203,11 +203,11 @@ def test_new_components_are_shared_as_in_the_hdp():
     same = np.mean(np.asarray(st.c[:, 0] == st.c[:, 1]))
     assert abs(same - want) < 4.5 * np.sqrt(want * (1 - want) / S), (same, want)
     hits = 0
-    for s in range(400):
+    for s in range(150):
         with numpyro.handlers.seed(rng_seed=1000 + s):
             out = M.ncrp_hdp(2, 1, 1, alpha=a, gamma0=g0, gamma=g, epsilon=1.0)
         hits += int(out.c[0] == out.c[1])
-    assert abs(hits / 400 - want) < 4.5 * np.sqrt(want * (1 - want) / 400), (hits / 400, want)
+    assert abs(hits / 150 - want) < 4.5 * np.sqrt(want * (1 - want) / 150), (hits / 150, want)
 
 
 def test_numpyro_program_scores_observed_data():
