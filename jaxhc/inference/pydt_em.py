@@ -365,7 +365,7 @@ def _golden(h, lo, hi, iters=40):
     return jnp.where(h1 >= h2, x1, x2), jnp.maximum(h1, h2)
 
 
-@functools.partial(jax.jit, static_argnames=("learn", "learn_alpha_beta", "max_lbfgs"))
+@functools.partial(jax.jit, static_argnames=("learn", "max_lbfgs"))
 def m_step(parent, times, X, est: EStep, hyper: EMHyper, priors: PYDTPriors = PYDTPriors(), learn: bool = True,
            learn_alpha_beta: bool = True, max_lbfgs: int = 100, tol: float = 1e-6, alpha_max: float = 20.0,
            sigma2_max=jnp.inf):
@@ -374,7 +374,7 @@ def m_step(parent, times, X, est: EStep, hyper: EMHyper, priors: PYDTPriors = PY
     Times jointly by L-BFGS on Eq. 17 (``s = logit t``, ``q(x)`` from ``est`` fixed, steps that
     break the ordering rejected); then, if ``learn``, ``q(1/sigma2)`` (Eq. 16 with expectations,
     after re-running the marginals at the new times) and ``q(c)`` (Eq. 15); then, if
-    ``learn_alpha_beta``, golden-section search for ``alpha`` on ``[-2 beta, alpha_max]`` and
+    ``learn_alpha_beta`` (a traced bool: one compiled program serves PYDT and DDT), golden-section search for ``alpha`` on ``[-2 beta, alpha_max]`` and
     ``beta`` on ``[max(0, -alpha/2), 0.99]`` on Eq. 9 + 11, kept only if not worse.
     """
     N, D = X.shape
@@ -401,7 +401,7 @@ def m_step(parent, times, X, est: EStep, hyper: EMHyper, priors: PYDTPriors = PY
         c_shape = priors.c[0] + jnp.sum(internal)
         c_rate = priors.c[1] - jnp.sum(jnp.where(internal, J * jnp.log1p(-tb), 0.0))
         hyper = hyper._replace(c_shape=jnp.asarray(c_shape, f), c_rate=jnp.asarray(c_rate, f))
-    if learn_alpha_beta:
+    if True:  # computed always; ``learn_alpha_beta`` (traced) selects
         c = hyper.c_mean
 
         def h_ab(a, bt):
@@ -410,10 +410,10 @@ def m_step(parent, times, X, est: EStep, hyper: EMHyper, priors: PYDTPriors = PY
 
         cur = h_ab(hyper.alpha, hyper.beta)
         a_new, va = _golden(lambda a: h_ab(a, hyper.beta), -2.0 * hyper.beta + 1e-9, jnp.asarray(alpha_max, f))
-        alpha = jnp.where(va > cur, a_new, hyper.alpha)
+        alpha = jnp.where((va > cur) & learn_alpha_beta, a_new, hyper.alpha)
         cur = jnp.maximum(va, cur)
         b_new, vb = _golden(lambda bt: h_ab(alpha, bt), jnp.maximum(0.0, -alpha / 2.0), jnp.asarray(0.99, f))
-        beta = jnp.where(vb > cur, b_new, hyper.beta)
+        beta = jnp.where((vb > cur) & learn_alpha_beta, b_new, hyper.beta)
         hyper = hyper._replace(alpha=alpha, beta=beta)
     return times, hyper
 
@@ -544,7 +544,7 @@ def _subtree_message(parent, times, active, X, sigma2, s):
     return jnp.where(leaf, X[jnp.minimum(s, N - 1)], mu[s]), jnp.where(leaf, 0.0, v[s])
 
 
-@functools.partial(jax.jit, static_argnames=("learn", "learn_ab", "allow_bp", "n_em", "max_em", "max_lbfgs"))
+@functools.partial(jax.jit, static_argnames=("learn", "n_em", "max_em", "max_lbfgs"))
 def _search_step(key, parent, times, hyper, X, priors, learn, learn_ab, allow_bp, n_em, max_em, tol_em, max_lbfgs,
                  sigma2_max):
     m = parent.shape[0]
@@ -568,7 +568,7 @@ def _search_step(key, parent, times, hyper, X, priors, learn, learn_ab, allow_bp
     return pars, tims, hypers, Ls
 
 
-@functools.partial(jax.jit, static_argnames=("learn", "learn_ab", "allow_bp", "max_em", "max_lbfgs"))
+@functools.partial(jax.jit, static_argnames=("learn", "max_em", "max_lbfgs"))
 def _initial_tree(key, X, hyper, priors, learn, learn_ab, allow_bp, max_em, tol_em, max_lbfgs, sigma2_max):
     """Sequential attachment of the points (random order) at the best-scoring place."""
     N = X.shape[0]
