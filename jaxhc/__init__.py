@@ -13,6 +13,7 @@ from .components import (
     NormalKnownCov,
 )
 from .inference.bhmc import BHMCResult, bhmc
+from .inference.pydt_em import PYDTEMResult, pydt_em, pydt_predictive_logpdf
 from .inference.pydt_mcmc import PYDTSamples, pydt_mcmc
 from .inference.bhc import BHCResult, bhc, bhc_predictive, bhc_predictive_cell, tree_log_evidence
 from .inference.bhcc import (
@@ -47,6 +48,7 @@ __all__ = [
     "LambdaPosterior",
     "NormalInverseWishart",
     "NormalKnownCov",
+    "PYDTEMResult",
     "PYDTSamples",
     "ParentTree",
     "Tree",
@@ -66,7 +68,9 @@ __all__ = [
     "jets",
     "learn_hyperparameters",
     "metrics",
+    "pydt_em",
     "pydt_mcmc",
+    "pydt_predictive_logpdf",
     "rbhc",
     "rbhcc",
     "sample_lambda",

@@ -360,7 +360,8 @@ def test_public_api_names():
         "Tree", "ParentTree", "bhc", "bhc_predictive", "learn_hyperparameters", "rbhc", "BHCResult",
         "NormalInverseWishart", "NormalKnownCov", "BetaBernoulli", "BetaBinomial", "DirichletMultinomial",
         "bhcc", "rbhcc", "BHCCResult", "bhcc_predictive_row", "bhcc_predictive_column", "bhcc_predictive_cell",
-        "dpm_gibbs", "cdpm_mcmc", "bhmc", "BHMCResult",
+        "dpm_gibbs", "cdpm_mcmc", "bhmc", "BHMCResult", "pydt_mcmc", "pydt_em", "PYDTEMResult",
+        "pydt_predictive_logpdf",
     }
     for name in jaxhc.__all__:
         assert hasattr(jaxhc, name)

@@ -257,3 +257,18 @@ def test_probit_model_chains_and_numpyro_kernel():
                 num_samples=3, progress_bar=False)
     mcmc.run(jax.random.key(11))
     assert mcmc.get_samples()["parent"].shape == (3, 11)
+
+
+def test_predictive_over_mcmc_samples_integrates_to_one():
+    from jaxhc.inference.pydt_em import pydt_predictive_logpdf
+
+    X = np.array([[-1.0], [-0.8], [1.0], [1.3]])
+    out = P.pydt_mcmc(jax.random.key(13), X, num_samples=6, num_warmup=4, num_moves=4, sample_alpha=False,
+                      sample_beta=False, progress_bar=False)
+    grid = np.linspace(-12, 12, 4001)[:, None]
+    lp = pydt_predictive_logpdf(out, grid, X, max_trees=3)
+    mass = np.trapezoid(np.exp(lp), grid[:, 0])
+    assert abs(mass - 1.0) < 1e-3, mass
+    assert lp[np.argmin(abs(grid[:, 0] - 1.1))] > lp[np.argmin(abs(grid[:, 0] - 6.0))]
+    with pytest.raises(ValueError, match="X"):
+        pydt_predictive_logpdf(out, grid)

@@ -51,12 +51,12 @@ from jax.scipy.special import digamma, gammaln
 from .pydt_mcmc import (
     FREE,
     PYDTPriors,
+    PYDTSamples,
     _check_X,
     _harmonic_table,
     _log_branch_prod,
     _messages,
     _order,
-    _prior_tree,
     _subtree_mask,
     _up_counts,
     check_hyperparameters,
@@ -461,7 +461,6 @@ def _attach(par_r, times, act_r, insub, cnt_sub, s, mu_s, v_s, slot, X, hyper, a
     (index ``m + k``). Returns ``(scores [2m], build)`` where ``build(j) -> (parent, times)``."""
     m = par_r.shape[0]
     N, D = X.shape
-    f = times.dtype
     slots = jnp.arange(m)
     sigma2 = hyper.sigma2
     c = hyper.c_mean
@@ -547,7 +546,6 @@ def _subtree_message(parent, times, active, X, sigma2, s):
 @functools.partial(jax.jit, static_argnames=("learn", "n_em", "max_em", "max_lbfgs"))
 def _search_step(key, parent, times, hyper, X, priors, learn, learn_ab, allow_bp, n_em, max_em, tol_em, max_lbfgs,
                  sigma2_max):
-    m = parent.shape[0]
     N = X.shape[0]
     active = parent != FREE
     cand = active & (parent >= 0)
@@ -805,7 +803,7 @@ def _predictive_one(parent, times, X, Xnew, c, alpha, beta, sigma2, num_time_sam
 
 
 def pydt_predictive_logpdf(result_or_tree, Xnew, X=None, *, c=None, alpha=None, beta=None, sigma2=None,
-                           num_time_samples: int = 3, use_k_best: bool = True):
+                           num_time_samples: int = 3, use_k_best: bool = True, max_trees: int = 20):
     """``log p(x_new | X)`` per row of ``Xnew`` (section 5.3): a Gaussian mixture over where a
     new point diverges from the tree.
 
@@ -818,8 +816,10 @@ def pydt_predictive_logpdf(result_or_tree, Xnew, X=None, *, c=None, alpha=None, 
 
     Args:
       result_or_tree: a `PYDTEMResult` (averages over its K-best trees with equal weights,
-        or uses only the best tree if ``use_k_best=False``), or ``(parent, times)``
-        fixed-capacity arrays (then ``X``, ``c``, ``alpha``, ``beta``, ``sigma2`` are needed).
+        or uses only the best tree if ``use_k_best=False``), `PYDTSamples` from `pydt_mcmc`
+        (averages over up to ``max_trees`` evenly spaced kept samples, each with its own
+        hyperparameters; pass ``X``), or ``(parent, times)`` fixed-capacity arrays (then ``X``,
+        ``c``, ``alpha``, ``beta``, ``sigma2`` are needed).
       Xnew: float ``[M, D]``.
 
     Returns:
@@ -827,7 +827,18 @@ def pydt_predictive_logpdf(result_or_tree, Xnew, X=None, *, c=None, alpha=None, 
     """
     Xnew = _check_X(np.atleast_2d(Xnew)) if np.ndim(Xnew) == 2 and np.shape(Xnew)[0] >= 2 else np.atleast_2d(
         np.asarray(Xnew, dtype=jnp.result_type(float)))
-    if isinstance(result_or_tree, PYDTEMResult):
+    if isinstance(result_or_tree, PYDTSamples):  # MCMC: average over (up to max_trees) kept samples
+        if X is None:
+            raise ValueError("with PYDTSamples pass the data X the sampler ran on")
+        Xd = jnp.asarray(_check_X(X))
+        smp = result_or_tree
+        par = np.asarray(smp.parent).reshape(-1, smp.parent.shape[-1])
+        tim = np.asarray(smp.times).reshape(-1, smp.times.shape[-1])
+        hyp = [np.asarray(getattr(smp, k)).reshape(-1) for k in ("c", "alpha", "beta", "sigma2")]
+        pick = np.unique(np.linspace(0, par.shape[0] - 1, min(int(max_trees), par.shape[0])).astype(int))
+        trees = [(par[i], tim[i], dict(c=hyp[0][i], alpha=hyp[1][i], beta=hyp[2][i], sigma2=hyp[3][i]))
+                 for i in pick]
+    elif isinstance(result_or_tree, PYDTEMResult):
         res = result_or_tree
         Xd = jnp.asarray(res.X)
         trees = [(e[1], e[2], h) for e, h in zip(res.k_best, res.k_best_hyper)]
