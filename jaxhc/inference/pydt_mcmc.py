@@ -169,40 +169,49 @@ def _messages(parent, times, active, X, sigma2, order, leaf_var=0.0):
     """Upward pass: per node the product of its children's messages ``N(x; mu, v I)``
     (``mu [m, D]``, ``v [m]``, ``has [m]``) and the accumulated log normaliser; the root's
     message is closed against the origin ``N(0, sigma2 t_root)``. ``leaf_var`` adds observation
-    noise at the leaves (1 for the probit model's auxiliary variables)."""
+    noise at the leaves (1 for the probit model's auxiliary variables).
+
+    Children add natural parameters into their parent (``A += 1/v``, ``B += m/v``, ``C += D
+    log(2 pi v) + |m|^2/v``), so every update is an in-place scatter-add; a node's normaliser
+    ``log Z = (D log(2 pi v*) + |mu*|^2 / v* - C) / 2`` (``v* = 1/A``, ``mu* = B/A``) is taken when
+    the node itself is reached, after all its (later-diverging) children."""
     m = parent.shape[0]
     N, D = X.shape
     f = X.dtype
-    mu = jnp.zeros((m, D), f)
-    v = jnp.full(m, jnp.inf, f)
-    has = jnp.zeros(m, bool)
+    A = jnp.zeros(m, f)
+    Bm = jnp.zeros((m, D), f)
+    C = jnp.zeros(m, f)
+    log2pi = jnp.log(2 * jnp.pi)
 
     def body(i, carry):
-        mu, v, has, logz = carry
+        A, Bm, C, logz = carry
         k = order[i]
         p = parent[k]
         ok = active[k]
         tp = jnp.where(p >= 0, times[jnp.maximum(p, 0)], 0.0)
         edge = sigma2 * (times[k] - tp)
         is_leaf = k < N
-        mk = jnp.where(is_leaf, X[jnp.minimum(k, N - 1)], mu[k])
-        vk = jnp.where(is_leaf, leaf_var, v[k]) + edge
-        # combine into the parent (or close against the origin at the root)
-        pp = jnp.maximum(p, 0)
-        tgt_mu = jnp.where(p >= 0, mu[pp], jnp.zeros(D, f))
-        tgt_v = jnp.where(p >= 0, v[pp], 0.0)
-        tgt_has = jnp.where(p >= 0, has[pp], True)
-        s = tgt_v + vk
-        lz = jnp.where(tgt_has, -0.5 * jnp.sum(jnp.log(2 * jnp.pi * s) + (mk - tgt_mu) ** 2 / s), 0.0)
-        new_v = jnp.where(tgt_has, tgt_v * vk / s, vk)
-        new_mu = jnp.where(tgt_has, (tgt_mu * vk + mk * tgt_v) / s, mk)
-        upd = ok & (p >= 0)
-        mu = mu.at[jnp.where(upd, pp, m)].set(new_mu, mode="drop")
-        v = v.at[jnp.where(upd, pp, m)].set(new_v, mode="drop")
-        has = has.at[jnp.where(upd, pp, m)].set(True, mode="drop")
-        return mu, v, has, logz + jnp.where(ok, lz, 0.0)
+        a_k = jnp.where(is_leaf, 1.0, A[k])
+        vstar = 1.0 / a_k
+        mustar = Bm[k] * vstar
+        lz_node = jnp.where(is_leaf, 0.0, 0.5 * (D * (log2pi + jnp.log(vstar)) + jnp.sum(mustar ** 2) / vstar - C[k]))
+        mk = jnp.where(is_leaf, X[jnp.minimum(k, N - 1)], mustar)
+        vk = jnp.where(is_leaf, leaf_var, vstar) + edge
+        to_parent = ok & (p >= 0)
+        at_root = ok & (p < 0)
+        lz_root = -0.5 * jnp.sum(log2pi + jnp.log(vk) + mk ** 2 / vk)
+        idx = jnp.where(to_parent, p, m)
+        A = A.at[idx].add(1.0 / vk, mode="drop")
+        Bm = Bm.at[idx].add(mk / vk, mode="drop")
+        C = C.at[idx].add(D * (log2pi + jnp.log(vk)) + jnp.sum(mk ** 2) / vk, mode="drop")
+        logz = logz + jnp.where(ok, lz_node, 0.0) + jnp.where(at_root, lz_root, 0.0)
+        return A, Bm, C, logz
 
-    return jax.lax.fori_loop(0, m, body, (mu, v, has, jnp.zeros((), f)))
+    A, Bm, C, logz = jax.lax.fori_loop(0, m, body, (A, Bm, C, jnp.zeros((), f)))
+    has = A > 0
+    v = jnp.where(has, 1.0 / jnp.where(has, A, 1.0), jnp.inf)
+    mu = jnp.where(has[:, None], Bm / jnp.where(has, A, 1.0)[:, None], 0.0)
+    return mu, v, has, logz
 
 
 def log_marginal_masked(parent, times, active, X, sigma2, leaf_var=0.0):
