@@ -184,7 +184,8 @@ def test_gibbs_c_and_precision_match_their_conditionals():
         return jax.lax.scan(body, st, jax.random.split(key, T))[1]
 
     draws = np.asarray(run(jax.random.key(8)))[200:]
-    grid = np.linspace(0.02, 8, 4000)
+    # the grid must hold the whole posterior (its tail decays like sigma2^-(N D / 2 + 2))
+    grid = np.linspace(0.02, 100, 8000)
     ll = np.asarray(jax.vmap(lambda v: P.log_marginal_masked(st.parent, st.times, active, jnp.asarray(X), v))(
         jnp.asarray(grid)))
     lam = 1 / grid
@@ -204,9 +205,13 @@ def test_driver_runs_samples_hyperparameters_and_validates():
     tree = out.tree()
     tree.validate()
     assert tree.n_leaves == 12
-    # the root splits the two groups in the last sample
-    root_kids = [set(np.flatnonzero(_leaves_under(out.parent[-1], k, 12))) for k in _children(out.parent[-1], -1)]
-    assert {frozenset(s) for s in root_kids} == {frozenset(range(6)), frozenset(range(6, 12))}
+    # the root splits the two groups in most samples (with 6 points a group and sigma2 learned
+    # the posterior also gives a multifurcating root some mass: 0.7-0.9 of samples over keys)
+    def root_split(par):
+        kids = [frozenset(np.flatnonzero(_leaves_under(par, k, 12))) for k in _children(par, -1)]
+        return set(kids) == {frozenset(range(6)), frozenset(range(6, 12))}
+
+    assert np.mean([root_split(p) for p in out.parent]) >= 0.5
     again = P.pydt_mcmc(jax.random.key(9), X, num_samples=20, num_warmup=20, progress_bar=False)
     np.testing.assert_array_equal(again.parent, out.parent)
     for bad in (dict(c=0.0), dict(beta=1.0), dict(beta=-0.1), dict(alpha=-1.0, beta=0.2), dict(sigma2=-1.0)):

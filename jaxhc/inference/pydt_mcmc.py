@@ -99,16 +99,43 @@ def _order(parent, times, active):
     return jnp.argsort(jnp.where(active, -times, jnp.inf))
 
 
+def _walk_up(parent, active, weight):
+    """Leaf-to-root walks, all started at once: every active node with nonzero ``weight``
+    sends a walker up its parent chain (stopping after the first inactive node, as `_up_counts`
+    did). Returns ``(cnt, height)``: ``cnt[k]`` the total weight of the walkers passing
+    ``k`` (itself included), ``height[k]`` the longest walk reaching ``k`` (0 at the starting
+    nodes, ``-1`` where none arrives). One vectorised step per level of the tree, so the
+    cost is ``O(depth x m)`` with depth (about log N for PYDT trees) instead of a loop over
+    all ``m`` nodes, and the steps batch well under ``vmap``."""
+    m = parent.shape[0]
+    start = active & (weight != 0)
+    cur0 = jnp.where(start, jnp.arange(m, dtype=parent.dtype), -1)
+    w = jnp.where(start, weight, 0)
+
+    def cond(c):  # at most m steps: a parent array with a cycle (never a valid tree) cannot hang
+        return jnp.any(c[0] >= 0) & (c[1] < m)
+
+    def body(c):
+        cur, d, cnt, h = c
+        ok = cur >= 0
+        idx = jnp.where(ok, cur, m)
+        cnt = cnt.at[idx].add(w, mode="drop")
+        h = h.at[idx].max(d, mode="drop")
+        safe = jnp.maximum(cur, 0)
+        nxt = parent[safe]
+        cur = jnp.where(ok & active[safe] & (nxt >= 0), nxt, -1).astype(cur0.dtype)
+        return cur, d + 1, cnt, h
+
+    init = (cur0, jnp.int32(0), jnp.zeros(m, weight.dtype), jnp.full(m, -1, jnp.int32))
+    _, _, cnt, h = jax.lax.while_loop(cond, body, init)
+    return cnt, h
+
+
 def _up_counts(parent, order, active, weight):
-    """``cnt[k]`` = total ``weight`` in the subtree of ``k`` (over active nodes)."""
-
-    def body(i, cnt):
-        k = order[i]
-        p = parent[k]
-        ok = active[k] & (p >= 0)
-        return cnt.at[jnp.where(ok, p, cnt.shape[0])].add(cnt[k], mode="drop")
-
-    return jax.lax.fori_loop(0, parent.shape[0], body, jnp.where(active, weight, 0))
+    """``cnt[k]`` = total ``weight`` in the subtree of ``k`` (over active nodes); ``order`` is
+    not needed (kept for callers that have it), see `_walk_up`."""
+    del order
+    return _walk_up(parent, active, weight)[0]
 
 
 def _harmonic_table(n_max, alpha, beta):
@@ -127,7 +154,29 @@ def _log_branch_prod(K, alpha, beta):
     return jnp.where(K > 2, jnp.where(bpos, with_beta, no_beta), 0.0)
 
 
-def log_prior_masked(parent, times, active, is_leaf, c, alpha, beta):
+class PriorTables(NamedTuple):
+    """Per-count lookup tables of the prior for fixed ``alpha, beta`` (index ``n = 0..m``):
+    ``H[n]`` (Eq. 11's harmonic sum), ``lg_mb[n] = log Gamma(n - beta)``, ``lg_pa[n] = log
+    Gamma(n + alpha)``, ``lbp[K]`` = `_log_branch_prod` (``K`` children), ``lg_1mb = log
+    Gamma(1 - beta)``. A move evaluates the prior three times; the tables are built once per
+    sweep instead of ``O(m)`` log-gammas per evaluation."""
+
+    H: jax.Array
+    lg_mb: jax.Array
+    lg_pa: jax.Array
+    lbp: jax.Array
+    lg_1mb: jax.Array
+
+
+def prior_tables(m, alpha, beta, dtype=None) -> PriorTables:
+    f = jnp.result_type(alpha, beta, float) if dtype is None else dtype
+    n = jnp.arange(m + 1)
+    nf = jnp.maximum(n, 1).astype(f)  # n = 0 never indexed by an active node
+    return PriorTables(_harmonic_table(m, alpha, beta).astype(f), gammaln(nf - beta), gammaln(nf + alpha),
+                       _log_branch_prod(n, alpha, beta).astype(f), gammaln(1.0 - beta).astype(f))
+
+
+def log_prior_masked(parent, times, active, is_leaf, c, alpha, beta, tables: Optional[PriorTables] = None):
     """Eq. 9 (corrected, see below) + Eq. 11 of a tree given on masked arrays; equal to
     `jaxhc.models.pydt.log_structure_times`.
 
@@ -138,79 +187,91 @@ def log_prior_masked(parent, times, active, is_leaf, c, alpha, beta):
       is_leaf: bool ``[m]`` nodes that are leaves (data points, or a detached subtree
         standing in as one point).
       c, alpha, beta: PYDT hyperparameters.
+      tables: `prior_tables(m, alpha, beta)` if already built (must match ``alpha, beta``).
 
     Returns:
       ``log P(structure, times)`` (scalar).
     """
     m = parent.shape[0]
     f = times.dtype
-    order = _order(parent, times, active)
-    cnt = _up_counts(parent, order, active, is_leaf.astype(jnp.int32))
+    T = prior_tables(m, alpha, beta, f) if tables is None else tables
+    cnt = _walk_up(parent, active, is_leaf.astype(jnp.int32))[0]
+    cnt = jnp.clip(cnt, 0, m)
     nonroot = active & (parent >= 0)
     pidx = jnp.where(nonroot, parent, m)
     nkids = jax.ops.segment_sum(nonroot.astype(jnp.int32), pidx, num_segments=m + 1)[:m]
     branch = active & ~is_leaf
-    cntf = cnt.astype(f)
-    child_terms = jax.ops.segment_sum(jnp.where(nonroot, gammaln(cntf - beta), 0.0), pidx, num_segments=m + 1)[:m]
+    child_terms = jax.ops.segment_sum(jnp.where(nonroot, T.lg_mb[cnt], 0.0), pidx, num_segments=m + 1)[:m]
     tb = jnp.where(branch, times, 0.0)
     # Eq. 9 with the Gamma(1 - beta)^-(K_b - 1) that the printed equation drops (Appendix A's
     # products give Gamma(n_l - beta) / Gamma(1 - beta) for every branch but the first point's;
     # the N = 2 density is a(t) Gamma(1 - beta) / Gamma(2 + alpha) exp(...), not Gamma(1 - beta)^2)
-    eq9 = (jnp.log(c) - jnp.log1p(-tb) + _log_branch_prod(nkids, alpha, beta) + child_terms
-           - (nkids - 1).astype(f) * gammaln(1.0 - beta) - gammaln(cntf + alpha))
-    H = _harmonic_table(m, alpha, beta)
+    eq9 = (jnp.log(c) - jnp.log1p(-tb) + T.lbp[nkids] + child_terms
+           - (nkids - 1).astype(f) * T.lg_1mb - T.lg_pa[cnt])
     tpar = jnp.where(parent >= 0, times[jnp.maximum(parent, 0)], 0.0)
     A = lambda t: -c * jnp.log1p(-t)  # noqa: E731
-    eq11 = (A(tpar) - A(tb)) * H[jnp.clip(cnt - 1, 0, m)]
+    eq11 = (A(tpar) - A(tb)) * T.H[jnp.clip(cnt - 1, 0, m)]
     return jnp.sum(jnp.where(branch, eq9 + eq11, 0.0))
 
 
-def _messages(parent, times, active, X, sigma2, order, leaf_var=0.0):
+def _messages(parent, times, active, X, sigma2, order=None, leaf_var=0.0):
     """Upward pass: per node the product of its children's messages ``N(x; mu, v I)``
-    (``mu [m, D]``, ``v [m]``, ``has [m]``) and the accumulated log normaliser; the root's
-    message is closed against the origin ``N(0, sigma2 t_root)``. ``leaf_var`` adds observation
-    noise at the leaves (1 for the probit model's auxiliary variables).
+    (``mu [m, D]``, ``v [m]``, ``has [m]``) and ``log p(X)``; the root's message is closed
+    against the origin ``N(0, sigma2 t_root)``. ``leaf_var`` adds observation noise at the
+    leaves (1 for the probit model's auxiliary variables). ``order`` is not needed (kept for
+    callers that have it).
 
-    Children add natural parameters into their parent (``A += 1/v``, ``B += m/v``, ``C += D
-    log(2 pi v) + |m|^2/v``), so every update is an in-place scatter-add; a node's normaliser
-    ``log Z = (D log(2 pi v*) + |mu*|^2 / v* - C) / 2`` (``v* = 1/A``, ``mu* = B/A``) is taken when
-    the node itself is reached, after all its (later-diverging) children."""
+    Level-synchronous: nodes are grouped by height (`_walk_up`), and one vectorised step per
+    level sends every node of that level its message ``N(m_k, v_out_k)`` into its parent's
+    natural parameters (``A += 1/v_out``, ``B += m/v_out``, a segment sum), so the cost is
+    ``O(depth x m D)`` and batches well under ``vmap``. The normalisers are summed afterwards:
+    every edge gives ``log N(m_k; mu*_p, v_out_k)`` (``mu*_p`` the parent's product mean, the
+    origin for the root) and every branch point ``D/2 log(2 pi v*_b)``, the
+    product-of-Gaussians identity ``prod_k N(m_k; x, v_k) = N(x; mu*, v*) prod_k N(m_k; mu*,
+    v_k) (2 pi v*)^(D/2)``."""
+    del order
     m = parent.shape[0]
     N, D = X.shape
     f = X.dtype
-    A = jnp.zeros(m, f)
-    Bm = jnp.zeros((m, D), f)
-    C = jnp.zeros(m, f)
-    log2pi = jnp.log(2 * jnp.pi)
+    slots = jnp.arange(m)
+    is_leaf = slots < N
+    pp = jnp.maximum(parent, 0)
+    has_p = active & (parent >= 0) & active[pp]
+    send = active & ((parent < 0) | active[pp])
+    tp = jnp.where(parent >= 0, times[pp], 0.0)
+    edge = sigma2 * (times - tp)
+    pidx = jnp.where(has_p, parent, m)
+    Xp = jnp.concatenate([X, jnp.zeros((m - N, D), f)])
+    _, height = _walk_up(parent, active, (is_leaf & active).astype(jnp.int32))
 
-    def body(i, carry):
-        A, Bm, C, logz = carry
-        k = order[i]
-        p = parent[k]
-        ok = active[k]
-        tp = jnp.where(p >= 0, times[jnp.maximum(p, 0)], 0.0)
-        edge = sigma2 * (times[k] - tp)
-        is_leaf = k < N
-        a_k = jnp.where(is_leaf, 1.0, A[k])
-        vstar = 1.0 / a_k
-        mustar = Bm[k] * vstar
-        lz_node = jnp.where(is_leaf, 0.0, 0.5 * (D * (log2pi + jnp.log(vstar)) + jnp.sum(mustar ** 2) / vstar - C[k]))
-        mk = jnp.where(is_leaf, X[jnp.minimum(k, N - 1)], mustar)
-        vk = jnp.where(is_leaf, leaf_var, vstar) + edge
-        to_parent = ok & (p >= 0)
-        at_root = ok & (p < 0)
-        lz_root = -0.5 * jnp.sum(log2pi + jnp.log(vk) + mk ** 2 / vk)
-        idx = jnp.where(to_parent, p, m)
-        A = A.at[idx].add(1.0 / vk, mode="drop")
-        Bm = Bm.at[idx].add(mk / vk, mode="drop")
-        C = C.at[idx].add(D * (log2pi + jnp.log(vk)) + jnp.sum(mk ** 2) / vk, mode="drop")
-        logz = logz + jnp.where(ok, lz_node, 0.0) + jnp.where(at_root, lz_root, 0.0)
-        return A, Bm, C, logz
+    def out_msg(A, Bm):
+        a = jnp.where(is_leaf, 1.0, jnp.where(A[:m] > 0, A[:m], 1.0))
+        mk = jnp.where(is_leaf[:, None], Xp, Bm[:m] / a[:, None])
+        vk = jnp.where(is_leaf, leaf_var, 1.0 / a) + edge
+        return mk, vk
 
-    A, Bm, C, logz = jax.lax.fori_loop(0, m, body, (A, Bm, C, jnp.zeros((), f)))
+    def body(L, carry):
+        A, Bm = carry
+        mk, vk = out_msg(A, Bm)
+        sel = active & (height == L)
+        to = jnp.where(sel, pidx, m)
+        A = A + jax.ops.segment_sum(jnp.where(sel, 1.0 / vk, 0.0), to, num_segments=m + 1)
+        Bm = Bm + jax.ops.segment_sum(jnp.where(sel[:, None], mk / vk[:, None], 0.0), to, num_segments=m + 1)
+        return A, Bm
+
+    A, Bm = jax.lax.fori_loop(0, jnp.max(height) + 1, body, (jnp.zeros(m + 1, f), jnp.zeros((m + 1, D), f)))
+    mo, vo = out_msg(A, Bm)
+    A, Bm = A[:m], Bm[:m]
     has = A > 0
-    v = jnp.where(has, 1.0 / jnp.where(has, A, 1.0), jnp.inf)
-    mu = jnp.where(has[:, None], Bm / jnp.where(has, A, 1.0)[:, None], 0.0)
+    Asafe = jnp.where(has, A, 1.0)
+    v = jnp.where(has, 1.0 / Asafe, jnp.inf)
+    mu = jnp.where(has[:, None], Bm / Asafe[:, None], 0.0)
+    target = jnp.where(has_p[:, None], mu[pp], 0.0)
+    log2pi = jnp.log(2 * jnp.pi)
+    edge_terms = -0.5 * (D * (log2pi + jnp.log(vo)) + jnp.sum((mo - target) ** 2, axis=1) / vo)
+    branch = active & ~is_leaf & has
+    node_terms = 0.5 * D * (log2pi - jnp.log(Asafe))
+    logz = jnp.sum(jnp.where(send, edge_terms, 0.0)) + jnp.sum(jnp.where(branch, node_terms, 0.0))
     return mu, v, has, logz
 
 
@@ -248,16 +309,26 @@ def _sample_locations(key, parent, times, active, X, sigma2, leaf_var=0.0):
 
 
 def _subtree_mask(parent, times, active, s):
-    """``[m]`` bool: nodes in the subtree of ``s`` (including ``s``)."""
+    """``[m]`` bool: nodes in the subtree of ``s`` (including ``s``): the active nodes whose
+    chain of active ancestors reaches ``s`` (all chains walked at once, one step per level)."""
+    del times
     m = parent.shape[0]
-    order = _order(parent, times, active)
+    cur0 = jnp.where(active, jnp.arange(m, dtype=parent.dtype), -1)
 
-    def body(i, ins):
-        k = order[m - 1 - i]
-        p = parent[k]
-        return ins.at[k].set(active[k] & ((k == s) | ((p >= 0) & ins[jnp.maximum(p, 0)])))
+    def cond(c):  # at most m steps (see `_walk_up`)
+        return jnp.any(c[0] >= 0) & (c[2] < m)
 
-    return jax.lax.fori_loop(0, m, body, jnp.zeros(m, bool))
+    def body(c):
+        cur, hit, i = c
+        hit = hit | (cur == s)
+        safe = jnp.maximum(cur, 0)
+        nxt = parent[safe]
+        ok = (cur >= 0) & (cur != s) & (nxt >= 0)
+        nxt_ok = ok & active[jnp.maximum(nxt, 0)]
+        return jnp.where(nxt_ok, nxt, -1).astype(cur0.dtype), hit, i + 1
+
+    _, hit, _ = jax.lax.while_loop(cond, body, (cur0, jnp.zeros(m, bool), jnp.int32(0)))
+    return hit & active
 
 
 # ------------------------------------------------------------------------------------------
@@ -267,52 +338,48 @@ def _attach_point(key, parent, times, active, cnt, root, t_max, c, alpha, beta, 
     """Where a new point diverges from the tree (section 1), redrawn until the divergence
     time is ``< t_max``. Returns ``(on_segment, node, time, tries)``: a new branch point at
     ``time`` on the edge into ``node`` (``on_segment``), or a new branch at branch point
-    ``node``."""
+    ``node``; ``tries`` paths were drawn (at most ``max_tries``; the last path is returned
+    even if its time is not below ``t_max``).
+
+    One flat ``while_loop`` over path steps (a redraw restarts at the root), two uniforms a
+    step: the divergence time on the current segment by inverting the survival function of
+    the rate ``a(t) Gamma(m - beta) / Gamma(m + 1 + alpha)``, and the branch at a branch
+    point by inverting the cumulative weights (child ``k``: ``n_k - beta``, new branch:
+    ``alpha + beta K``). Under ``vmap`` the loop runs the longest chain's steps."""
     m = parent.shape[0]
     f = times.dtype
     slots = jnp.arange(m)
+    root = jnp.asarray(root, jnp.int32)
 
-    def one_path(k):
-        def cond(s):
-            return ~s[3]
-
-        def body(s):
-            cur, t0, i, done, seg, t = s
-            ki = jax.random.fold_in(k, i)
-            k1, k2 = jax.random.split(ki)
-            mcur = cnt[cur].astype(f)
-            rate = c * jnp.exp(gammaln(mcur - beta) - gammaln(mcur + 1 + alpha))
-            u = jax.random.uniform(k1, (), f, minval=jnp.finfo(f).tiny)
-            td = 1.0 - (1.0 - t0) * u ** (1.0 / rate)
-            here = td < times[cur]
-            # at the branch point: follow child k w.p. (n_k - beta)/(m + alpha), new branch
-            # w.p. (alpha + beta K)/(m + alpha)
-            kids = active & (parent == cur) & (slots != cur)
-            K = jnp.sum(kids)
-            w = jnp.where(kids, cnt.astype(f) - beta, 0.0)
-            w_new = alpha + beta * K
-            logits = jnp.log(jnp.concatenate([jnp.maximum(w, 0.0), jnp.maximum(w_new, 0.0)[None]]))
-            pick = jax.random.categorical(k2, logits)
-            new_branch = pick == m
-            done_now = here | new_branch
-            nxt = jnp.where(done_now, cur, pick)
-            return (nxt.astype(jnp.int32), times[cur], i + 1, done_now, here, jnp.where(here, td, times[cur]))
-
-        init = (root.astype(jnp.int32), jnp.zeros((), f), jnp.int32(0), jnp.bool_(False), jnp.bool_(False),
-                jnp.zeros((), f))
-        cur, _, _, _, seg, t = jax.lax.while_loop(cond, body, init)
-        return seg, cur, t
-
-    def cond(s):
-        return (s[3] >= t_max) & (s[4] < max_tries)
+    def cond(s):  # the step cap only matters for an invalid (cyclic) parent array
+        return ~s[3] & (s[2] < max_tries * m)
 
     def body(s):
-        seg, node, t, _, tries = s
-        seg, node, t = one_path(jax.random.fold_in(key, tries))
-        return seg, node, t, t, tries + 1
+        cur, t0, i, done, seg, node, t, tries = s
+        u = jax.random.uniform(jax.random.fold_in(key, i), (2,), f, minval=jnp.finfo(f).tiny)
+        mcur = cnt[cur].astype(f)
+        rate = c * jnp.exp(gammaln(mcur - beta) - gammaln(mcur + 1 + alpha))
+        td = 1.0 - (1.0 - t0) * u[0] ** (1.0 / rate)
+        here = td < times[cur]
+        kids = active & (parent == cur) & (slots != cur)
+        w = jnp.where(kids, jnp.maximum(cnt.astype(f) - beta, 0.0), 0.0)
+        cum = jnp.cumsum(w)
+        w_new = jnp.maximum(alpha + beta * jnp.sum(kids), 0.0)
+        x = u[1] * (cum[-1] + w_new)
+        new_branch = x >= cum[-1]
+        pick = jnp.argmax(cum > x).astype(jnp.int32)
+        end = here | new_branch
+        t_end = jnp.where(here, td, times[cur])
+        finish = end & ((t_end < t_max) | (tries >= max_tries))
+        restart = end & ~finish
+        nxt = jnp.where(end, root, pick)
+        t0_next = jnp.where(end, 0.0, times[cur])
+        return (nxt, t0_next.astype(f), i + 1, finish, jnp.where(finish, here, seg), jnp.where(finish, cur, node),
+                jnp.where(finish, t_end, t), tries + restart.astype(jnp.int32))
 
-    seg, node, t = one_path(jax.random.fold_in(key, 0))
-    seg, node, t, _, tries = jax.lax.while_loop(cond, body, (seg, node, t, t, jnp.int32(1)))
+    init = (root, jnp.zeros((), f), jnp.int32(0), jnp.bool_(False), jnp.bool_(False), root, jnp.zeros((), f),
+            jnp.int32(1))
+    _, _, _, _, seg, node, t, tries = jax.lax.while_loop(cond, body, init)
     return seg, node, t, tries
 
 
@@ -329,7 +396,7 @@ def _log_joint_terms(st, X, use_lik, leaf_var=0.0):
     return lp, ll
 
 
-def _move(key, st: PYDTState, X, use_lik: bool, leaf_var=0.0):
+def _move(key, st: PYDTState, X, use_lik: bool, leaf_var=0.0, tables: Optional[PriorTables] = None):
     m = st.parent.shape[0]
     N = X.shape[0]
     f = st.times.dtype
@@ -337,6 +404,7 @@ def _move(key, st: PYDTState, X, use_lik: bool, leaf_var=0.0):
     active = st.parent != FREE
     is_leaf = slots < N
     ks, ka, kacc = jax.random.split(key, 3)
+    T = prior_tables(m, st.alpha, st.beta, f) if tables is None else tables
     # pick a non-root active node uniformly
     cand = active & (st.parent >= 0)
     n_cand = jnp.sum(cand)
@@ -346,7 +414,8 @@ def _move(key, st: PYDTState, X, use_lik: bool, leaf_var=0.0):
     insub = _subtree_mask(st.parent, st.times, active, s)
     # the old tree with the subtree standing in as a single point
     act_leaf = active & (~insub | (slots == s))
-    lp_old_leaf = log_prior_masked(st.parent, st.times, act_leaf, is_leaf | (slots == s), st.c, st.alpha, st.beta)
+    lp_old_leaf = log_prior_masked(st.parent, st.times, act_leaf, is_leaf | (slots == s), st.c, st.alpha, st.beta,
+                                   T)
     # detach: remove s's subtree; a parent left with one child disappears
     nonroot = active & (st.parent >= 0)
     nkids_p = jnp.sum(nonroot & (st.parent == p))
@@ -370,10 +439,10 @@ def _move(key, st: PYDTState, X, use_lik: bool, leaf_var=0.0):
     par_new = jnp.where(seg, par_seg, par_bp)
     times_new = jnp.where(seg, times_seg, st.times)
     act_new = par_new != FREE
-    lp_new = log_prior_masked(par_new, times_new, act_new, is_leaf, st.c, st.alpha, st.beta)
+    lp_new = log_prior_masked(par_new, times_new, act_new, is_leaf, st.c, st.alpha, st.beta, T)
     act_new_leaf = act_new & (~insub | (slots == s))
     lp_new_leaf = log_prior_masked(par_new, times_new, act_new_leaf, is_leaf | (slots == s), st.c, st.alpha,
-                                   st.beta)
+                                   st.beta, T)
     ll_new = (log_marginal_masked(par_new, times_new, act_new, X, st.sigma2, leaf_var) if use_lik
               else jnp.zeros((), f))
     n_cand_new = jnp.sum(act_new & (par_new >= 0))
@@ -572,8 +641,10 @@ def _step(key, st, X, priors, num_moves, sample_c, sample_sigma2, sample_alpha, 
     else:
         data, leaf_var = X, 0.0
 
+    tables = prior_tables(st.parent.shape[0], st.alpha, st.beta, st.times.dtype)  # fixed during the moves
+
     def mv(s, k):
-        s, info = _move(k, s, data, use_lik, leaf_var)
+        s, info = _move(k, s, data, use_lik, leaf_var, tables)
         return s, info
 
     st, (acc, lr, tries) = jax.lax.scan(mv, st, jax.random.split(km, num_moves))
@@ -695,7 +766,8 @@ def _check_likelihood(X, likelihood):
 def pydt_mcmc(key, X, num_samples: int = 1000, num_warmup: int = 0, *, c=1.0, alpha=0.5, beta=0.2, sigma2=1.0,
               likelihood: str = "gaussian", priors: PYDTPriors = PYDTPriors(), num_moves: Optional[int] = None,
               thin: int = 1, num_chains: int = 1, sample_c=True, sample_sigma2=True, sample_alpha=True,
-              sample_beta=True, init_state: Optional[PYDTState] = None, progress_bar: bool = True) -> PYDTSamples:
+              sample_beta=True, init_state: Optional[PYDTState] = None, chain_method: str = "vectorized",
+              progress_bar: bool = True) -> PYDTSamples:
     """PYDT posterior samples by the section-5.1 sampler.
 
     Args:
@@ -708,7 +780,13 @@ def pydt_mcmc(key, X, num_samples: int = 1000, num_warmup: int = 0, *, c=1.0, al
       likelihood: ``"gaussian"`` or ``"probit"`` (``sigma2`` stays fixed under probit).
       priors: `PYDTPriors`.
       num_moves: detach / re-attach moves per step (default ``N``).
-      num_chains: independent chains run together by ``vmap`` (outputs gain a leading axis).
+      num_chains: independent chains (outputs gain a leading axis).
+      chain_method: how several chains run: ``"vectorized"`` (one program ``vmap``-ed over the
+        chains: the choice for a GPU), ``"sequential"`` (one chain after the other within each
+        step) or ``"parallel"`` (the chains' steps in a thread pool, one thread per CPU core:
+        the choice on a multi-core CPU, where XLA's batched scatters make ``vmap`` slower
+        than separate chains). All three give the same samples for the same key (chain ``i``
+        uses the ``i``-th split of each step's key).
       sample_c, sample_sigma2, sample_alpha, sample_beta: which hyperparameters to update.
       init_state: continue from a state (``state`` of an earlier result).
       progress_bar: tqdm bar over steps.
@@ -723,6 +801,8 @@ def pydt_mcmc(key, X, num_samples: int = 1000, num_warmup: int = 0, *, c=1.0, al
         raise ValueError("sample_alpha=True needs alpha > 0 (it is sampled on the log scale)")
     if isinstance(num_chains, bool) or not isinstance(num_chains, (int, np.integer)) or num_chains < 1:
         raise ValueError(f"num_chains must be an int >= 1, got {num_chains!r}")
+    if chain_method not in ("vectorized", "sequential", "parallel"):
+        raise ValueError(f"chain_method must be 'vectorized', 'sequential' or 'parallel', got {chain_method!r}")
     N = X.shape[0]
     num_moves = N if num_moves is None else int(num_moves)
     k0, k1 = jax.random.split(key)
@@ -731,12 +811,20 @@ def pydt_mcmc(key, X, num_samples: int = 1000, num_warmup: int = 0, *, c=1.0, al
     hyp = tuple(jnp.asarray(v, f) for v in (c, alpha, beta, sigma2))
     probit = likelihood == "probit"
     chains = num_chains > 1
+    split = chains and chain_method != "vectorized"
     if init_state is not None:
         st = init_state
     elif chains:
         st = jax.vmap(lambda k: _init_jit(k, Xj, *hyp, True, probit))(jax.random.split(k0, num_chains))
     else:
         st = _init_jit(k0, Xj, *hyp, True, probit)
+    pool = None
+    if split:  # per-chain states
+        sts = [jax.tree_util.tree_map(lambda a, i=i: None if a is None else a[i], st) for i in range(num_chains)]
+        if chain_method == "parallel":
+            import os
+            from concurrent.futures import ThreadPoolExecutor
+            pool = ThreadPoolExecutor(max_workers=max(1, min(num_chains, os.cpu_count() or 1)))
     pri = PYDTPriors(*(tuple(float(v) for v in p) for p in priors))
     flags = (num_moves, bool(sample_c), bool(sample_sigma2), bool(sample_alpha), bool(sample_beta), True)
     total = num_warmup + num_samples * thin
@@ -748,7 +836,18 @@ def pydt_mcmc(key, X, num_samples: int = 1000, num_warmup: int = 0, *, c=1.0, al
     try:
         for t in range(total):
             kt = jax.random.fold_in(k1, t)
-            if chains:
+            if split:
+                ks = jax.random.split(kt, num_chains)
+
+                def one(i):
+                    return _step_jit(ks[i], sts[i], Xj, pri, *flags)
+
+                outs = list(pool.map(one, range(num_chains))) if pool is not None else [one(i) for i in
+                                                                                       range(num_chains)]
+                sts = [o[0] for o in outs]
+                st = jax.tree_util.tree_map(lambda *a: jnp.stack(a), *sts)
+                info = jax.tree_util.tree_map(lambda *a: jnp.stack(a), *[o[1] for o in outs])
+            elif chains:
                 st, info = _step_chains(jax.random.split(kt, num_chains), st, Xj, pri, *flags)
             else:
                 st, info = _step_jit(kt, st, Xj, pri, *flags)
@@ -762,6 +861,8 @@ def pydt_mcmc(key, X, num_samples: int = 1000, num_warmup: int = 0, *, c=1.0, al
     finally:
         if bar is not None:
             bar.close()
+        if pool is not None:
+            pool.shutdown()
     ax = 1 if chains else 0
     cols = [np.stack([r[i] for r in rows], axis=ax) for i in range(8)]
     return PYDTSamples(*cols, float(np.mean(np.concatenate([a.reshape(-1) for a in accs]))), st)
