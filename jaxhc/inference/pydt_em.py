@@ -35,6 +35,29 @@ re-attachment is exact at the current times: the likelihood change is the local 
 (``mu_s, v_s`` the subtree's upward message, ``x_new`` the attachment location, whose marginal
 follows from the E-step of the remaining tree, a Brownian bridge on a segment) plus the full
 Eq. 9 + 11 of the candidate tree (exact counts along the root path).
+
+Probit observations (section 5.4, ``likelihood="probit"``): bits ``Y [N, D]`` with ``P(y_nd = 1 |
+x) = Phi(x_nd)`` at the leaf locations (as `pydt_mcmc`: a latent ``x + N(0, 1)`` thresholded at
+0). The E-step runs expectation propagation (Minka, 2001) on the probit factors (`ep_e_step`):
+each ``Phi(s_nd x_nd)`` (``s = 2 y - 1``) becomes a Gaussian site ``N(M_nd; x_nd, V_nd)`` in
+natural parameters (`EPSites`), updated in parallel damped sweeps by moment matching against
+the cavities, warm-started from the tree's previous sites. Given the sites the model is the
+Gaussian one with pseudo-observations ``M`` and per-(leaf, dim) noise ``V``, so the message
+passing runs per dimension (`_marginals_diag`), leaves get posterior marginals, and the EM's
+likelihood term is the EP evidence
+
+    log Z_EP = log N(M; 0, K + diag V) + sum_nd [log Zhat_nd - log N(M_nd; mu_c, v_c + V_nd)]
+
+(``K = sigma2 t_lca`` per dimension, ``mu_c, v_c`` the cavities, ``Zhat`` the tilted
+normalisers), an approximation of ``log p(Y | T, t)``: ``L`` is then no longer a strict bound.
+The M-step is unchanged (Eq. 17 with ``b`` from the surrogate posterior, leaf edges included):
+with the sites fixed it is exact EM on the surrogate Gaussian model, so it does not lower the
+surrogate bound, but re-running EP at the new times can move ``L`` either way; EM stops when
+``|Delta L| < tol_em``. ``sigma2`` is fixed (the unit probit noise sets the scale; as in
+`pydt_mcmc`); ``q(c)``, ``alpha``, ``beta`` are learned. The search scores re-attachments with
+the site means / variances as the leaf data (per-dim variances), the initial tree with sites
+matched to the prior leaf marginals ``N(0, sigma2)``; each tree in the K-best list keeps its
+sites.
 """
 from __future__ import annotations
 
@@ -46,7 +69,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import optax.tree_utils as otu
-from jax.scipy.special import digamma, gammaln
+from jax.scipy.special import digamma, gammaln, log_ndtr
 
 from .pydt_mcmc import (
     FREE,
@@ -64,7 +87,7 @@ from .pydt_mcmc import (
 )
 
 __all__ = ["EMHyper", "EStep", "PYDTEMResult", "e_step", "m_step", "em_init_hyper", "pydt_em",
-           "pydt_predictive_logpdf", "pydt_em_bound"]
+           "pydt_predictive_logpdf", "pydt_em_bound", "EPSites", "EPConfig", "ep_e_step"]
 
 
 # ------------------------------------------------------------------------------------------
@@ -103,12 +126,13 @@ class EStep(NamedTuple):
 
     Attributes:
       mean: ``[m, D]`` posterior means of node locations (leaves: ``X``; free slots 0).
-      var: ``[m]`` posterior variance per dimension (isotropic; leaves 0).
+      var: ``[m]`` posterior variance per dimension (isotropic; leaves 0). Probit
+        (`ep_e_step`): ``[m, D]``, leaves included.
       cross: ``[m]`` posterior covariance per dimension between node ``k`` and its parent
-        (0 at the root, whose parent is the fixed origin).
+        (0 at the root, whose parent is the fixed origin); probit ``[m, D]``.
       b: ``[m]`` ``b_[pk] = 1/2 sum_d E[(x_dk - x_dp)^2]`` for the edge into ``k``.
       counts: int ``[m]`` leaves below each node.
-      log_lik: ``log p(X | T, t, sigma2)``.
+      log_lik: ``log p(X | T, t, sigma2)`` (probit: ``log Z_EP``).
       bound: the EM bound ``L`` (module docstring) at these times and hyperparameters.
     """
 
@@ -133,7 +157,10 @@ class PYDTEMResult(NamedTuple):
       c, alpha, beta, sigma2: hyperparameters of the best tree (``<c>``, ``1/<1/sigma2>``).
       q_c, q_precision: ``(shape, rate)`` of the Gamma posteriors (``None`` if not learned).
       trace: ``[num_iters + 1]`` best bound after the initial tree and each iteration.
-      X: the data (for `pydt_predictive_logpdf`).
+      X: the data (for `pydt_predictive_logpdf`; the bits under probit).
+      likelihood: ``"gaussian"`` or ``"probit"``.
+      k_best_sites: probit: the `EPSites` of each K-best tree (at its final times); else
+        ``None``.
     """
 
     tree: object
@@ -150,6 +177,8 @@ class PYDTEMResult(NamedTuple):
     q_precision: Optional[tuple]
     trace: np.ndarray
     X: np.ndarray
+    likelihood: str = "gaussian"
+    k_best_sites: Optional[list] = None
 
 
 # ------------------------------------------------------------------------------------------
@@ -193,6 +222,95 @@ def _marginals(parent, times, active, X, sigma2):
     mp = jnp.where(has_p[:, None], mean[pp], 0.0)
     Pp = jnp.where(has_p, var[pp], 0.0)
     b = 0.5 * (jnp.sum((mean - mp) ** 2, axis=1) + D * (var + Pp - 2.0 * cross))
+    b = jnp.where(active, b, 0.0)
+    return mean, var, cross, b, loglik
+
+
+def _messages_diag(parent, times, active, M, V, sigma2, order):
+    """`_messages` with per-(leaf, dim) observation variances: leaf ``n`` is seen through
+    ``N(M[n]; x_n, diag V[n])`` (``V = 0``: observed exactly). Natural parameters ``A, B [m, D]``
+    and ``C [m]`` (summed over dims) are scatter-added into the parents, as in `_messages`.
+
+    Returns ``mu [m, D]``, ``v [m, D]`` (the upward message of each internal node; leaves:
+    ``inf``) and ``log N(M; 0, K + diag V)`` summed over dims (``K = sigma2 t_lca``)."""
+    m = parent.shape[0]
+    N, D = M.shape
+    f = M.dtype
+    log2pi = jnp.log(2 * jnp.pi)
+
+    def body(i, carry):
+        A, Bm, C, logz = carry
+        k = order[i]
+        p = parent[k]
+        ok = active[k]
+        tp = jnp.where(p >= 0, times[jnp.maximum(p, 0)], 0.0)
+        edge = sigma2 * (times[k] - tp)
+        is_leaf = k < N
+        kl = jnp.minimum(k, N - 1)
+        vstar = 1.0 / jnp.where(is_leaf, 1.0, A[k])
+        mustar = Bm[k] * vstar
+        lz_node = jnp.where(is_leaf, 0.0, 0.5 * (jnp.sum(log2pi + jnp.log(vstar) + mustar ** 2 / vstar) - C[k]))
+        mk = jnp.where(is_leaf, M[kl], mustar)
+        vk = jnp.where(is_leaf, V[kl], vstar) + edge
+        to_parent = ok & (p >= 0)
+        at_root = ok & (p < 0)
+        terms = jnp.sum(log2pi + jnp.log(vk) + mk ** 2 / vk)
+        idx = jnp.where(to_parent, p, m)
+        A = A.at[idx].add(1.0 / vk, mode="drop")
+        Bm = Bm.at[idx].add(mk / vk, mode="drop")
+        C = C.at[idx].add(terms, mode="drop")
+        logz = logz + jnp.where(ok, lz_node, 0.0) + jnp.where(at_root, -0.5 * terms, 0.0)
+        return A, Bm, C, logz
+
+    init = (jnp.zeros((m, D), f), jnp.zeros((m, D), f), jnp.zeros(m, f), jnp.zeros((), f))
+    A, Bm, C, logz = jax.lax.fori_loop(0, m, body, init)
+    has = A > 0
+    v = jnp.where(has, 1.0 / jnp.where(has, A, 1.0), jnp.inf)
+    mu = jnp.where(has, Bm / jnp.where(has, A, 1.0), 0.0)
+    return mu, v, logz
+
+
+def _marginals_diag(parent, times, active, M, V, sigma2, order=None):
+    """`_marginals` for leaf observations ``N(M[n]; x_n, diag V[n])``: ``mean [m, D]``,
+    ``var [m, D]``, ``cross [m, D]`` (covariance with the parent), ``b [m]`` and
+    ``log N(M; 0, K + diag V)``. Leaves get their posterior marginals too (with ``V = 0``:
+    ``M`` and 0, the Gaussian model)."""
+    m = parent.shape[0]
+    N, D = M.shape
+    f = M.dtype
+    if order is None:
+        order = _order(parent, times, active)
+    mu, v, loglik = _messages_diag(parent, times, active, M, V, sigma2, order)
+
+    def body(i, carry):
+        mean, var, cross = carry
+        k = order[m - 1 - i]  # increasing time: parents first
+        p = parent[k]
+        has_p = p >= 0
+        pp = jnp.maximum(p, 0)
+        tp = jnp.where(has_p, times[pp], 0.0)
+        mp = jnp.where(has_p, mean[pp], jnp.zeros(D, f))
+        Pp = jnp.where(has_p, var[pp], jnp.zeros(D, f))
+        pv = sigma2 * (times[k] - tp)
+        leaf = k < N
+        kl = jnp.minimum(k, N - 1)
+        vk = jnp.where(leaf, V[kl], v[k])
+        muk = jnp.where(leaf, M[kl], mu[k])
+        a = vk / (vk + pv)  # x_k | x_p, data below = a x_p + (1 - a) mu_k + N(0, w)
+        w = pv * vk / (vk + pv)
+        idx = jnp.where(active[k], k, m)
+        mean = mean.at[idx].set(a * mp + (1.0 - a) * muk, mode="drop")
+        var = var.at[idx].set(a * a * Pp + w, mode="drop")
+        cross = cross.at[idx].set(a * Pp, mode="drop")
+        return mean, var, cross
+
+    z = jnp.zeros((m, D), f)
+    mean, var, cross = jax.lax.fori_loop(0, m, body, (z, z, z))
+    has_p = (parent >= 0) & active
+    pp = jnp.maximum(parent, 0)
+    mp = jnp.where(has_p[:, None], mean[pp], 0.0)
+    Pp = jnp.where(has_p[:, None], var[pp], 0.0)
+    b = 0.5 * jnp.sum((mean - mp) ** 2 + var + Pp - 2.0 * cross, axis=1)
     b = jnp.where(active, b, 0.0)
     return mean, var, cross, b, loglik
 
@@ -245,11 +363,11 @@ def _kl_gamma(a, b, a0, b0):
             + a * (b0 - b) / b)
 
 
-def _bound_terms(parent, times, active, N, D, cnt, loglik, hyper, priors, learn):
+def _bound_terms(parent, times, active, N, D, cnt, loglik, hyper, priors, learn, learn_sigma2=True):
     c = hyper.c_mean
     lp = _prior_from_counts(parent, times, active, cnt, N, c, hyper.alpha, hyper.beta)
     L = loglik + lp
-    if learn:
+    if learn and learn_sigma2:
         n_edges = jnp.sum(active)
         n_int = jnp.sum(active & (jnp.arange(parent.shape[0]) >= N))
         elog_lam = digamma(hyper.prec_shape) - jnp.log(hyper.prec_rate)
@@ -258,12 +376,17 @@ def _bound_terms(parent, times, active, N, D, cnt, loglik, hyper, priors, learn)
              + n_int * (elog_c - jnp.log(c))
              - _kl_gamma(hyper.c_shape, hyper.c_rate, priors.c[0], priors.c[1])
              - _kl_gamma(hyper.prec_shape, hyper.prec_rate, priors.precision[0], priors.precision[1]))
+    elif learn:  # probit: q(c) Gamma, 1/sigma2 a fixed point mass
+        n_int = jnp.sum(active & (jnp.arange(parent.shape[0]) >= N))
+        elog_c = digamma(hyper.c_shape) - jnp.log(hyper.c_rate)
+        L = L + n_int * (elog_c - jnp.log(c)) - _kl_gamma(hyper.c_shape, hyper.c_rate, priors.c[0], priors.c[1])
     return L
 
 
 @functools.partial(jax.jit, static_argnames=("learn",))
 def e_step(parent, times, X, hyper: EMHyper, priors: PYDTPriors = PYDTPriors(), learn: bool = True) -> EStep:
-    """The E-step: Gaussian marginals of all node locations and the EM bound.
+    """The E-step (Gaussian observations; probit: `ep_e_step`): Gaussian marginals of all node
+    locations and the EM bound.
 
     Args:
       parent: int ``[2N - 1]`` fixed-capacity parents (``-2`` free slots).
@@ -287,6 +410,161 @@ def e_step(parent, times, X, hyper: EMHyper, priors: PYDTPriors = PYDTPriors(), 
 def pydt_em_bound(parent, times, X, hyper: EMHyper, priors: PYDTPriors = PYDTPriors(), learn: bool = True):
     """The EM bound ``L`` of a tree (``e_step(...).bound``)."""
     return e_step(parent, times, X, hyper, priors, learn).bound
+
+
+def _e_step_diag(parent, times, M, V, hyper, priors, learn, learn_sigma2, order=None):
+    """`e_step` for leaf observations ``N(M[n]; x_n, diag V[n])`` (per-dim variances in the
+    `EStep`); the bound uses ``log N(M; 0, K + diag V)`` as the likelihood term."""
+    N, D = M.shape
+    active = parent != FREE
+    if order is None:
+        order = _order(parent, times, active)
+    mean, var, cross, b, loglik = _marginals_diag(parent, times, active, M, V, hyper.sigma2, order)
+    cnt = _up_counts(parent, order, active, (jnp.arange(parent.shape[0]) < N).astype(jnp.int32))
+    L = _bound_terms(parent, times, active, N, D, cnt, loglik, hyper, priors, learn, learn_sigma2)
+    return EStep(mean, var, cross, b, cnt, loglik, L)
+
+
+# ------------------------------------------------------------------------------------------
+# probit observations: expectation propagation on the probit factors (section 5.4)
+# ------------------------------------------------------------------------------------------
+class EPSites(NamedTuple):
+    """Gaussian EP sites ``exp(-tau x^2 / 2 + nu x)`` standing in for ``Phi(s x_leaf)`` (``s =
+    2 y - 1``), one per (leaf, dim), in natural parameters.
+
+    Attributes:
+      tau: ``[N, D]`` site precisions (in ``(0, 1]`` for the probit factor).
+      nu: ``[N, D]`` precision times site mean.
+    """
+
+    tau: jax.Array
+    nu: jax.Array
+
+    @property
+    def mean(self):
+        """Site means ``nu / tau``: the pseudo-observations of the leaves."""
+        return self.nu / self.tau
+
+    @property
+    def var(self):
+        """Site variances ``1 / tau``: the pseudo-observation noise."""
+        return 1.0 / self.tau
+
+
+class EPConfig(NamedTuple):
+    """EP settings (static): at most ``max_sweeps`` parallel sweeps, stopping when no site
+    parameter moves by more than ``tol``; new sites are ``damping * new + (1 - damping) * old``
+    (natural parameters)."""
+
+    max_sweeps: int = 100
+    tol: float = 1e-7
+    damping: float = 0.5
+
+
+_TAU_MIN = 1e-10  # site precision floor (defensive: the probit site precision is > 0)
+_LOG_SQRT_2PI = 0.5 * float(np.log(2 * np.pi))
+
+
+def _probit_site(S, mu_c, v_c):
+    """Moment matching of ``N(x; mu_c, v_c) Phi(S x)``: returns ``(log Zhat, tau, nu)`` of the
+    site that reproduces the tilted mean and variance (``z = S mu_c / sqrt(1 + v_c)``, ``r =
+    N(z) / Phi(z)``; site precision ``kappa / (1 - v_c kappa)`` with ``kappa = r (z + r) /
+    (1 + v_c)``; ``nu = S r / sqrt(1 + v_c) + mean_hat tau``)."""
+    sq = jnp.sqrt(1.0 + v_c)
+    z = S * mu_c / sq
+    logZ = log_ndtr(z)
+    r = jnp.exp(-0.5 * z * z - _LOG_SQRT_2PI - logZ)
+    kappa = r * (z + r) / (1.0 + v_c)
+    tau = kappa / (1.0 - v_c * kappa)
+    mu_hat = mu_c + S * v_c * r / sq
+    nu = S * r / sq + mu_hat * tau
+    return logZ, tau, nu
+
+
+def _ep_prior_sites(S, sigma2):
+    """Sites matched against the prior leaf marginal ``N(0, sigma2)`` (an EP start)."""
+    _, tau, nu = _probit_site(S, jnp.zeros_like(S), jnp.full_like(S, sigma2))
+    return EPSites(jnp.maximum(tau, _TAU_MIN), nu)
+
+
+def _cavity(mean, var, sites):
+    """Cavity ``(mu_c, v_c)`` of each leaf from its marginal ``N(mean, var)`` and its site."""
+    tau_c = jnp.maximum(1.0 / var - sites.tau, _TAU_MIN)
+    nu_c = mean / var - sites.nu
+    return nu_c / tau_c, 1.0 / tau_c
+
+
+def _ep(parent, times, active, S, sites, sigma2, order, conf: EPConfig):
+    """Parallel damped EP sweeps on a fixed tree from ``sites`` (warm start). Returns the
+    sites and the number of sweeps."""
+    N = S.shape[0]
+    damp = conf.damping
+
+    def cond(st):
+        _, delta, i = st
+        return (i < conf.max_sweeps) & (delta > conf.tol)
+
+    def body(st):
+        sites, _, i = st
+        mean, var, _, _, _ = _marginals_diag(parent, times, active, sites.mean, sites.var, sigma2, order)
+        mu_c, v_c = _cavity(mean[:N], var[:N], sites)
+        _, tau, nu = _probit_site(S, mu_c, v_c)
+        tau = (1.0 - damp) * sites.tau + damp * jnp.maximum(tau, _TAU_MIN)
+        nu = (1.0 - damp) * sites.nu + damp * nu
+        delta = jnp.maximum(jnp.max(jnp.abs(tau - sites.tau)), jnp.max(jnp.abs(nu - sites.nu)))
+        return EPSites(tau, nu), delta, i + 1
+
+    f = S.dtype
+    sites, _, n = jax.lax.while_loop(cond, body, (sites, jnp.asarray(jnp.inf, f), jnp.int32(0)))
+    return sites, n
+
+
+def _ep_e_step(parent, times, S, sites, hyper, priors, learn, conf: EPConfig):
+    """EP to convergence (warm-started from ``sites``), then the `EStep` of the surrogate
+    Gaussian model with ``log_lik = log Z_EP`` and the bound built on it."""
+    N, D = S.shape
+    active = parent != FREE
+    order = _order(parent, times, active)
+    sites, _ = _ep(parent, times, active, S, sites, hyper.sigma2, order, conf)
+    M, V = sites.mean, sites.var
+    est = _e_step_diag(parent, times, M, V, hyper, priors, learn, False, order)
+    # log Z_EP = log N(M; 0, K + diag V) + sum_i [log Zhat_i - log N(M_i; mu_c, v_c + V_i)]
+    mu_c, v_c = _cavity(est.mean[:N], est.var[:N], sites)
+    logZhat, _, _ = _probit_site(S, mu_c, v_c)
+    s2 = v_c + V
+    corr = jnp.sum(logZhat + 0.5 * (2.0 * _LOG_SQRT_2PI + jnp.log(s2) + (M - mu_c) ** 2 / s2))
+    return est._replace(log_lik=est.log_lik + corr, bound=est.bound + corr), sites
+
+
+@functools.partial(jax.jit, static_argnames=("learn", "conf"))
+def ep_e_step(parent, times, Y, hyper: EMHyper, sites: Optional[EPSites] = None, priors: PYDTPriors = PYDTPriors(),
+              learn: bool = True, conf: EPConfig = EPConfig()):
+    """The probit E-step: EP on the probit factors, then the Gaussian marginals of the
+    surrogate model and the EP bound.
+
+    Each ``Phi(s_nd x_nd)`` (``s = 2 y - 1``, ``P(y = 1 | x) = Phi(x)`` per dimension of a leaf
+    location) is replaced by a Gaussian site; parallel damped sweeps (`EPConfig`) match the
+    moments of the tilted leaf marginals (Minka, 2001). The likelihood term of the bound is the
+    EP evidence ``log Z_EP = log N(M; 0, K + diag V) + sum_nd [log Zhat_nd - log N(M_nd;
+    mu_c, v_c + V_nd)]`` (``M, V`` site means / variances, ``mu_c, v_c`` cavities,
+    ``K = sigma2 t_lca``), an approximation of ``log p(Y | T, t)``, not a bound.
+
+    Args:
+      parent, times: the tree (fixed-capacity, as `e_step`).
+      Y: ``[N, D]`` bits (0 / 1).
+      hyper: `EMHyper` (``sigma2`` fixed).
+      sites: `EPSites` to start from (default: matched against the prior leaf marginals).
+      priors, learn: as `e_step` (``learn``: ``q(c)`` Gamma; ``1/sigma2`` is never learned).
+      conf: `EPConfig`.
+
+    Returns:
+      ``(EStep, EPSites)``: per-dim ``var``, ``cross`` ``[m, D]``, leaves with their
+      surrogate posterior marginals, ``log_lik = log Z_EP``.
+    """
+    S = 2.0 * Y - 1.0
+    if sites is None:
+        sites = _ep_prior_sites(S, hyper.sigma2)
+    return _ep_e_step(parent, times, S, sites, hyper, priors, learn, conf)
 
 
 # ------------------------------------------------------------------------------------------
@@ -365,15 +643,16 @@ def _golden(h, lo, hi, iters=40):
     return jnp.where(h1 >= h2, x1, x2), jnp.maximum(h1, h2)
 
 
-@functools.partial(jax.jit, static_argnames=("learn", "max_lbfgs"))
+@functools.partial(jax.jit, static_argnames=("learn", "max_lbfgs", "learn_sigma2"))
 def m_step(parent, times, X, est: EStep, hyper: EMHyper, priors: PYDTPriors = PYDTPriors(), learn: bool = True,
            learn_alpha_beta: bool = True, max_lbfgs: int = 100, tol: float = 1e-6, alpha_max: float = 20.0,
-           sigma2_max=jnp.inf):
+           sigma2_max=jnp.inf, learn_sigma2: bool = True):
     """The M-step: returns ``(times, hyper)`` that do not lower the bound.
 
     Times jointly by L-BFGS on Eq. 17 (``s = logit t``, ``q(x)`` from ``est`` fixed, steps that
     break the ordering rejected); then, if ``learn``, ``q(1/sigma2)`` (Eq. 16 with expectations,
-    after re-running the marginals at the new times) and ``q(c)`` (Eq. 15); then, if
+    after re-running the marginals at the new times; skipped if ``learn_sigma2`` is False, as
+    under probit, where ``X`` is then unused) and ``q(c)`` (Eq. 15); then, if
     ``learn_alpha_beta`` (a traced bool: one compiled program serves PYDT and DDT), golden-section search for ``alpha`` on ``[-2 beta, alpha_max]`` and
     ``beta`` on ``[max(0, -alpha/2), 0.99]`` on Eq. 9 + 11, kept only if not worse.
     """
@@ -386,7 +665,7 @@ def m_step(parent, times, X, est: EStep, hyper: EMHyper, priors: PYDTPriors = PY
     lam = 1.0 / hyper.sigma2
     J = _J(parent, active, cnt, N, hyper.alpha, hyper.beta)
     times = _lbfgs_times(parent, times, active, est.b, lam, hyper.c_mean, J, N, D, max_lbfgs, tol)
-    if learn:
+    if learn and learn_sigma2:
         _, _, _, b, _ = _marginals(parent, times, active, X, hyper.sigma2)
         has_p = parent >= 0
         tp = jnp.where(has_p, times[jnp.maximum(parent, 0)], 0.0)
@@ -397,6 +676,7 @@ def m_step(parent, times, X, est: EStep, hyper: EMHyper, priors: PYDTPriors = PY
         # [0, sigma2_max] is the constrained coordinate maximum (see `pydt_em`)
         p_rate = jnp.minimum(p_rate, p_shape * sigma2_max)
         hyper = hyper._replace(prec_shape=jnp.asarray(p_shape, f), prec_rate=jnp.asarray(p_rate, f))
+    if learn:
         tb = jnp.where(internal, times, 0.0)
         c_shape = priors.c[0] + jnp.sum(internal)
         c_rate = priors.c[1] - jnp.sum(jnp.where(internal, J * jnp.log1p(-tb), 0.0))
@@ -437,6 +717,27 @@ def _em(parent, times, hyper, X, priors, learn, learn_ab, max_em, tol_em, max_lb
     return times, hyper, L
 
 
+def _em_probit(parent, times, hyper, S, sites, priors, learn, learn_ab, max_em, tol_em, max_lbfgs, conf):
+    """EM with an EP E-step (warm-started sites): stops when the EP bound moves by less than
+    ``tol_em`` (it need not increase: EP is re-run at the new times) or after ``max_em``
+    iterations. Returns ``(times, hyper, sites, L)``."""
+    est, sites = _ep_e_step(parent, times, S, sites, hyper, priors, learn, conf)
+
+    def cond(st):
+        _, _, _, _, L, Lprev, i = st
+        return (i < max_em) & ((i == 0) | (jnp.abs(L - Lprev) > tol_em))
+
+    def body(st):
+        times, hyper, sites, est, L, _, i = st
+        times, hyper = m_step(parent, times, S, est, hyper, priors, learn, learn_ab, max_lbfgs, learn_sigma2=False)
+        est, sites = _ep_e_step(parent, times, S, sites, hyper, priors, learn, conf)
+        return times, hyper, sites, est, est.bound, L, i + 1
+
+    times, hyper, sites, est, L, _, _ = jax.lax.while_loop(
+        cond, body, (times, hyper, sites, est, est.bound, est.bound, jnp.int32(0)))
+    return times, hyper, sites, L
+
+
 # ------------------------------------------------------------------------------------------
 # scoring attachment points
 # ------------------------------------------------------------------------------------------
@@ -455,10 +756,12 @@ def _ancestors(parent, times, active):
     return jax.lax.fori_loop(0, m, body, jnp.zeros((m, m), bool))
 
 
-def _attach(par_r, times, act_r, insub, cnt_sub, s, mu_s, v_s, slot, X, hyper, allow_bp):
+def _attach(par_r, times, act_r, insub, cnt_sub, s, mu_s, v_s, slot, X, hyper, allow_bp, V=None):
     """Scores of attaching the subtree rooted at ``s`` (upward message ``N(mu_s, v_s)``) to a
     remaining tree, at each segment (index ``k``: on the edge into ``k``) and each branch point
-    (index ``m + k``). Returns ``(scores [2m], build)`` where ``build(j) -> (parent, times)``."""
+    (index ``m + k``). Returns ``(scores [2m], build)`` where ``build(j) -> (parent, times)``.
+    With leaf noise variances ``V [N, D]`` (probit pseudo-observations ``X``) the variances are
+    per dimension (``v_s [D]``)."""
     m = par_r.shape[0]
     N, D = X.shape
     slots = jnp.arange(m)
@@ -466,14 +769,19 @@ def _attach(par_r, times, act_r, insub, cnt_sub, s, mu_s, v_s, slot, X, hyper, a
     c = hyper.c_mean
     t_s = times[s]
     n_s = cnt_sub[s]
-    mean, var, cross, _, _ = _marginals(par_r, times, act_r, X, sigma2)
+    diag = V is not None
+    ex = (lambda a: a[:, None]) if diag else (lambda a: a)  # noqa: E731  per-node -> per-node-dim
+    if diag:
+        mean, var, cross, _, _ = _marginals_diag(par_r, times, act_r, X, V, sigma2)
+    else:
+        mean, var, cross, _, _ = _marginals(par_r, times, act_r, X, sigma2)
     cnt_r = _counts(par_r, times, act_r, N)
     anc = _ancestors(par_r, times, act_r)
     has_p = par_r >= 0
     pp = jnp.maximum(par_r, 0)
     tp = jnp.where(has_p, times[pp], 0.0)
     mp = jnp.where(has_p[:, None], mean[pp], 0.0)
-    Pp = jnp.where(has_p, var[pp], 0.0)
+    Pp = jnp.where(ex(has_p), var[pp], 0.0)
     # segments: a new node at the middle of [t_p, min(t_k, t_s)]
     t_hi = jnp.minimum(times, t_s)
     t_new = 0.5 * (tp + t_hi)
@@ -481,16 +789,20 @@ def _attach(par_r, times, act_r, insub, cnt_sub, s, mu_s, v_s, slot, X, hyper, a
     w2 = (t_new - tp) / dk
     w1 = 1.0 - w2
     seg_mean = w1[:, None] * mp + w2[:, None] * mean
-    seg_var = (w1 ** 2 * Pp + w2 ** 2 * var + 2 * w1 * w2 * cross + sigma2 * (t_new - tp) * (times - t_new) / dk)
+    seg_var = (ex(w1) ** 2 * Pp + ex(w2) ** 2 * var + 2 * ex(w1) * ex(w2) * cross
+               + ex(sigma2 * (t_new - tp) * (times - t_new) / dk))
     seg_ok = act_r & (tp < t_s)
     bp_ok = act_r & (slots >= N) & (times < t_s) & allow_bp
     att_mean = jnp.concatenate([seg_mean, mean])
     att_var = jnp.concatenate([seg_var, var])
     att_t = jnp.concatenate([t_new, times])
     ok = jnp.concatenate([seg_ok, bp_ok])
-    s2 = att_var + v_s + sigma2 * jnp.maximum(t_s - att_t, 0.0)
-    s2 = jnp.where(ok, s2, 1.0)
-    loc = -0.5 * (D * jnp.log(2 * jnp.pi * s2) + jnp.sum((mu_s - att_mean) ** 2, axis=1) / s2)
+    s2 = att_var + v_s + ex(sigma2 * jnp.maximum(t_s - att_t, 0.0))
+    s2 = jnp.where(ex(ok), s2, 1.0)
+    if diag:
+        loc = -0.5 * jnp.sum(jnp.log(2 * jnp.pi * s2) + (mu_s - att_mean) ** 2 / s2, axis=1)
+    else:
+        loc = -0.5 * (D * jnp.log(2 * jnp.pi * s2) + jnp.sum((mu_s - att_mean) ** 2, axis=1) / s2)
 
     def build(j):
         seg = j < m
@@ -535,40 +847,67 @@ def _detach(parent, times, s):
     return par_r, act_r, insub, slot
 
 
-def _subtree_message(parent, times, active, X, sigma2, s):
+def _subtree_message(parent, times, active, X, sigma2, s, V=None):
+    """Upward message ``N(mu, v)`` of the subtree at ``s`` (a leaf: its observation); with leaf
+    noise ``V [N, D]`` the variance is per dimension."""
     N = X.shape[0]
     order = _order(parent, times, active)
-    mu, v, _, _ = _messages(parent, times, active, X, sigma2, order)
     leaf = s < N
-    return jnp.where(leaf, X[jnp.minimum(s, N - 1)], mu[s]), jnp.where(leaf, 0.0, v[s])
+    sl = jnp.minimum(s, N - 1)
+    if V is not None:
+        mu, v, _ = _messages_diag(parent, times, active, X, V, sigma2, order)
+        return jnp.where(leaf, X[sl], mu[s]), jnp.where(leaf, V[sl], v[s])
+    mu, v, _, _ = _messages(parent, times, active, X, sigma2, order)
+    return jnp.where(leaf, X[sl], mu[s]), jnp.where(leaf, 0.0, v[s])
 
 
-@functools.partial(jax.jit, static_argnames=("learn", "n_em", "max_em", "max_lbfgs"))
+@functools.partial(jax.jit, static_argnames=("learn", "n_em", "max_em", "max_lbfgs", "conf"))
 def _search_step(key, parent, times, hyper, X, priors, learn, learn_ab, allow_bp, n_em, max_em, tol_em, max_lbfgs,
-                 sigma2_max):
+                 sigma2_max, sites=None, conf=None):
+    """One detach / re-attach step; EM on the ``n_em`` best re-attachments. Gaussian: ``X`` the
+    data, ``sites=None``. Probit: ``X`` the signs ``2 Y - 1`` and ``sites`` the tree's EP sites,
+    whose means / variances are the leaf data of the attachment scores (candidates' EP starts
+    from them). Returns ``(parents, times, hypers, sites or None, bounds)`` over candidates."""
     N = X.shape[0]
     active = parent != FREE
     cand = active & (parent >= 0)
     s = jax.random.categorical(key, jnp.where(cand, 0.0, -jnp.inf)).astype(jnp.int32)
     cnt = _counts(parent, times, active, N)
-    mu_s, v_s = _subtree_message(parent, times, active, X, hyper.sigma2, s)
+    M, V = (X, None) if sites is None else (sites.mean, sites.var)
+    mu_s, v_s = _subtree_message(parent, times, active, M, hyper.sigma2, s, V)
     par_r, act_r, insub, slot = _detach(parent, times, s)
-    scores, build = _attach(par_r, times, act_r, insub, jnp.where(insub, cnt, 0), s, mu_s, v_s, slot, X, hyper,
-                            allow_bp)
+    scores, build = _attach(par_r, times, act_r, insub, jnp.where(insub, cnt, 0), s, mu_s, v_s, slot, M, hyper,
+                            allow_bp, V)
     top_scores, top = jax.lax.top_k(scores, n_em)
     pars, tims = jax.vmap(build)(top)
+    # invalid re-attachments (score -inf, e.g. fewer than n_em valid places) can hold parent
+    # cycles, on which the tree walks of `pydt_mcmc` never end: EM runs on the source tree
+    # instead and the bound is discarded below
+    valid = jnp.isfinite(top_scores)[:, None]
+    pars = jnp.where(valid, pars, parent[None, :])
+    tims = jnp.where(valid, tims, times[None, :])
 
-    def run(par, tim):
-        return _em(par, tim, hyper, X, priors, learn, learn_ab, max_em, tol_em, max_lbfgs, sigma2_max)
+    if sites is None:
+        def run(par, tim):
+            return _em(par, tim, hyper, X, priors, learn, learn_ab, max_em, tol_em, max_lbfgs, sigma2_max)
 
-    tims, hypers, Ls = jax.vmap(run)(pars, tims)
+        tims, hypers, Ls = jax.vmap(run)(pars, tims)
+        out_sites = None
+    else:
+        def run(par, tim):
+            return _em_probit(par, tim, hyper, X, sites, priors, learn, learn_ab, max_em, tol_em, max_lbfgs, conf)
+
+        tims, hypers, out_sites, Ls = jax.vmap(run)(pars, tims)
     Ls = jnp.where(jnp.isfinite(top_scores), Ls, -jnp.inf)
-    return pars, tims, hypers, Ls
+    return pars, tims, hypers, out_sites, Ls
 
 
-@functools.partial(jax.jit, static_argnames=("learn", "max_em", "max_lbfgs"))
-def _initial_tree(key, X, hyper, priors, learn, learn_ab, allow_bp, max_em, tol_em, max_lbfgs, sigma2_max):
-    """Sequential attachment of the points (random order) at the best-scoring place."""
+@functools.partial(jax.jit, static_argnames=("learn", "max_em", "max_lbfgs", "conf"))
+def _initial_tree(key, X, hyper, priors, learn, learn_ab, allow_bp, max_em, tol_em, max_lbfgs, sigma2_max, conf=None):
+    """Sequential attachment of the points (random order) at the best-scoring place, then EM.
+    ``conf=None``: Gaussian ``X``; else probit with ``X`` the signs ``2 Y - 1``: the points are
+    attached as the pseudo-observations of EP sites matched to the prior leaf marginals.
+    Returns ``(parent, times, hyper, sites or None, bound)``."""
     N = X.shape[0]
     m = 2 * N - 1
     f = X.dtype
@@ -577,19 +916,30 @@ def _initial_tree(key, X, hyper, priors, learn, learn_ab, allow_bp, max_em, tol_
     parent = jnp.full(m, FREE, jnp.int32).at[perm[0]].set(N).at[perm[1]].set(N).at[N].set(-1)
     times = jnp.zeros(m, f).at[:N].set(1.0).at[N].set(0.5)
 
+    if conf is None:
+        M, V, sites = X, None, None
+    else:
+        sites = _ep_prior_sites(X, hyper.sigma2)
+        M, V = sites.mean, sites.var
+
     def body(i, carry):
         parent, times = carry
         s = perm[i]
         act = parent != FREE
         slot = jnp.argmax((parent == FREE) & (slots >= N)).astype(jnp.int32)
         onehot = slots == s
-        scores, build = _attach(parent, times, act, onehot, onehot.astype(jnp.int32), s, X[s], jnp.zeros((), f),
-                                slot, X, hyper, allow_bp)
+        v_s = jnp.zeros((), f) if V is None else V[s]
+        scores, build = _attach(parent, times, act, onehot, onehot.astype(jnp.int32), s, M[s], v_s,
+                                slot, M, hyper, allow_bp, V)
         return build(jnp.argmax(scores))
 
     parent, times = jax.lax.fori_loop(2, N, body, (parent, times))
-    times, hyper, L = _em(parent, times, hyper, X, priors, learn, learn_ab, max_em, tol_em, max_lbfgs, sigma2_max)
-    return parent, times, hyper, L
+    if conf is None:
+        times, hyper, L = _em(parent, times, hyper, X, priors, learn, learn_ab, max_em, tol_em, max_lbfgs, sigma2_max)
+    else:
+        times, hyper, sites, L = _em_probit(parent, times, hyper, X, sites, priors, learn, learn_ab, max_em, tol_em,
+                                            max_lbfgs, conf)
+    return parent, times, hyper, sites, L
 
 
 # ------------------------------------------------------------------------------------------
@@ -626,40 +976,64 @@ def em_init_hyper(X, c=1.0, alpha=0.5, beta=0.2, sigma2=None) -> EMHyper:
     return EMHyper(a(c), a(1.0), a(1.0 / sigma2), a(1.0), a(alpha), a(beta))
 
 
-def pydt_em(key, X, *, c=1.0, alpha=0.5, beta=0.2, sigma2=None, num_iters: int = 100, k_best: int = 10,
-            learn_hyper: bool = True, learn_alpha_beta: Optional[bool] = None, priors: PYDTPriors = PYDTPriors(), num_em_candidates: int = 3,
-            max_em: int = 20, tol_em: float = 1e-4, max_lbfgs: int = 100, sigma2_max: Optional[float] = None,
+def _check_likelihood(X, likelihood):
+    if likelihood not in ("gaussian", "probit"):
+        raise ValueError(f"likelihood must be 'gaussian' or 'probit', got {likelihood!r}")
+    if likelihood == "probit" and not np.all((X == 0) | (X == 1)):
+        raise ValueError("likelihood='probit' needs binary X (entries 0 or 1)")
+
+
+def pydt_em(key, X, *, c=1.0, alpha=0.5, beta=0.2, sigma2=None, likelihood: str = "gaussian", num_iters: int = 100,
+            k_best: int = 10, learn_hyper: bool = True, learn_alpha_beta: Optional[bool] = None,
+            priors: PYDTPriors = PYDTPriors(), num_em_candidates: int = 3, max_em: int = 20, tol_em: float = 1e-4,
+            max_lbfgs: int = 100, sigma2_max: Optional[float] = None, ep: EPConfig = EPConfig(),
             progress_bar: bool = True) -> PYDTEMResult:
-    """Greedy Bayesian EM search over PYDT trees (section 5.2), Gaussian observations.
+    """Greedy Bayesian EM search over PYDT trees (section 5.2), Gaussian or probit observations.
 
     Args:
       key: ``jax.random`` key (subtree choices and the order of the initial attachments).
-      X: float ``[N, D]`` data, ``N >= 3``.
+      X: ``[N, D]``, ``N >= 3``: real data (``likelihood="gaussian"``) or bits 0 / 1
+        (``"probit"``).
       c, alpha, beta: initial hyperparameters; ``alpha = beta = 0`` is the Dirichlet diffusion
         tree (binary trees; ``alpha, beta`` then stay fixed).
-      sigma2: initial (or fixed) noise variance; ``None``: the mean column variance of ``X``.
+      sigma2: initial (or fixed) diffusion variance; ``None``: the mean column variance of ``X``
+        (Gaussian), 1 (probit).
+      likelihood: ``"gaussian"`` (leaves observed) or ``"probit"`` (section 5.4: ``P(x_nd = 1) =
+        Phi(leaf location_nd)``, as `pydt_mcmc`). Probit runs EP on the probit factors in each
+        E-step (`ep_e_step`; sites warm-started, kept per tree) and uses ``log Z_EP`` in place of
+        ``log p(X | T, t)``, so the "bound" is an EP approximation of the log evidence, not a
+        strict bound, and it may move either way between EM iterations (the M-step is exact EM
+        on the surrogate Gaussian model of the EP sites). ``sigma2`` stays fixed (the scale
+        of the latent locations is set by the unit probit noise); ``q(c)``, ``alpha``, ``beta``
+        are learned as in the Gaussian case. The search scores re-attachments with the site
+        means / variances as the leaf data.
       num_iters: detach / re-attach search iterations.
       k_best: length of the K-best list.
-      learn_hyper: learn ``q(c)``, ``q(1/sigma2)`` (variational Gamma) and, unless DDT,
-        ``alpha``, ``beta`` (golden-section search).
+      learn_hyper: learn ``q(c)``, ``q(1/sigma2)`` (variational Gamma; not under probit) and,
+        unless DDT, ``alpha``, ``beta`` (golden-section search).
       learn_alpha_beta: override for ``alpha, beta`` alone (default: ``learn_hyper``; never
         for the DDT).
       priors: Gamma priors on ``c`` and ``1/sigma2``.
       num_em_candidates: re-attachments per iteration that get EM (the paper: 3).
       max_em, tol_em, max_lbfgs: EM iterations per tree, its stopping tolerance on the bound,
         L-BFGS iterations per M-step.
-      sigma2_max: upper limit of the learned ``sigma2`` (default: the mean column variance of
-        ``X``, the leaf variance the model implies for ``sigma2``). Without it the bound is
-        unbounded when ``sigma2`` is learned: all times -> 1 with ``sigma2 (1 - t)`` fixed
-        gains ``sum_b (1 - <c> J_b) log(1/eps)`` from Eq. 14's singularity at ``t = 1``
+      sigma2_max: upper limit of the learned ``sigma2`` (Gaussian; default: the mean column
+        variance of ``X``, the leaf variance the model implies for ``sigma2``). Without it the
+        bound is unbounded when ``sigma2`` is learned: all times -> 1 with ``sigma2 (1 - t)``
+        fixed gains ``sum_b (1 - <c> J_b) log(1/eps)`` from Eq. 14's singularity at ``t = 1``
         (``<c> J_b < 1``) and loses only ``D/2 log(1/eps)`` at the root edge, so MAP times
         collapse; the clip is the constrained coordinate maximum, so the bound stays monotone.
+      ep: `EPConfig` (probit only): sweeps, tolerance, damping.
       progress_bar: tqdm bar over iterations.
 
     Returns:
       `PYDTEMResult`. Arrays use fixed capacity ``2N - 1`` (see module docstring).
     """
     X = _check_X(X)
+    _check_likelihood(X, likelihood)
+    probit = likelihood == "probit"
+    if probit and sigma2 is None:
+        sigma2 = 1.0
     if sigma2 is not None:
         check_hyperparameters(c, alpha, beta, sigma2)
     c, alpha, beta, _ = check_hyperparameters(c, alpha, beta, 1.0)
@@ -669,32 +1043,41 @@ def pydt_em(key, X, *, c=1.0, alpha=0.5, beta=0.2, sigma2=None, num_iters: int =
     num_iters, k_best = int(num_iters), int(k_best)
     if num_iters < 0 or k_best < 1:
         raise ValueError("num_iters must be >= 0 and k_best >= 1")
+    conf = None
+    if probit:
+        conf = EPConfig(int(ep.max_sweeps), float(ep.tol), float(ep.damping))
+        if conf.max_sweeps < 1 or not conf.tol >= 0 or not 0.0 < conf.damping <= 1.0:
+            raise ValueError(f"ep needs max_sweeps >= 1, tol >= 0 and damping in (0, 1], got {ep}")
     ddt = alpha == 0.0 and beta == 0.0
     learn = bool(learn_hyper)
     learn_ab = (learn if learn_alpha_beta is None else bool(learn_alpha_beta)) and not ddt
     allow_bp = not ddt
     pri = PYDTPriors(*(tuple(float(v) for v in p) for p in priors))
-    Xj = jnp.asarray(X)
+    Xj = jnp.asarray(2.0 * X - 1.0) if probit else jnp.asarray(X)  # probit: the signs
     hyper = em_init_hyper(X, c, alpha, beta, sigma2)
-    s2max = float(sigma2_max) if sigma2_max is not None else max(float(np.mean(np.var(X, axis=0))), float(hyper.sigma2))
+    if probit:
+        s2max = float(hyper.sigma2)  # unused: sigma2 is fixed
+    else:
+        s2max = float(sigma2_max) if sigma2_max is not None else max(float(np.mean(np.var(X, axis=0))),
+                                                                       float(hyper.sigma2))
     k_init, k_search = jax.random.split(key)
-    parent, times, hyper, L = _initial_tree(k_init, Xj, hyper, pri, learn, learn_ab, allow_bp, int(max_em),
-                                            float(tol_em), int(max_lbfgs), s2max)
-    entries = {}  # signature -> (L, parent, times, hyper)
+    parent, times, hyper, sites, L = _initial_tree(k_init, Xj, hyper, pri, learn, learn_ab, allow_bp, int(max_em),
+                                                   float(tol_em), int(max_lbfgs), s2max, conf)
+    entries = {}  # signature -> (L, parent, times, hyper, sites)
 
-    def insert(L, par, tim, hyp):
+    def insert(L, par, tim, hyp, sit):
         L = float(L)
         if not np.isfinite(L):
             return
         sig = _signature(par, N)
         if sig in entries and entries[sig][0] >= L:
             return
-        entries[sig] = (L, np.asarray(par), np.asarray(tim), jax.device_get(hyp))
+        entries[sig] = (L, np.asarray(par), np.asarray(tim), jax.device_get(hyp), jax.device_get(sit))
         if len(entries) > k_best:
             worst = min(entries, key=lambda k: entries[k][0])
             del entries[worst]
 
-    insert(L, parent, times, hyper)
+    insert(L, parent, times, hyper, sites)
     trace = [max(e[0] for e in entries.values())]
     k_search, k_pick = jax.random.split(k_search)
     rng = np.random.default_rng(int(jax.random.randint(k_pick, (), 0, 2 ** 31 - 1)))
@@ -705,14 +1088,15 @@ def pydt_em(key, X, *, c=1.0, alpha=0.5, beta=0.2, sigma2=None, num_iters: int =
     try:
         for it in range(num_iters):
             items = sorted(entries.values(), key=lambda e: -e[0])
-            _, par, tim, hyp = items[int(rng.integers(len(items)))]
-            pars, tims, hyps, Ls = _search_step(jax.random.fold_in(k_search, it), jnp.asarray(par), jnp.asarray(tim),
-                                                jax.tree_util.tree_map(jnp.asarray, hyp), Xj, pri, learn, learn_ab,
-                                                allow_bp, int(num_em_candidates), int(max_em), float(tol_em),
-                                                int(max_lbfgs), s2max)
-            pars, tims, hyps, Ls = jax.device_get((pars, tims, hyps, Ls))
+            _, par, tim, hyp, sit = items[int(rng.integers(len(items)))]
+            pars, tims, hyps, sits, Ls = _search_step(
+                jax.random.fold_in(k_search, it), jnp.asarray(par), jnp.asarray(tim),
+                jax.tree_util.tree_map(jnp.asarray, hyp), Xj, pri, learn, learn_ab, allow_bp, int(num_em_candidates),
+                int(max_em), float(tol_em), int(max_lbfgs), s2max, jax.tree_util.tree_map(jnp.asarray, sit), conf)
+            pars, tims, hyps, sits, Ls = jax.device_get((pars, tims, hyps, sits, Ls))
             for j in range(len(Ls)):
-                insert(Ls[j], pars[j], tims[j], jax.tree_util.tree_map(lambda a: a[j], hyps))
+                pick = lambda a: a[j]  # noqa: E731
+                insert(Ls[j], pars[j], tims[j], jax.tree_util.tree_map(pick, hyps), jax.tree_util.tree_map(pick, sits))
             trace.append(max(e[0] for e in entries.values()))
             if bar is not None:
                 bar.update(1)
@@ -721,7 +1105,7 @@ def pydt_em(key, X, *, c=1.0, alpha=0.5, beta=0.2, sigma2=None, num_iters: int =
         if bar is not None:
             bar.close()
     items = sorted(entries.values(), key=lambda e: -e[0])
-    Lb, par, tim, hyp = items[0]
+    Lb, par, tim, hyp, _ = items[0]
 
     def hdict(h):
         return dict(c=float(h.c_shape / h.c_rate), alpha=float(h.alpha), beta=float(h.beta),
@@ -733,21 +1117,28 @@ def pydt_em(key, X, *, c=1.0, alpha=0.5, beta=0.2, sigma2=None, num_iters: int =
         k_best=[(float(e[0]), e[1], e[2]) for e in items], k_best_hyper=[hdict(e[3]) for e in items],
         c=best["c"], alpha=best["alpha"], beta=best["beta"], sigma2=best["sigma2"],
         q_c=(float(hyp.c_shape), float(hyp.c_rate)) if learn else None,
-        q_precision=(float(hyp.prec_shape), float(hyp.prec_rate)) if learn else None,
-        trace=np.asarray(trace), X=np.asarray(X))
+        q_precision=(float(hyp.prec_shape), float(hyp.prec_rate)) if learn and not probit else None,
+        trace=np.asarray(trace), X=np.asarray(X), likelihood=likelihood,
+        k_best_sites=[e[4] for e in items] if probit else None)
 
 
 # ------------------------------------------------------------------------------------------
 # predictive density (section 5.3)
 # ------------------------------------------------------------------------------------------
 @functools.partial(jax.jit, static_argnames=("num_time_samples",))
-def _predictive_one(parent, times, X, Xnew, c, alpha, beta, sigma2, num_time_samples):
+def _predictive_one(parent, times, X, Xnew, c, alpha, beta, sigma2, num_time_samples, V=None):
+    """Gaussian: ``log p(x_new | X)``. Probit (``V`` given: ``X, V`` the EP site means /
+    variances, ``Xnew`` bits): ``log P(y_new | Y)``, each mixture component's Gaussian of the new
+    leaf location pushed through ``Phi(m / sqrt(1 + v))`` per dimension."""
     m = parent.shape[0]
     N, D = X.shape
     f = X.dtype
     slots = jnp.arange(m)
     active = parent != FREE
-    mean, var, cross, _, _ = _marginals(parent, times, active, X, sigma2)
+    if V is not None:
+        mean, var, cross, _, _ = _marginals_diag(parent, times, active, X, V, sigma2)
+    else:
+        mean, var, cross, _, _ = _marginals(parent, times, active, X, sigma2)
     cnt = _counts(parent, times, active, N)
     cntf = jnp.maximum(cnt, 1).astype(f)
     nonroot = active & (parent >= 0)
@@ -779,20 +1170,38 @@ def _predictive_one(parent, times, X, Xnew, c, alpha, beta, sigma2, num_time_sam
     w2 = (t - tp[:, None]) / dk
     w1 = 1.0 - w2
     mp = jnp.where(has_p[:, None], mean[pp], 0.0)
-    Pp = jnp.where(has_p, var[pp], 0.0)[:, None]
     M = w1[..., None] * mp[:, None, :] + w2[..., None] * mean[:, None, :]  # [m, S, D]
-    V = (w1 ** 2 * Pp + w2 ** 2 * var[:, None] + 2 * w1 * w2 * cross[:, None]
-         + sigma2 * (t - tp[:, None]) * (times[:, None] - t) / dk) + sigma2 * one_m_t
+    if V is not None:  # per-dim variances [m, S, D]
+        Pd = jnp.where(has_p[:, None], var[pp], 0.0)[:, None, :]
+        Vc = (w1[..., None] ** 2 * Pd + w2[..., None] ** 2 * var[:, None, :]
+              + 2 * w1[..., None] * w2[..., None] * cross[:, None, :]
+              + (sigma2 * (t - tp[:, None]) * (times[:, None] - t) / dk + sigma2 * one_m_t)[..., None])
+        Vb = var + (sigma2 * (1.0 - times))[:, None]
+    else:
+        Pp = jnp.where(has_p, var[pp], 0.0)[:, None]
+        Vc = (w1 ** 2 * Pp + w2 ** 2 * var[:, None] + 2 * w1 * w2 * cross[:, None]
+              + sigma2 * (t - tp[:, None]) * (times[:, None] - t) / dk) + sigma2 * one_m_t
+        Vb = var + sigma2 * (1.0 - times)
     logw_e = jnp.log(reach * (1.0 - surv) / num_time_samples)[:, None] * jnp.ones_like(t)
     logw_e = jnp.where(active[:, None], logw_e, -jnp.inf)
     # new branch at a branch point
     branch = active & (slots >= N)
     wb = reach * surv * (alpha + beta * nkids) / (cntf + alpha)
     logw_b = jnp.where(branch & (wb > 0), jnp.log(jnp.where(wb > 0, wb, 1.0)), -jnp.inf)
-    Vb = var + sigma2 * (1.0 - times)
-    allM = jnp.concatenate([M.reshape(-1, D), mean])
-    allV = jnp.concatenate([V.reshape(-1), Vb])
     allw = jnp.concatenate([logw_e.reshape(-1), logw_b])
+    allM = jnp.concatenate([M.reshape(-1, D), mean])
+    if V is not None:
+        ok = jnp.isfinite(allw)[:, None]
+        allV = jnp.where(ok, jnp.concatenate([Vc.reshape(-1, D), Vb]), 1.0)
+        allM = jnp.where(ok, allM, 0.0)
+        sd = jnp.sqrt(1.0 + allV)
+
+        def logp_bits(y):
+            lg = jnp.sum(log_ndtr((2.0 * y - 1.0) * allM / sd), axis=1)
+            return jax.scipy.special.logsumexp(allw + lg)
+
+        return jax.vmap(logp_bits)(Xnew)
+    allV = jnp.concatenate([Vc.reshape(-1), Vb])
     allV = jnp.where(jnp.isfinite(allw), allV, 1.0)
 
     def logpdf(x):
@@ -803,9 +1212,10 @@ def _predictive_one(parent, times, X, Xnew, c, alpha, beta, sigma2, num_time_sam
 
 
 def pydt_predictive_logpdf(result_or_tree, Xnew, X=None, *, c=None, alpha=None, beta=None, sigma2=None,
-                           num_time_samples: int = 3, use_k_best: bool = True, max_trees: int = 20):
+                           num_time_samples: int = 3, use_k_best: bool = True, max_trees: int = 20,
+                           likelihood: Optional[str] = None):
     """``log p(x_new | X)`` per row of ``Xnew`` (section 5.3): a Gaussian mixture over where a
-    new point diverges from the tree.
+    new point diverges from the tree; under probit ``log P(y_new | Y)`` of a bit vector.
 
     For each edge ``[pk]`` the generative process gives the probability of reaching it and of
     diverging on it (``1 - ((1 - t_k)/(1 - t_p))^(c r_m)``, ``r_m = Gamma(m - beta) /
@@ -813,6 +1223,10 @@ def pydt_predictive_logpdf(result_or_tree, Xnew, X=None, *, c=None, alpha=None, 
     truncated divergence-time law; the location there from the posterior marginals (a
     Brownian bridge between the E-step marginals of ``p`` and ``k``) and Brownian motion to
     ``t = 1``. A new branch at a branch point has weight ``(alpha + beta K)/(m + alpha)``.
+    Probit: the posterior marginals are those of the EP surrogate (the stored sites of a
+    probit `PYDTEMResult`, else EP run on each tree), and each component's Gaussian
+    ``N(mu, v)`` of the new leaf location gives ``P(y_d = 1) = Phi(mu_d / sqrt(1 + v_d))``,
+    independently over dimensions within the component.
 
     Args:
       result_or_tree: a `PYDTEMResult` (averages over its K-best trees with equal weights,
@@ -820,13 +1234,25 @@ def pydt_predictive_logpdf(result_or_tree, Xnew, X=None, *, c=None, alpha=None, 
         (averages over up to ``max_trees`` evenly spaced kept samples, each with its own
         hyperparameters; pass ``X``), or ``(parent, times)`` fixed-capacity arrays (then ``X``,
         ``c``, ``alpha``, ``beta``, ``sigma2`` are needed).
-      Xnew: float ``[M, D]``.
+      Xnew: float ``[M, D]`` (bits under probit).
+      likelihood: ``"gaussian"`` or ``"probit"``; default: the result's (a `PYDTEMResult`),
+        else ``"gaussian"``.
 
     Returns:
       float ``[M]``.
     """
+    if likelihood is None:
+        likelihood = result_or_tree.likelihood if isinstance(result_or_tree, PYDTEMResult) else "gaussian"
+    if likelihood not in ("gaussian", "probit"):
+        raise ValueError(f"likelihood must be 'gaussian' or 'probit', got {likelihood!r}")
+    probit = likelihood == "probit"
+    if isinstance(result_or_tree, PYDTEMResult) and result_or_tree.likelihood != likelihood:
+        raise ValueError(f"the result was fit with likelihood={result_or_tree.likelihood!r}, not {likelihood!r}")
     Xnew = _check_X(np.atleast_2d(Xnew)) if np.ndim(Xnew) == 2 and np.shape(Xnew)[0] >= 2 else np.atleast_2d(
         np.asarray(Xnew, dtype=jnp.result_type(float)))
+    if probit:
+        _check_likelihood(Xnew, "probit")
+    sites_list = None
     if isinstance(result_or_tree, PYDTSamples):  # MCMC: average over (up to max_trees) kept samples
         if X is None:
             raise ValueError("with PYDTSamples pass the data X the sampler ran on")
@@ -842,6 +1268,8 @@ def pydt_predictive_logpdf(result_or_tree, Xnew, X=None, *, c=None, alpha=None, 
         res = result_or_tree
         Xd = jnp.asarray(res.X)
         trees = [(e[1], e[2], h) for e, h in zip(res.k_best, res.k_best_hyper)]
+        if probit:
+            sites_list = list(res.k_best_sites)
         if not use_k_best:
             trees = trees[:1]
     else:
@@ -851,13 +1279,25 @@ def pydt_predictive_logpdf(result_or_tree, Xnew, X=None, *, c=None, alpha=None, 
         check_hyperparameters(c, alpha, beta, sigma2)
         parent, times = result_or_tree
         trees = [(parent, times, dict(c=c, alpha=alpha, beta=beta, sigma2=sigma2))]
+    if probit:
+        _check_likelihood(np.asarray(Xd), "probit")
     if Xnew.shape[1] != Xd.shape[1]:
         raise ValueError(f"Xnew has {Xnew.shape[1]} columns, the data {Xd.shape[1]}")
     f = Xd.dtype
     out = []
-    for parent, times, h in trees:
-        out.append(_predictive_one(jnp.asarray(parent, jnp.int32), jnp.asarray(times, f), Xd, jnp.asarray(Xnew, f),
-                                   jnp.asarray(h["c"], f), jnp.asarray(h["alpha"], f), jnp.asarray(h["beta"], f),
-                                   jnp.asarray(h["sigma2"], f), int(num_time_samples)))
+    for i, (parent, times, h) in enumerate(trees):
+        parent, times = jnp.asarray(parent, jnp.int32), jnp.asarray(times, f)
+        s2 = jnp.asarray(h["sigma2"], f)
+        if probit:
+            if sites_list is not None:
+                sites = EPSites(*(jnp.asarray(a, f) for a in sites_list[i]))
+            else:
+                hyp0 = EMHyper(*(jnp.asarray(v, f) for v in (1.0, 1.0, 1.0 / s2, 1.0, 0.5, 0.2)))
+                _, sites = ep_e_step(parent, times, Xd, hyp0)  # only sigma2 matters for the sites
+            data, V = sites.mean, sites.var
+        else:
+            data, V = Xd, None
+        out.append(_predictive_one(parent, times, data, jnp.asarray(Xnew, f), jnp.asarray(h["c"], f),
+                                   jnp.asarray(h["alpha"], f), jnp.asarray(h["beta"], f), s2, int(num_time_samples), V))
     out = jnp.stack(out)
     return np.asarray(jax.scipy.special.logsumexp(out, axis=0) - jnp.log(out.shape[0]))
