@@ -11,19 +11,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxhc.inference import pydt_mcmc as P
+from test_pydt_mcmc import _clusters  # a structure as the set of leaf bitmasks of its branch points
 
 FREE = P.FREE
 
 
-def _clusters(parent, N):
-    """A tree structure as the set of leaf bitmasks of its branch points."""
-    masks = {}
-    for leaf in range(N):
-        k = leaf
-        while parent[k] >= 0:
-            k = parent[k]
-            masks[k] = masks.get(k, 0) | (1 << leaf)
-    return frozenset(masks.values())
 
 
 def test_moves_sample_the_posterior_over_structures_of_four_points():
