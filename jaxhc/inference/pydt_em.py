@@ -184,14 +184,14 @@ class PYDTEMResult(NamedTuple):
 # ------------------------------------------------------------------------------------------
 # message passing: marginals and pairwise edge moments
 # ------------------------------------------------------------------------------------------
-def _marginals(parent, times, active, X, sigma2):
-    """Upward pass (`_messages`) then downward pass: per node posterior mean / variance,
-    covariance with the parent, ``b`` of the edge into it, and ``log p(X)``."""
+def _downward(parent, times, active, order, mu, v, M, V, sigma2):
+    """Downward pass after an upward one (``mu [m, D]``, ``v``: the upward messages), parents
+    before children: posterior ``mean [m, D]``, ``var`` and ``cross`` (covariance with the
+    parent), shaped like ``v``: ``[m]`` (isotropic, `_marginals`) or ``[m, D]`` (per-dimension,
+    `_marginals_diag`). Leaf ``n`` is seen as ``N(M[n]; x_n, V[n])`` (``V [N]`` or ``[N, D]``;
+    0: observed exactly)."""
     m = parent.shape[0]
-    N, D = X.shape
-    f = X.dtype
-    order = _order(parent, times, active)
-    mu, v, _, loglik = _messages(parent, times, active, X, sigma2, order)
+    N, D = M.shape
 
     def body(i, carry):
         mean, var, cross = carry
@@ -200,23 +200,33 @@ def _marginals(parent, times, active, X, sigma2):
         has_p = p >= 0
         pp = jnp.maximum(p, 0)
         tp = jnp.where(has_p, times[pp], 0.0)
-        mp = jnp.where(has_p, mean[pp], jnp.zeros(D, f))
+        mp = jnp.where(has_p, mean[pp], 0.0)
         Pp = jnp.where(has_p, var[pp], 0.0)
         pv = sigma2 * (times[k] - tp)
         leaf = k < N
-        vk = jnp.where(leaf, 0.0, v[k])
-        muk = jnp.where(leaf, X[jnp.minimum(k, N - 1)], mu[k])
-        a = vk / (vk + pv)  # x_k | x_p, X_below = a x_p + (1 - a) mu_k + N(0, w)
+        kl = jnp.minimum(k, N - 1)
+        vk = jnp.where(leaf, V[kl], v[k])
+        muk = jnp.where(leaf, M[kl], mu[k])
+        a = vk / (vk + pv)  # x_k | x_p, data below = a x_p + (1 - a) mu_k + N(0, w)
         w = pv * vk / (vk + pv)
-        mk = a * mp + (1.0 - a) * muk
         idx = jnp.where(active[k], k, m)
-        mean = mean.at[idx].set(mk, mode="drop")
+        mean = mean.at[idx].set(a * mp + (1.0 - a) * muk, mode="drop")
         var = var.at[idx].set(a * a * Pp + w, mode="drop")
         cross = cross.at[idx].set(a * Pp, mode="drop")
         return mean, var, cross
 
-    init = (jnp.zeros((m, D), f), jnp.zeros(m, f), jnp.zeros(m, f))
-    mean, var, cross = jax.lax.fori_loop(0, m, body, init)
+    z = jnp.zeros(v.shape, M.dtype)
+    return jax.lax.fori_loop(0, m, body, (jnp.zeros((m, D), M.dtype), z, z))
+
+
+def _marginals(parent, times, active, X, sigma2):
+    """Upward pass (`_messages`) then downward pass: per node posterior mean / variance,
+    covariance with the parent, ``b`` of the edge into it, and ``log p(X)``."""
+    N, D = X.shape
+    f = X.dtype
+    order = _order(parent, times, active)
+    mu, v, _, loglik = _messages(parent, times, active, X, sigma2, order)
+    mean, var, cross = _downward(parent, times, active, order, mu, v, X, jnp.zeros(N, f), sigma2)
     has_p = (parent >= 0) & active
     pp = jnp.maximum(parent, 0)
     mp = jnp.where(has_p[:, None], mean[pp], 0.0)
@@ -275,37 +285,10 @@ def _marginals_diag(parent, times, active, M, V, sigma2, order=None):
     ``var [m, D]``, ``cross [m, D]`` (covariance with the parent), ``b [m]`` and
     ``log N(M; 0, K + diag V)``. Leaves get their posterior marginals too (with ``V = 0``:
     ``M`` and 0, the Gaussian model)."""
-    m = parent.shape[0]
-    N, D = M.shape
-    f = M.dtype
     if order is None:
         order = _order(parent, times, active)
     mu, v, loglik = _messages_diag(parent, times, active, M, V, sigma2, order)
-
-    def body(i, carry):
-        mean, var, cross = carry
-        k = order[m - 1 - i]  # increasing time: parents first
-        p = parent[k]
-        has_p = p >= 0
-        pp = jnp.maximum(p, 0)
-        tp = jnp.where(has_p, times[pp], 0.0)
-        mp = jnp.where(has_p, mean[pp], jnp.zeros(D, f))
-        Pp = jnp.where(has_p, var[pp], jnp.zeros(D, f))
-        pv = sigma2 * (times[k] - tp)
-        leaf = k < N
-        kl = jnp.minimum(k, N - 1)
-        vk = jnp.where(leaf, V[kl], v[k])
-        muk = jnp.where(leaf, M[kl], mu[k])
-        a = vk / (vk + pv)  # x_k | x_p, data below = a x_p + (1 - a) mu_k + N(0, w)
-        w = pv * vk / (vk + pv)
-        idx = jnp.where(active[k], k, m)
-        mean = mean.at[idx].set(a * mp + (1.0 - a) * muk, mode="drop")
-        var = var.at[idx].set(a * a * Pp + w, mode="drop")
-        cross = cross.at[idx].set(a * Pp, mode="drop")
-        return mean, var, cross
-
-    z = jnp.zeros((m, D), f)
-    mean, var, cross = jax.lax.fori_loop(0, m, body, (z, z, z))
+    mean, var, cross = _downward(parent, times, active, order, mu, v, M, V, sigma2)
     has_p = (parent >= 0) & active
     pp = jnp.maximum(parent, 0)
     mp = jnp.where(has_p[:, None], mean[pp], 0.0)
