@@ -845,17 +845,18 @@ def pydt_mcmc(key, X, num_samples: int = 1000, num_warmup: int = 0, *, c=1.0, al
                 outs = list(pool.map(one, range(num_chains))) if pool is not None else [one(i) for i in
                                                                                        range(num_chains)]
                 sts = [o[0] for o in outs]
-                st = jax.tree_util.tree_map(lambda *a: jnp.stack(a), *sts)
-                info = jax.tree_util.tree_map(lambda *a: jnp.stack(a), *[o[1] for o in outs])
+                infos = [o[1] for o in outs]
             elif chains:
                 st, info = _step_chains(jax.random.split(kt, num_chains), st, Xj, pri, *flags)
             else:
                 st, info = _step_jit(kt, st, Xj, pri, *flags)
             r = t + 1 - num_warmup
             if r > 0 and r % thin == 0:
+                if split:  # per-chain states are stacked only where they are read
+                    st = _stack_states(sts)
                 rows.append(jax.device_get((st.parent, st.times, st.c, st.alpha, st.beta, st.sigma2, st.log_lik,
                                             st.log_prior)))
-                accs.append(np.asarray(info.accepted))
+                accs.append(np.stack([np.asarray(i.accepted) for i in infos]) if split else np.asarray(info.accepted))
             if bar is not None:
                 bar.update(1)
     finally:
@@ -863,9 +864,16 @@ def pydt_mcmc(key, X, num_samples: int = 1000, num_warmup: int = 0, *, c=1.0, al
             bar.close()
         if pool is not None:
             pool.shutdown()
+    if split:
+        st = _stack_states(sts)
     ax = 1 if chains else 0
     cols = [np.stack([r[i] for r in rows], axis=ax) for i in range(8)]
     return PYDTSamples(*cols, float(np.mean(np.concatenate([a.reshape(-1) for a in accs]))), st)
+
+
+def _stack_states(states):
+    """Per-chain `PYDTState`s -> one state with a leading chain axis (``None`` fields kept)."""
+    return jax.tree_util.tree_map(lambda *a: jnp.stack(a), *states)
 
 
 class _KernelState(NamedTuple):
