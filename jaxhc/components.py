@@ -196,12 +196,56 @@ def _gauss_merge(s1: GaussianStats, s2: GaussianStats) -> GaussianStats:
     return GaussianStats(n, mean, scatter)
 
 
+def _jaxlib_deadlocks() -> bool:
+    """True for jaxlib 0.10.x, whose CPU runtime deadlocks at random when a batched LAPACK
+    Cholesky runs inside a compiled loop (BHC's merge loop froze in about 1 of 4 fresh
+    processes; ``benchmarks/deadlock_repro.py``, ``benchmarks/stress_hangs.py``).
+    pyproject.toml excludes these releases; if one is installed anyway we warn and avoid
+    LAPACK in `_logdet_pd`."""
+    import jaxlib
+
+    return str(getattr(jaxlib, "__version__", "")).startswith("0.10.")
+
+
+_XLA_LOGDET = _jaxlib_deadlocks()
+if _XLA_LOGDET:
+    import warnings
+
+    warnings.warn(
+        "jaxlib 0.10.x deadlocks at random in compiled loops on CPU; jaxhc avoids LAPACK in its "
+        "Gaussian log marginals on this version (slower for d > 10). Install a supported JAX: "
+        "pip install 'jax!=0.10.*' 'jaxlib!=0.10.*'",
+        RuntimeWarning,
+        stacklevel=2,
+    )
+
+
+def _logdet_elimination_loop(A):
+    """log-determinant of positive definite ``[..., d, d]`` by Gaussian elimination in a
+    ``fori_loop`` of XLA ops (no LAPACK call: safe inside loops on jaxlib 0.10; ~3x the
+    time of a batched Cholesky at d = 30)."""
+    d = A.shape[-1]
+    io = jnp.arange(d)
+
+    def body(k, carry):
+        A, out = carry
+        piv = A[..., k, k]
+        col = jnp.where(io > k, A[..., :, k], 0.0)
+        A = A - col[..., :, None] * (col[..., None, :] / piv[..., None, None])
+        return A, out + jnp.log(piv)
+
+    return jax.lax.fori_loop(0, d, body, (A, jnp.zeros(A.shape[:-2], A.dtype)))[1]
+
+
 def _logdet_pd(A):
     """log-determinant of positive definite matrices ``[..., d, d]``.
 
     For ``d <= 10`` an unrolled elimination vectorised over the batch (faster than a
-    batched LAPACK call on CPU); otherwise a Cholesky factorisation."""
+    batched LAPACK call on CPU); otherwise a Cholesky factorisation (an elimination loop
+    on jaxlib 0.10, see `_jaxlib_deadlocks`)."""
     d = A.shape[-1]
+    if d > 10 and _XLA_LOGDET:
+        return _logdet_elimination_loop(A)
     if d <= 10:
         out = jnp.zeros(A.shape[:-2], A.dtype)
         for _ in range(d):
