@@ -287,18 +287,43 @@ def _check_pd(A, name):
             raise ValueError(f"{name} must be positive definite")
 
 
+# Unconstrained parameterisations (``unconstrain`` / ``constrain``) are total: every real
+# vector maps to a valid component, so gradient steps can never produce a component whose
+# constructor refuses it. Positive scalars are ``exp(u)`` with ``u`` clipped to
+# [-_LOG_BOUND, _LOG_BOUND]; positive definite matrices are a log-Cholesky factor plus a
+# relative floor on the spectrum, ``A = L L^T + _PD_FLOOR * tr(L L^T) / d * I``, so that A
+# stays numerically positive definite (condition number below ~1 / _PD_FLOOR) whatever L is.
+_LOG_BOUND = 30.0
+_PD_FLOOR = 1e-8
+
+
+def _pos(u):
+    """``exp(u)`` with ``u`` clipped to ``[-_LOG_BOUND, _LOG_BOUND]``: always positive and finite."""
+    return jnp.exp(jnp.clip(u, -_LOG_BOUND, _LOG_BOUND))
+
+
 def _chol_params(A):
-    L = jnp.linalg.cholesky(A)
+    """Inverse of `_chol_unparams`: the log-Cholesky factor of ``A - floor * I``. A matrix
+    with a condition number beyond ~1 / _PD_FLOOR maps to one whose smallest eigenvalues are
+    raised to the floor (the round trip is exact otherwise)."""
     d = A.shape[-1]
+    floor = _PD_FLOOR * jnp.trace(A) / (d * (1.0 + _PD_FLOOR))
+    lam_min = jnp.linalg.eigvalsh(A)[0]
+    L = jnp.linalg.cholesky(A - jnp.minimum(floor, 0.5 * lam_min) * jnp.eye(d, dtype=A.dtype))
     diag = jnp.log(jnp.diagonal(L))
     return L * (1 - jnp.eye(d)) + jnp.diag(diag)
 
 
 def _chol_unparams(U):
+    """``L L^T + _PD_FLOOR tr(L L^T) / d I`` with ``L = tril(U, -1) + diag(exp(diag U))``
+    (entries clipped so that nothing overflows): positive definite for every real ``U``."""
     d = U.shape[-1]
-    low = jnp.tril(U, -1)
-    L = low + jnp.diag(jnp.exp(jnp.diagonal(U)))
-    return L @ L.T
+    big = float(np.exp(_LOG_BOUND))
+    low = jnp.clip(jnp.tril(U, -1), -big, big)
+    L = low + jnp.diag(_pos(jnp.diagonal(U)))
+    A = L @ L.T
+    floor = _PD_FLOOR * jnp.sum(L * L) / d
+    return 0.5 * (A + A.T) + floor * jnp.eye(d, dtype=A.dtype)
 
 
 class NormalInverseWishart(Component):
@@ -431,7 +456,8 @@ class NormalInverseWishart(Component):
     def constrain(self, u) -> "NormalInverseWishart":
         d = self.dim
         return NormalInverseWishart(
-            u["mean"], jnp.exp(u["log_kappa"]), jnp.exp(u["log_dof_excess"]) + (d - 1), _chol_unparams(u["scale_chol"])
+            u["mean"], _pos(u["log_kappa"]), (d - 1) + jnp.maximum(_pos(u["log_dof_excess"]), 1e-6),
+            _chol_unparams(u["scale_chol"]),
         )
 
 
@@ -652,7 +678,7 @@ class BetaBernoulli(_BetaCounts):
             raise ValueError(f"{name} must be binary (0/1, NaN for missing) for BetaBernoulli")
 
     def constrain(self, u) -> "BetaBernoulli":
-        return BetaBernoulli(jnp.exp(u["log_a"]), jnp.exp(u["log_b"]))
+        return BetaBernoulli(_pos(u["log_a"]), _pos(u["log_b"]))
 
 
 class BetaBinomial(_BetaCounts):
@@ -699,7 +725,7 @@ class BetaBinomial(_BetaCounts):
             raise ValueError(f"{name} must hold integers in [0, trials] (NaN for missing) for BetaBinomial")
 
     def constrain(self, u) -> "BetaBinomial":
-        return BetaBinomial(jnp.exp(u["log_a"]), jnp.exp(u["log_b"]), self.trials)
+        return BetaBinomial(_pos(u["log_a"]), _pos(u["log_b"]), self.trials)
 
 
 class MultinomialStats(NamedTuple):
@@ -776,7 +802,7 @@ class DirichletMultinomial(Component):
         )
 
     def unconstrain(self):
-        return {"log_alpha": jnp.log(self.alpha)}
+        return {"log_concentration": jnp.log(self.alpha)}  # not "log_alpha": that is the DPM alpha in learn_hyperparameters
 
     def constrain(self, u) -> "DirichletMultinomial":
-        return DirichletMultinomial(jnp.exp(u["log_alpha"]))
+        return DirichletMultinomial(_pos(u["log_concentration"]))

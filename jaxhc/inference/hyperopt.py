@@ -92,6 +92,8 @@ def learn_hyperparameters(
     opt = optimizer if optimizer is not None else optax.adam(0.05)
 
     u0 = dict(component.unconstrain())
+    if "log_alpha" in u0:  # a family must not use the DPM concentration's name
+        raise ValueError(f"{type(component).__name__}.unconstrain() uses the reserved name 'log_alpha'")
     u0["log_alpha"] = jnp.log(jnp.asarray(alpha, dtype=jnp.result_type(float)))
     names = set(u0) if learn is None else set(learn)
     unknown = names - set(u0)
@@ -102,26 +104,50 @@ def learn_hyperparameters(
     def unpack(u):
         u = {k: (v if mask[k] else jax.lax.stop_gradient(v)) for k, v in u.items()}
         comp = component.constrain({k: v for k, v in u.items() if k != "log_alpha"})
-        return comp, jnp.exp(u["log_alpha"])
+        return comp, jnp.exp(jnp.clip(u["log_alpha"], -30.0, 30.0))  # total, as the components' maps
 
     def value(u, node_stats, children):
         comp, a = unpack(u)
         return obj(tree_node_terms(comp, a, node_stats, children))
 
+    def finite(tree):
+        return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree_util.tree_leaves(tree)]))
+
     @jax.jit
     def m_step(u, node_stats, children):
+        """``steps`` optimiser steps on the fixed tree. A step is kept only if the objective
+        and its gradient at the new point are finite; otherwise the step is undone and the
+        step size halved (backtracking). Returns the last accepted point and the trace."""
         state = opt.init(u)
+        v0 = value(u, node_stats, children)
+
+        def where(c, a, b):
+            return jax.tree_util.tree_map(lambda x, y: jnp.where(c, x, y), a, b)
 
         def step(carry, _):
-            u, state = carry
+            # u_ok: last accepted point; u: the proposal u_ok + scale * direction
+            u_ok, u, state, direction, scale, v_ok = carry
             v, g = jax.value_and_grad(value)(u, node_stats, children)
-            g = jax.tree_util.tree_map(lambda x: -x, g)
-            g = {k: (gv if mask[k] else jnp.zeros_like(gv)) for k, gv in g.items()}
-            upd, state = opt.update(g, state, u)
-            return (optax.apply_updates(u, upd), state), v
+            ok = jnp.isfinite(v) & finite(g)
+            g = {k: jnp.where(ok & mask[k], -gv, jnp.zeros_like(gv)) for k, gv in g.items()}
+            upd, new_state = opt.update(g, state, u)
+            # accepted: step from u with the optimiser's update; rejected: back to u_ok and
+            # retry the same direction with half the step
+            u_ok = where(ok, u, u_ok)
+            state = where(ok, new_state, state)
+            direction = where(ok, upd, direction)
+            scale = jnp.where(ok, jnp.minimum(1.0, 2.0 * scale), 0.5 * scale)
+            v_ok = jnp.where(ok, v, v_ok)
+            u_next = jax.tree_util.tree_map(lambda a, b: a + scale * b, u_ok, direction)
+            return (u_ok, u_next, state, direction, scale, v_ok), v_ok
 
-        (u, _), trace = jax.lax.scan(step, (u, state), None, length=steps)
-        return u, trace
+        one = jnp.ones((), jnp.result_type(float))
+        zero_dir = jax.tree_util.tree_map(jnp.zeros_like, u)
+        carry = (u, u, state, zero_dir, one, v0)
+        (u_ok, u_last, _, _, _, _), trace = jax.lax.scan(step, carry, None, length=steps)
+        # the last proposal has not been checked yet
+        ok = jnp.isfinite(value(u_last, node_stats, children)) & finite(u_last)
+        return where(ok, u_last, u_ok), trace
 
     def e_step(u):
         comp, a = unpack(u)
