@@ -55,6 +55,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_OUT = os.path.join(HERE, "results", "bhc_purity.json")
 LINKAGES = ("single", "complete", "average")
 DATASETS = ("digits3", "digits10", "iris", "wine")
+LEARN_OUT = os.path.join(HERE, "results", "bhc_learning.json")
 
 
 # ------------------------------------------------------------------------------------------
@@ -75,9 +76,9 @@ def digits_subset(classes, per_class, seed):
 
 
 def uci_subset(name, frac, seed):
-    from sklearn.datasets import load_iris, load_wine
+    from sklearn.datasets import load_breast_cancer, load_iris, load_wine
 
-    d = {"iris": load_iris, "wine": load_wine}[name]()
+    d = {"iris": load_iris, "wine": load_wine, "breast_cancer": load_breast_cancer}[name]()
     X, y = d.data.astype(np.float64), d.target.astype(np.int64)
     rng = np.random.default_rng(seed)
     m = int(round(frac * X.shape[0]))
@@ -93,6 +94,8 @@ def get_subset(name, seed):
         return digits_subset((0, 2, 4), 40, seed)
     if name == "digits10":
         return digits_subset(tuple(range(10)), 20, seed)
+    if name == "breast_cancer":  # 150 random points of 569
+        return uci_subset(name, 150 / 569, seed)
     return uci_subset(name, 0.8, seed)
 
 
@@ -175,18 +178,122 @@ def print_table(all_res):
         print(f"{m:<16}" + "".join(f"{c:>{colw}}" for c in cells))
 
 
+# ------------------------------------------------------------------------------------------
+# hyperparameter learning: evidence and purity before / after, and the true labelling
+# ------------------------------------------------------------------------------------------
+LEARN_DATASETS = ("digits3", "iris", "wine", "breast_cancer")
+
+
+def learn_families(name, X):
+    """(family name, data, starting component) for the learning table."""
+    if name.startswith("digits"):
+        return [("BetaBernoulli", X, jaxhc.BetaBernoulli.from_data(X)),
+                ("BetaBernoulli from Beta(1,1)", X, jaxhc.BetaBernoulli(1.0, 1.0))]
+    return [("NormalInverseWishart", X, jaxhc.NormalInverseWishart.from_data(X)),
+            ("NormalKnownCov", X, jaxhc.NormalKnownCov.from_data(X))]
+
+
+def _scores(X, y, comp, alpha):
+    """Evidence, dendrogram purity, and the DPM log joint ``log p(D, c)`` of BHC's flat cut
+    (r < 0.5) and of the true labelling under the same model."""
+    from jaxhc.models.dpm import dpm_log_joint
+
+    res = jaxhc.bhc(X, comp, alpha, progress_bar=False)
+    cut = np.asarray(res.cut(0.5))
+    return {
+        "evidence": float(res.log_evidence),
+        "dpm_bound": float(res.dpm_lower_bound),
+        "purity": float(dendrogram_purity(res.tree, y)),
+        "clusters": int(np.unique(cut).size),
+        "joint_cut": float(dpm_log_joint(X, cut, comp, alpha)),
+        "joint_true": float(dpm_log_joint(X, y, comp, alpha)),
+    }
+
+
+def evaluate_learning(name, reps, steps=100, max_rounds=10, verbose=True):
+    """Per family: scores with the empirical defaults (alpha = 1), then with the
+    hyperparameters (alpha and the family's) learned by `jaxhc.learn_hyperparameters`."""
+    rows = {}
+    info = None
+    for seed in range(reps):
+        X, y = get_subset(name, seed)
+        info = {"n": int(X.shape[0]), "d": int(X.shape[1]), "classes": int(np.unique(y).size)}
+        for fam, Xf, comp in learn_families(name, X):
+            before = _scores(Xf, y, comp, 1.0)
+            t0 = time.perf_counter()
+            fit = jaxhc.learn_hyperparameters(Xf, comp, 1.0, steps=steps, max_rounds=max_rounds)
+            secs = time.perf_counter() - t0
+            after = _scores(Xf, y, fit.component, fit.alpha)
+            after["alpha"] = float(fit.alpha)
+            rows.setdefault(fam, []).append({"before": before, "after": after, "seconds": secs})
+            if verbose:
+                print(f"  {name} subset {seed} {fam}: evidence {before['evidence']:.1f} -> {after['evidence']:.1f}, "
+                      f"purity {before['purity']:.3f} -> {after['purity']:.3f}", flush=True)
+    out = {}
+    for fam, rs in rows.items():
+        summ = {}
+        for when in ("before", "after"):
+            for key in ("evidence", "dpm_bound", "purity", "clusters", "joint_cut", "joint_true"):
+                summ[f"{when}_{key}"] = float(np.mean([r[when][key] for r in rs]))
+            summ[f"{when}_true_beats_cut"] = int(sum(r[when]["joint_true"] > r[when]["joint_cut"] for r in rs))
+        summ["alpha_learned"] = float(np.mean([r["after"]["alpha"] for r in rs]))
+        summ["seconds"] = float(np.median([r["seconds"] for r in rs]))
+        out[fam] = {"summary": summ, "subsets": rs}
+    return {"dataset": name, **(info or {}), "reps": reps, "families": out}
+
+
+def print_learning_table(all_res):
+    print("\nHyperparameter learning (means over subsets; 'true > cut': subsets where the true labelling has a")
+    print("higher DPM log joint log p(D, c) than BHC's r < 0.5 cut under the same model, i.e. the search, not the")
+    print("model, falls short there)")
+    hdr = ("| data | family | evidence before -> after | purity before -> after | clusters | "
+           "log p(D, c_cut) | log p(D, c_true) | true > cut |")
+    print(hdr)
+    print("|---|---|---|---|---|---|---|---|")
+    for r in all_res:
+        for fam, v in r["families"].items():
+            s = v["summary"]
+            print(f"| {r['dataset']} (n={r['n']}, d={r['d']}) | {fam} | {s['before_evidence']:.1f} -> {s['after_evidence']:.1f} "
+                  f"| {s['before_purity']:.3f} -> {s['after_purity']:.3f} "
+                  f"| {s['before_clusters']:.1f} -> {s['after_clusters']:.1f} "
+                  f"| {s['before_joint_cut']:.1f} -> {s['after_joint_cut']:.1f} "
+                  f"| {s['before_joint_true']:.1f} -> {s['after_joint_true']:.1f} "
+                  f"| {s['before_true_beats_cut']} -> {s['after_true_beats_cut']} of {r['reps']} |")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="2 subsets per data set (smoke test)")
     ap.add_argument("--reps", type=int, default=None, help="subsets per data set (default 10)")
     ap.add_argument("--datasets", type=str, default=",".join(DATASETS), help=f"subset of {','.join(DATASETS)}")
     ap.add_argument("--out", type=str, default=None, help=f"JSON output (default {DEFAULT_OUT}; --quick: none)")
+    ap.add_argument("--learn", action="store_true",
+                    help=f"hyperparameter learning table instead (data sets {','.join(LEARN_DATASETS)}; "
+                         f"default 3 subsets; JSON {LEARN_OUT})")
     args = ap.parse_args(argv)
+    if args.learn:
+        reps = args.reps or (1 if args.quick else 3)
+        names = [s for s in args.datasets.split(",") if s] if args.datasets != ",".join(DATASETS) else list(LEARN_DATASETS)
+        t0 = time.perf_counter()
+        res = [evaluate_learning(n, reps, steps=30 if args.quick else 100, max_rounds=2 if args.quick else 10)
+               for n in names]
+        print_learning_table(res)
+        print(f"\ntotal {time.perf_counter() - t0:.1f} s")
+        out_path = args.out or (None if args.quick else LEARN_OUT)
+        if out_path:
+            with open(out_path, "w") as f:
+                json.dump({"benchmark": "bhc_purity --learn", "jax": jax.__version__,
+                           "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+                           "method": "subsets as for purity; alpha=1 and from_data defaults, then "
+                                     "learn_hyperparameters(steps=100, max_rounds=10); dpm_log_joint of the "
+                                     "r<0.5 cut and of the true labels", "datasets": res}, f, indent=1)
+            print(f"wrote {out_path}")
+        return 0
     reps = args.reps or (2 if args.quick else 10)
     out_path = args.out or (None if args.quick else DEFAULT_OUT)
     names = [s for s in args.datasets.split(",") if s]
     for s in names:
-        if s not in DATASETS:
+        if s not in DATASETS + ("breast_cancer",):
             ap.error(f"unknown data set {s!r}; choose from {DATASETS}")
 
     t0 = time.perf_counter()
