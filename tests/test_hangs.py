@@ -34,7 +34,7 @@ def test_allowed_jax_version():
         assert m, f"cannot read {name} version {v!r}"
         version = tuple(int(p) for p in m.groups())
         assert version[:2] != (0, 10), f"{name} {v} is excluded (deadlocks in BHC's merge loop)"
-        assert version >= (0, 7, 2), f"{name} {v} is older than 0.7.2"
+        assert version >= (0, 9, 2), f"{name} {v} is older than 0.9.2"
 
 
 def test_reproducer_never_hangs_in_fresh_processes():
