@@ -230,7 +230,16 @@ def evaluate_learning(name, reps, steps=100, max_rounds=10, verbose=True):
                 print(f"  {name} subset {seed} {fam}: evidence {before['evidence']:.1f} -> {after['evidence']:.1f}, "
                       f"purity {before['purity']:.3f} -> {after['purity']:.3f}", flush=True)
     out = {}
+    for link in ("ward", "average"):  # the baselines, on the same subsets
+        rows[f"{link} linkage"] = []
+        for seed in range(reps):
+            X, y = get_subset(name, seed)
+            pur = float(dendrogram_purity(Tree.from_linkage(linkage(X, link)), y))
+            rows[f"{link} linkage"].append({"purity": pur})
     for fam, rs in rows.items():
+        if fam.endswith("linkage"):
+            out[fam] = {"summary": {"purity": float(np.mean([r["purity"] for r in rs]))}, "subsets": rs}
+            continue
         summ = {}
         for when in ("before", "after"):
             for key in ("evidence", "dpm_bound", "purity", "clusters", "joint_cut", "joint_true"):
@@ -253,6 +262,9 @@ def print_learning_table(all_res):
     for r in all_res:
         for fam, v in r["families"].items():
             s = v["summary"]
+            if fam.endswith("linkage"):
+                print(f"| {r['dataset']} (n={r['n']}, d={r['d']}) | {fam} (baseline) | | {s['purity']:.3f} | | | | |")
+                continue
             print(f"| {r['dataset']} (n={r['n']}, d={r['d']}) | {fam} | {s['before_evidence']:.1f} -> {s['after_evidence']:.1f} "
                   f"| {s['before_purity']:.3f} -> {s['after_purity']:.3f} "
                   f"| {s['before_clusters']:.1f} -> {s['after_clusters']:.1f} "

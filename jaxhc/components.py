@@ -197,9 +197,9 @@ def _gauss_merge(s1: GaussianStats, s2: GaussianStats) -> GaussianStats:
 
 
 def _jaxlib_deadlocks() -> bool:
-    """True for jaxlib 0.10.x, whose CPU runtime deadlocks at random when a batched LAPACK
-    Cholesky runs inside a compiled loop (BHC's merge loop froze in about 1 of 4 fresh
-    processes; ``benchmarks/deadlock_repro.py``, ``benchmarks/stress_hangs.py``).
+    """True for jaxlib 0.10.x, whose CPU runtime deadlocks at random when two batched LAPACK
+    Cholesky calls of one program run at once (BHC's merge loop froze in about 1 of 4 fresh
+    processes for NIW data with d > 10; ``benchmarks/deadlock_repro.py``).
     pyproject.toml excludes these releases; if one is installed anyway we warn and avoid
     LAPACK in `_logdet_pd`."""
     import jaxlib
@@ -212,7 +212,7 @@ if _XLA_LOGDET:
     import warnings
 
     warnings.warn(
-        "jaxlib 0.10.x deadlocks at random in compiled loops on CPU; jaxhc avoids LAPACK in its "
+        "jaxlib 0.10.x deadlocks at random in batched LAPACK calls on CPU; jaxhc avoids LAPACK in its "
         "Gaussian log marginals on this version (slower for d > 10). Install a supported JAX: "
         "pip install 'jax!=0.10.*' 'jaxlib!=0.10.*'",
         RuntimeWarning,
@@ -222,8 +222,8 @@ if _XLA_LOGDET:
 
 def _logdet_elimination_loop(A):
     """log-determinant of positive definite ``[..., d, d]`` by Gaussian elimination in a
-    ``fori_loop`` of XLA ops (no LAPACK call: safe inside loops on jaxlib 0.10; ~3x the
-    time of a batched Cholesky at d = 30)."""
+    ``fori_loop`` of XLA ops (no LAPACK call, so no jaxlib 0.10 deadlock; ~3x the time of a
+    batched Cholesky at d = 30)."""
     d = A.shape[-1]
     io = jnp.arange(d)
 
