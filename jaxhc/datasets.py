@@ -6,6 +6,8 @@
 * `sample_dpm` - data from a Dirichlet-process mixture: a CRP partition drawn with
   ``jax.random`` and Gaussian (random means and covariances) or Bernoulli clusters.
 * `mixture_of_gaussians` - isotropic Gaussian blobs around given centers.
+* `hierarchical_gaussian` - a nested Gaussian hierarchy with known labels at every level
+  (group means drawn around their parent's mean, level by level).
 
 The loaders need scikit-learn (``pip install jaxhc[cli]``); it is imported lazily, and the
 data files ship inside scikit-learn, so no network access is needed. Every function returns
@@ -28,6 +30,7 @@ __all__ = [
     "load_wine",
     "sample_dpm",
     "mixture_of_gaussians",
+    "hierarchical_gaussian",
     "cross_clustering_synthetic",
 ]
 
@@ -315,6 +318,53 @@ def mixture_of_gaussians(key, n_per_cluster, centers, scale=1.0) -> Tuple[np.nda
     eps = _numpy_rng(key).standard_normal((labels.size, d))
     X = C[labels] + sc[labels, None] * eps
     return X, labels.astype(np.int64)
+
+
+def hierarchical_gaussian(key, branching=(3, 2), n_per_leaf=25, dim: int = 4, scales=(6.0, 2.0),
+                          noise: float = 0.5) -> Tuple[np.ndarray, np.ndarray]:
+    """A nested Gaussian hierarchy with known labels at every level.
+
+    Level 1 has ``branching[0]`` groups with means ``m ~ N(0, scales[0]^2 I)``; every group at
+    level ``l`` has ``branching[l]`` children with means ``m_child ~ N(m_parent, scales[l]^2
+    I)``; every leaf group (level ``len(branching)``) holds ``n_per_leaf`` points ``x ~
+    N(m_leaf, noise^2 I)``. With ``scales`` decreasing and ``noise`` below the last scale the
+    levels are visible to a hierarchical clustering, and a fixed-depth model (BHMC, nested
+    CRP) has one true node per group.
+
+    Args:
+      key: a JAX PRNG key or an integer seed (its bits seed the host-side draws).
+      branching: children per node at each level, positive ints (the number of levels is its
+        length).
+      n_per_leaf: points per leaf group (positive int).
+      dim: dimension ``d``.
+      scales: standard deviation of the group means around their parent's at each level
+        (same length as ``branching``, positive).
+      noise: within-leaf standard deviation (positive).
+
+    Returns:
+      ``(X, level_labels)``: ``X`` float64 ``[N, d]`` with ``N = prod(branching) *
+      n_per_leaf`` (leaf group by leaf group), ``level_labels`` int64 ``[N, len(branching)]``
+      whose column ``l`` numbers the level-``l + 1`` groups ``0 ..``.
+    """
+    key = _as_key(key, "key")
+    br = np.asarray(branching)
+    if br.ndim != 1 or br.size == 0 or br.dtype.kind not in "iu" or np.any(br < 1):
+        raise ValueError(f"branching must be a non-empty sequence of positive ints, got {branching!r}")
+    sc = np.asarray(scales, dtype=np.float64)
+    if sc.shape != br.shape or not np.all(np.isfinite(sc)) or np.any(sc <= 0):
+        raise ValueError(f"scales must be {br.size} positive numbers (one per level), got {scales!r}")
+    n = _positive_int(n_per_leaf, "n_per_leaf")
+    d = _positive_int(dim, "dim")
+    noise = _positive_float(noise, "noise")
+    rng = _numpy_rng(key)
+    means = np.zeros((1, d))
+    labels = np.zeros((1, 0), np.int64)
+    for b, s in zip(br.tolist(), sc.tolist()):
+        means = np.repeat(means, b, axis=0) + s * rng.standard_normal((means.shape[0] * b, d))
+        groups = np.arange(means.shape[0])
+        labels = np.concatenate([np.repeat(labels, b, axis=0), groups[:, None]], axis=1)
+    X = np.repeat(means, n, axis=0) + noise * rng.standard_normal((means.shape[0] * n, d))
+    return X, np.repeat(labels, n, axis=0).astype(np.int64)
 
 
 def cross_clustering_synthetic(key, n_rows: int = 100, n_cols: int = 200, n_views: int = 4, n_clusters=4,

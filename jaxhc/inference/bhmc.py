@@ -36,7 +36,7 @@ from ..models.ncrp_hdp import (
 )
 from numpyro.infer.mcmc import MCMCKernel
 
-from ..tree import ParentTree
+from ..tree import ParentTree, Tree
 from .mh import mh_accept
 
 __all__ = [
@@ -269,6 +269,115 @@ def _point_update(key, st: BHMCState, n, x, cfg, *, mode: str):
     return st, x, acc
 
 
+def _path_conditional(st: BHMCState, n, x, cfg, likelihood: bool = True):
+    """Log weights of every place point ``n`` can go, given the other points, ``B`` and
+    ``theta`` (the exact nested-CRP Gibbs conditional with ``c_n`` summed out).
+
+    With ``m_z`` the number of other points through node ``z``, ``pa(z)`` its parent and
+    ``p(x | beta) = sum_k beta_k N(x; theta_k, sigma2 I) + beta* f*(x)`` (Eq. 1),
+
+    * an existing leaf ``z`` (level ``L``, ``m_z > 0``) has weight
+      ``R(z) p(x_n | beta_z)`` with ``R(z) = prod_{y on root->z, y != root}
+      m_y / (m_{pa(y)} + alpha)``, the nCRP probability of walking to ``z``;
+    * a new branch under an existing node ``z`` at level ``l < L`` (a new child of ``z`` and
+      new nodes below it down to level ``L``) has weight ``R(z) alpha / (m_z + alpha)
+      p(x_n | beta_z)``: the new nodes' weights ``beta ~ DP(gamma, beta_parent)`` enter the
+      likelihood linearly and ``E[beta_child | beta_parent] = beta_parent``, so integrating
+      them out leaves the weights of ``z``, the deepest existing node (section 4's identity).
+
+    Returns ``(leaf_logits [M], branch_logits [M], node_loglik [M], count_minus [M], ll [K],
+    lfs)``; entries of slots that are not such places are ``-inf``.
+    """
+    M, K1 = st.logb.shape
+    L = st.path.shape[1] - 1
+    f = st.logb.dtype
+    count_minus = st.count.at[st.path[n]].add(-1)
+    slots = jnp.arange(M)
+    act = (count_minus > 0) | (slots == 0)
+    ll, lfs = _comp_loglik(x, st.theta, st.sigma2, cfg)
+    if not likelihood:
+        ll, lfs = jnp.zeros_like(ll), jnp.zeros_like(lfs)
+    node_ll = logsumexp(st.logb + _mix_terms(jnp.zeros(K1, f), ll, lfs)[None, :], axis=1)
+    par = jnp.maximum(st.parent, 0)
+    cm = count_minus.astype(f)
+    log_stop = jnp.log(cm + st.alpha)  # the CRP's normaliser at each node
+    step = jnp.log(jnp.maximum(cm, 1.0)) - log_stop[par]
+    reach = jnp.zeros(M, f)
+    for l in range(1, L + 1):  # R(z), parents first
+        reach = jnp.where(st.level == l, reach[par] + step, reach)
+    ok = act & (st.parent >= 0)
+    reach = jnp.where(ok | (slots == 0), reach, _NEG)
+    leaf = jnp.where(ok & (st.level == L), reach + node_ll, _NEG)
+    branch = jnp.where(act & (st.level < L) & ((st.parent >= 0) | (slots == 0)),
+                       reach + jnp.log(st.alpha) - log_stop + node_ll, _NEG)
+    return leaf, branch, node_ll, count_minus, ll, lfs
+
+
+def _gibbs_point_update(key, st: BHMCState, n, x, cfg, likelihood: bool = True):
+    """Block Gibbs update of point ``n``'s path, its component ``c_n`` and the weights of any
+    nodes it creates, given everything else (`_path_conditional`):
+
+    1. draw the place (an existing leaf, or a new branch under an existing node ``z``) from its
+       exact conditional with ``c_n`` and the new nodes' weights summed out;
+    2. draw ``c_n`` from ``p(c_n = k) ∝ beta_{z,k} N(x_n; theta_k, sigma2 I)`` (``beta*_z
+       f*(x_n)`` for a new component), ``z`` the place's deepest existing node (Eq. 2);
+    3. draw the new nodes' weights top-down from their conditional given ``c_n``:
+       ``beta_child | beta_parent, c_n ~ Dir(gamma beta_parent + e_{c_n})`` (the posterior of
+       ``DP(gamma, beta_parent)`` after one draw ``c_n`` at or below the child);
+    4. a new component (``c_n = *``) is instantiated by `_new_component`, its ``theta`` drawn
+       from its posterior given ``x_n``.
+
+    Nodes only ``n`` went through are dropped when it leaves them (their weights go with them:
+    the block includes them). Returns ``(state, x_n, moved)``."""
+    M, K1 = st.logb.shape
+    K = K1 - 1
+    L = st.path.shape[1] - 1
+    kp, kc, kb, kn = jax.random.split(key, 4)
+    old = st.path[n]
+    leaf_lg, branch_lg, _, count_minus, ll, lfs = _path_conditional(st, n, x, cfg, likelihood)
+    pick = _categorical(kp, jnp.concatenate([leaf_lg, branch_lg]))
+    anchor = jnp.where(pick < M, pick, pick - M).astype(jnp.int32)
+    l0 = jnp.where(pick < M, L, st.level[anchor])  # deepest existing level on the new path
+    anc = jnp.zeros(L + 1, jnp.int32)
+    cur = anchor
+    for _ in range(L + 1):  # the anchor's ancestors (the root is written last, repeatedly)
+        anc = anc.at[st.level[cur]].set(cur)
+        cur = jnp.maximum(st.parent[cur], 0)
+    slots = jnp.arange(M)
+    free = jnp.nonzero((count_minus == 0) & (slots > 0), size=L, fill_value=M)[0].astype(jnp.int32)
+    lv = jnp.arange(L + 1)
+    new = lv > l0
+    path_n = jnp.where(new, free[jnp.clip(lv - l0 - 1, 0, L - 1)], anc)
+    # c_n given the place (new nodes' weights still summed out)
+    cn = _categorical(kc, _mix_terms(st.logb[anchor], ll, lfs))
+    onehot = jnp.where(jnp.arange(K1) == cn, 0.0, _NEG)
+    lg = jnp.log(st.gamma)
+
+    def draw_new(_):
+        def body(prev, l):
+            d = dirichlet_log(jax.random.fold_in(kb, l), jnp.logaddexp(lg + prev, onehot))
+            d = jnp.where(l > l0, d, prev)  # levels at or above the anchor keep its weights
+            return d, d
+
+        return jax.lax.scan(body, st.logb[anchor], jnp.arange(1, L + 1))[1]
+
+    newlb = jax.lax.cond(l0 < L, draw_new, lambda _: jnp.zeros((L, K1), st.logb.dtype), None)
+    write = new[1:]
+    idx = jnp.where(write, path_n[1:], M)
+    parent = st.parent.at[idx].set(path_n[:-1], mode="drop")
+    level = st.level.at[idx].set(jnp.arange(1, L + 1, dtype=st.level.dtype), mode="drop")
+    logb = st.logb.at[idx].set(newlb, mode="drop")
+    count = count_minus.at[path_n].add(1)
+    over = jnp.any(write & (path_n[1:] >= M))
+    moved = jnp.any(path_n != old)
+    st = st._replace(path=st.path.at[n].set(path_n), parent=parent, level=level, count=count, logb=logb,
+                     overflow=st.overflow | jnp.where(over, OVERFLOW_NODES, 0))
+    need = cn == K
+    st, slot = _new_component(kn, st, x, path_n[L], cfg, likelihood, need)
+    st = st._replace(c=st.c.at[n].set(jnp.where(need, slot, cn)))
+    return st, x, moved
+
+
 def _node_comp_counts(st: BHMCState):
     """``N_zk``: points through node ``z`` with ``c = k`` ``[M, K]``."""
     M, K1 = st.logb.shape
@@ -276,6 +385,74 @@ def _node_comp_counts(st: BHMCState):
     f = st.logb.dtype
     flat = (st.path * (K1 - 1) + st.c[:, None]).reshape(-1)
     return jax.ops.segment_sum(jnp.ones(N * L1, f), flat, num_segments=M * (K1 - 1)).reshape(M, K1 - 1)
+
+
+def _num_tables(key, counts, log_conc, capacity: int):
+    """Antoniak draws: the number of tables ``m`` that ``n`` customers occupy in a CRP with
+    concentration ``a``, elementwise over ``counts`` (``n``) and ``log_conc`` (``log a``);
+    ``m = sum_{i < n} Bernoulli(a / (a + i))``. The customers of all entries together must
+    be at most ``capacity`` (one uniform per customer: ``O(capacity)`` work, not
+    ``O(entries * max n)``)."""
+    shape = counts.shape
+    n = counts.reshape(-1)
+    la = log_conc.reshape(-1)
+    cs = jnp.cumsum(n)
+    j = jnp.arange(capacity)
+    g = jnp.minimum(jnp.searchsorted(cs, j, side="right"), n.shape[0] - 1)
+    valid = j < cs[-1]
+    rank = (j - (cs[g] - n[g])).astype(log_conc.dtype)
+    # log p = log a - log(a + rank); the first customer always opens a table
+    lp = jnp.where(rank > 0, la[g] - jnp.logaddexp(la[g], jnp.log(jnp.maximum(rank, 1.0))), 0.0)
+    u = jax.random.uniform(key, (capacity,), log_conc.dtype)
+    new = valid & (jnp.log(u) < lp)
+    return jax.ops.segment_sum(new.astype(n.dtype), g, num_segments=n.shape[0]).reshape(shape)
+
+
+def update_weights_exact(key, st: BHMCState):
+    """``B | V, c`` exactly, by the multilevel HDP's table counts (the direct-assignment
+    sampler of the hierarchical DP, level by level).
+
+    With the weights below a node integrated out, the ``n_zk`` customers of component ``k``
+    at node ``z`` (points at a leaf; the tables of its children at an internal node) sit at
+    ``m_zk ~ Antoniak(n_zk, gamma beta_{pa(z),k})`` tables, and those tables are the parent's
+    customers. Bottom-up, every level's tables are drawn given the current weights of the
+    level above; then top-down ``beta_root ~ Dir(n_root,1..K, gamma0)`` and ``beta_z ~
+    Dir(gamma beta_pa(z) + n_z)``. (The paper's Eq. 3-4, `update_weights`, give every node its
+    point counts instead of its children's tables, which is not the model's conditional: they
+    make the sampler drift from the prior; `tests/test_bhmc.py` checks this update leaves it
+    invariant.) Components without points get weight 0 everywhere."""
+    M, K1 = st.logb.shape
+    K = K1 - 1
+    N, L1 = st.path.shape
+    L = L1 - 1
+    f = st.logb.dtype
+    active = st.count > 0
+    par = jnp.maximum(st.parent, 0)
+    nonroot = active & (st.parent >= 0)
+    leaf_cnt = jax.ops.segment_sum(jnp.ones(N, jnp.int32), st.path[:, L] * K + st.c,
+                                   num_segments=M * K).reshape(M, K)
+    lg = jnp.log(st.gamma)
+    keys = jax.random.split(key, L + 2)
+    cust = jnp.where(((st.level == L) & nonroot)[:, None], leaf_cnt, 0)
+    for l in range(L, 0, -1):  # customers at level l -> tables -> customers at level l - 1
+        sel = (st.level == l) & nonroot
+        m = _num_tables(keys[l], jnp.where(sel[:, None], cust, 0), lg + st.logb[par, :K], N)
+        up = jax.ops.segment_sum(jnp.where(sel[:, None], m, 0), jnp.where(sel, par, M), num_segments=M + 1)[:M]
+        lvl = (st.level == l - 1) & (active | (jnp.arange(M) == 0))
+        cust = jnp.where(lvl[:, None], up, cust)
+    n_root = cust[0].astype(f)
+    root_conc = jnp.concatenate([jnp.log(n_root), jnp.log(st.gamma0)[None]])
+    logb = st.logb.at[0].set(dirichlet_log(keys[0], root_conc))
+    log_n = jnp.log(cust.astype(f))
+
+    def level_body(l, logb):
+        sel = (st.level == l) & nonroot
+        lp = logb[par]
+        conc = jnp.concatenate([jnp.logaddexp(log_n, lg + lp[:, :-1]), lg + lp[:, -1:]], axis=1)
+        draw = dirichlet_log(jax.random.fold_in(keys[L + 1], l), conc)
+        return jnp.where(sel[:, None], draw, logb)
+
+    return st._replace(logb=jax.lax.fori_loop(1, L + 1, level_body, logb))
 
 
 def update_weights(key, st: BHMCState):
@@ -300,12 +477,14 @@ def update_weights(key, st: BHMCState):
     return st._replace(logb=jax.lax.fori_loop(1, L + 1, level_body, logb))
 
 
-def update_theta(key, st: BHMCState, X, cfg):
+def update_theta(key, st: BHMCState, X, cfg, likelihood: bool = True):
     """Eq. 5: ``theta_k | X, c ~ N(mu_k, Sigma_k)`` with ``Sigma_k = (Sigma0^-1 + N_k
-    Sigma^-1)^-1``, ``mu_k = Sigma_k (Sigma0^-1 mu0 + Sigma^-1 sum_{c_n = k} x_n)``."""
+    Sigma^-1)^-1``, ``mu_k = Sigma_k (Sigma0^-1 mu0 + Sigma^-1 sum_{c_n = k} x_n)``
+    (``likelihood=False``: the prior ``H``)."""
     K = st.theta.shape[0]
-    nk = jax.ops.segment_sum(jnp.ones(X.shape[0], X.dtype), st.c, num_segments=K)
-    sk = jax.ops.segment_sum(X, st.c, num_segments=K)
+    w = jnp.ones(X.shape[0], X.dtype) if likelihood else jnp.zeros(X.shape[0], X.dtype)
+    nk = jax.ops.segment_sum(w, st.c, num_segments=K)
+    sk = jax.ops.segment_sum(X * w[:, None], st.c, num_segments=K)
     var = 1.0 / (1.0 / cfg.prior_var[None, :] + nk[:, None] / st.sigma2)
     mean = var * (cfg.mu0 / cfg.prior_var + sk / st.sigma2)
     return st._replace(theta=mean + jnp.sqrt(var) * jax.random.normal(key, mean.shape, mean.dtype))
@@ -378,7 +557,8 @@ def complete_data_log_likelihood(st: BHMCState, X):
     return lc + lx + ncrp_log_prob(st.parent, st.level, st.count, st.alpha, L)
 
 
-def _sweep(key, st: BHMCState, X, cfg, sample_hyper: bool, num_hyper_steps: int):
+def _sweep(key, st: BHMCState, X, cfg, sample_hyper: bool, num_hyper_steps: int, path_update: str = "gibbs",
+           likelihood: bool = True):
     N = X.shape[0]
     kperm, kpts, kh, kb, kt = jax.random.split(key, 5)
     perm = jax.random.permutation(kperm, N)
@@ -386,14 +566,18 @@ def _sweep(key, st: BHMCState, X, cfg, sample_hyper: bool, num_hyper_steps: int)
     def body(i, carry):
         s, nacc = carry
         n = perm[i]
-        s, _, acc = _point_update(jax.random.fold_in(kpts, i), s, n, X[n], cfg, mode="mcmc")
+        k = jax.random.fold_in(kpts, i)
+        if path_update == "gibbs":
+            s, _, acc = _gibbs_point_update(k, s, n, X[n], cfg, likelihood)
+        else:
+            s, _, acc = _point_update(k, s, n, X[n], cfg, mode="mcmc")
         return s, nacc + acc.astype(jnp.int32)
 
     st, nacc = jax.lax.fori_loop(0, N, body, (st, jnp.int32(0)))
     if sample_hyper:
         st = update_hyper(kh, st, X, cfg, num_hyper_steps)
-    st = update_weights(kb, st)
-    st = update_theta(kt, st, X, cfg)
+    st = update_weights_exact(kb, st) if path_update == "gibbs" else update_weights(kb, st)
+    st = update_theta(kt, st, X, cfg, likelihood)
     K = st.theta.shape[0]
     info = {
         "log_likelihood": complete_data_log_likelihood(st, X),
@@ -405,17 +589,25 @@ def _sweep(key, st: BHMCState, X, cfg, sample_hyper: bool, num_hyper_steps: int)
     return st, info
 
 
-@functools.partial(jax.jit, static_argnames=("sample_hyper", "num_hyper_steps"))
-def _sweep_jit(key, st, X, cfg, sample_hyper, num_hyper_steps):
-    return _sweep(key, st, X, cfg, sample_hyper, num_hyper_steps)
+@functools.partial(jax.jit, static_argnames=("sample_hyper", "num_hyper_steps", "path_update", "likelihood"))
+def _sweep_jit(key, st, X, cfg, sample_hyper, num_hyper_steps, path_update="gibbs", likelihood=True):
+    return _sweep(key, st, X, cfg, sample_hyper, num_hyper_steps, path_update, likelihood)
 
 
-def bhmc_step(key, state: BHMCState, X, cfg: BHMCConfig, *, sample_hyper: bool = False, num_hyper_steps: int = 5):
-    """One sweep of Algorithm 2 (compiled once per shape): every point's path MH and ``c_n``
-    Gibbs in a random order, then (optionally) hyperparameter MH, ``B`` and ``theta``.
-    Returns ``(state, info)``; ``info`` holds the complete-data log likelihood, the path
-    acceptance rate, node and component counts and the hyperparameters."""
-    return _sweep_jit(key, state, jnp.asarray(X), cfg, bool(sample_hyper), int(num_hyper_steps))
+def bhmc_step(key, state: BHMCState, X, cfg: BHMCConfig, *, sample_hyper: bool = False, num_hyper_steps: int = 5,
+              path_update: str = "gibbs", likelihood: bool = True):
+    """One sweep (compiled once per shape): every point's path and ``c_n`` in a random order
+    (``path_update="gibbs"``: the exact block Gibbs step `_gibbs_point_update`; ``"mh"``:
+    Algorithm 2's nCRP-proposal MH and Eq. 2), then (optionally) hyperparameter MH, ``B``
+    and ``theta``. ``likelihood=False`` targets the prior (the data are ignored; for
+    checking that the moves leave the prior invariant). Returns ``(state, info)``; ``info``
+    holds the complete-data log likelihood, the
+    fraction of points that moved (Gibbs) or whose proposal was accepted (MH), node and
+    component counts and the hyperparameters."""
+    if path_update not in ("gibbs", "mh"):
+        raise ValueError(f"path_update must be 'gibbs' or 'mh', got {path_update!r}")
+    return _sweep_jit(key, state, jnp.asarray(X), cfg, bool(sample_hyper), int(num_hyper_steps), path_update,
+                      bool(likelihood))
 
 
 # ------------------------------------------------------------------------------------------
@@ -538,6 +730,8 @@ class BHMCResult(NamedTuple):
       state: the last `BHMCState` (continue with `bhmc_step`).
       best_state: the reported `BHMCState`.
       config: the `BHMCConfig` used.
+      best_sweep: the sweep that gave it (``-1``: the start, when no kept sweep reached its
+        complete-data likelihood).
     """
 
     tree: ParentTree
@@ -549,6 +743,7 @@ class BHMCResult(NamedTuple):
     state: BHMCState
     best_state: BHMCState
     config: BHMCConfig
+    best_sweep: int = -1
 
 
 def state_to_tree(state: BHMCState):
@@ -618,20 +813,37 @@ def _check_key(key):
         raise TypeError("key must be a jax.random key (jax.random.key(0) or PRNGKey(0))")
 
 
-def make_config(X, *, mu0=0.0, prior_var=1.0, sigma2_max=None, step=(0.3, 0.3, 0.3, 0.1), gamma_max=1.5):
-    """The `BHMCConfig` for data ``X`` (``sigma2_max`` defaults to the mean per-feature
-    variance of ``X``)."""
+def _data_scale(X):
+    """Mean per-feature variance of ``X`` (1 for a single point or constant data)."""
+    v = float(np.mean(np.var(X, axis=0))) if X.shape[0] > 1 else 0.0
+    return v if v > 0 and np.isfinite(v) else 1.0
+
+
+def make_config(X, *, mu0=None, prior_var=None, sigma2_max=None, step=(0.3, 0.3, 0.3, 0.1), gamma_max=1.5):
+    """The `BHMCConfig` for data ``X``.
+
+    Defaults come from the data, so the model moves with it under ``X -> a X + b``: ``mu0``
+    the per-feature mean, ``prior_var`` the per-feature variance (the spread of the component
+    means is at most the data's; a constant feature gets ``1e-6`` of the mean variance),
+    ``sigma2_max`` the mean per-feature variance (the noise cannot exceed the data's spread)."""
     X = np.asarray(X, float)
     D = X.shape[1]
-    mu0 = np.broadcast_to(np.asarray(mu0, float), (D,))
-    pv = np.broadcast_to(np.asarray(prior_var, float), (D,))
+    scale = _data_scale(X)
+    if mu0 is None:
+        mu0 = np.mean(X, axis=0)
+    if prior_var is None:
+        prior_var = np.maximum(np.var(X, axis=0), 1e-6 * scale) if X.shape[0] > 1 else np.full(D, scale)
+    try:
+        mu0 = np.broadcast_to(np.asarray(mu0, float), (D,))
+        pv = np.broadcast_to(np.asarray(prior_var, float), (D,))
+    except (TypeError, ValueError):
+        raise ValueError(f"mu0 and prior_var must be scalars or length-{D} vectors") from None
     if not np.all(np.isfinite(mu0)):
         raise ValueError("mu0 must be finite")
     if not np.all(np.isfinite(pv)) or np.any(pv <= 0):
         raise ValueError(f"prior_var must be finite and > 0, got {prior_var}")
     if sigma2_max is None:
-        sigma2_max = float(np.mean(np.var(X, axis=0))) if X.shape[0] > 1 else 1.0
-        sigma2_max = max(sigma2_max, 1e-12)
+        sigma2_max = scale
     sigma2_max = _check_positive(sigma2_max, "sigma2_max")
     f = jnp.result_type(float)
     return BHMCConfig(jnp.asarray(mu0, f), jnp.asarray(pv, f), jnp.asarray(sigma2_max, f),
@@ -646,35 +858,199 @@ def _raise_overflow(flag, M, K, where):
                          f"pass a larger max_components")
 
 
-def bhmc(key, X, depth: int = 4, *, alpha=0.5, gamma0=1.0, gamma=0.5, sigma2=1.0, mu0=0.0, prior_var=1.0,
-         num_samples: int = 200, num_warmup: int = 100, sample_hyper: bool = False, sigma2_max=None,
+# ------------------------------------------------------------------------------------------
+# starting from a tree
+# ------------------------------------------------------------------------------------------
+def _linkage_of(tree, X):
+    """A scipy linkage matrix (heights ascending) for ``init``: Ward's on ``X``, or a binary
+    `Tree`'s merges ranked by its heights."""
+    from scipy.cluster.hierarchy import linkage
+
+    if isinstance(tree, str):
+        return linkage(X, method="ward")
+    Z = np.asarray(tree.to_linkage(), float)
+    return Z
+
+
+def level_sizes_from_gaps(heights, depth: int, max_clusters: int):
+    """Nodes per level for cutting a hierarchy to ``depth`` levels: the ``depth`` cluster
+    counts ``k`` in ``2 .. max_clusters`` where the merge heights jump most, by the ratio
+    ``h(k -> k - 1) / h(k + 1 -> k)`` of the merge that would go below ``k`` clusters to the
+    one before (the same rule that reads a dendrogram by its longest branches), sorted
+    ascending; when there are fewer candidates than levels the finest count repeats (a
+    level whose nodes have one child each).
+
+    Args:
+      heights: the ``N - 1`` merge heights, ascending (a linkage matrix's third column).
+      depth: number of levels ``L``.
+      max_clusters: the largest count considered.
+    """
+    h = np.asarray(heights, float)
+    n = h.size + 1
+    kmax = int(min(max_clusters, n - 1))
+    if kmax < 2:
+        return [min(n, 2 if n > 1 else 1)] * depth if n > 1 else [1] * depth
+    top = max(float(np.max(h)), 1e-300)
+    lh = np.log(np.maximum(h, 1e-12 * top))
+    ks = np.arange(2, kmax + 1)
+    gap = lh[n - ks] - lh[n - ks - 1]
+    order = ks[np.lexsort((ks, -gap))]  # largest jump first, smaller k on ties
+    chosen = sorted(order[:depth].tolist())
+    while len(chosen) < depth:
+        chosen.append(chosen[-1])
+    return chosen
+
+
+def tree_init_state(X, depth: int, cfg: BHMCConfig, *, key, init="ward", level_sizes=None, alpha=1.0,
+                    gamma0=1.0, gamma=0.5, sigma2=None, max_nodes: int = 1024, max_components: int = 128,
+                    sample_hyper: bool = True):
+    """A start for the sampler cut from a hierarchy: Ward's linkage of ``X`` (``init="ward"``)
+    or a binary `Tree` (e.g. ``jaxhc.bhc(...).tree``) cut at ``level_sizes`` clusters per level
+    (nested cuts; default `level_sizes_from_gaps` with at most ``max(2 sqrt(N), L + 1)``
+    clusters). Level ``l``'s clusters become its nodes, every leaf-level cluster one component
+    (``theta`` its mean), ``sigma2`` (when not given) the pooled within-cluster variance per
+    feature; then ``B`` and ``theta`` are drawn from their conditionals (Eq. 3-5).
+
+    Returns ``(state, level_sizes)``."""
+    from scipy.cluster.hierarchy import cut_tree
+
+    X = np.asarray(X, float)
+    N, D = X.shape
+    L, M, K = int(depth), int(max_nodes), int(max_components)
+    if N == 1:
+        sizes = [1] * L
+        labels = np.zeros((1, L), np.int64)
+    else:
+        Z = _linkage_of(init, X)
+        if level_sizes is None:
+            cap = max(min(int(2 * np.sqrt(N)), K), L + 1)
+            sizes = level_sizes_from_gaps(Z[:, 2], L, cap)
+        else:
+            sizes = [int(s) for s in level_sizes]
+            if len(sizes) != L or any(s < 1 or s > N for s in sizes) or sizes != sorted(sizes):
+                raise ValueError(f"init_levels must be {L} non-decreasing cluster counts in 1..N={N}, "
+                                 f"got {level_sizes!r}")
+        labels = np.asarray(cut_tree(Z, n_clusters=sizes), np.int64).reshape(N, L)
+    # node slots: root 0, then level by level (a nested cut: each cluster has one parent)
+    path = np.zeros((N, L + 1), np.int64)
+    parent = np.full(M, -1, np.int64)
+    level = np.zeros(M, np.int64)
+    nxt = 1
+    for l in range(1, L + 1):
+        key_l = labels[:, :l] if l > 1 else labels[:, :1]
+        _, inv = np.unique(labels[:, l - 1], return_inverse=True)
+        inv = inv.reshape(-1)
+        ids = nxt + inv
+        nxt += int(inv.max()) + 1
+        if nxt > M:
+            raise ValueError(f"the initial tree needs {nxt} node slots, more than max_nodes={M}; "
+                             f"pass a larger max_nodes or smaller init_levels")
+        path[:, l] = ids
+        parent[ids] = path[:, l - 1]
+        level[ids] = l
+        del key_l
+    _, c = np.unique(path[:, L], return_inverse=True)
+    c = c.reshape(-1)
+    kc = int(c.max()) + 1
+    if kc > K:
+        raise ValueError(f"the initial tree has {kc} leaf clusters, more than max_components={K}; "
+                         f"pass a larger max_components or smaller init_levels")
+    counts = np.bincount(c, minlength=K).astype(float)
+    theta = np.zeros((K, D))
+    np.add.at(theta, c, X)
+    theta[:kc] /= counts[:kc, None]
+    if sigma2 is None:
+        resid = float(np.mean((X - theta[c]) ** 2))
+        sigma2 = resid if resid > 0 else 0.01 * float(cfg.sigma2_max)
+        if sample_hyper:
+            sigma2 = min(sigma2, 0.99 * float(cfg.sigma2_max))
+    f = jnp.result_type(float)
+    st = _empty_state(N, D, L, M, K, (alpha, gamma0, gamma, sigma2), f)
+    count = np.zeros(M, np.int64)
+    np.add.at(count, path.reshape(-1), 1)
+    logb = np.full((M, K + 1), -np.inf)
+    logb[:, K] = 0.0
+    logb[0, :kc] = np.log(counts[:kc] / (N + 1.0))
+    logb[0, K] = np.log(1.0 / (N + 1.0))
+    st = st._replace(path=jnp.asarray(path, jnp.int32), c=jnp.asarray(c, jnp.int32),
+                     parent=jnp.asarray(parent, jnp.int32), level=jnp.asarray(level, jnp.int32),
+                     count=jnp.asarray(count, jnp.int32), logb=jnp.asarray(logb, f), theta=jnp.asarray(theta, f))
+    st = _refresh_jit(key, st, jnp.asarray(X, f), cfg)
+    return st, sizes
+
+
+@jax.jit
+def _refresh_jit(key, st, X, cfg):
+    kb, kt = jax.random.split(key)
+    return update_theta(kt, update_weights_exact(kb, st), X, cfg)
+
+
+def _check_chains(num_chains, chain_method):
+    if isinstance(num_chains, bool) or not isinstance(num_chains, (int, np.integer)) or num_chains < 1:
+        raise ValueError(f"num_chains must be an int >= 1, got {num_chains!r}")
+    if chain_method not in ("vectorized", "sequential"):
+        raise ValueError(f"chain_method must be 'vectorized' or 'sequential', got {chain_method!r}")
+
+
+@functools.partial(jax.jit, static_argnames=("sample_hyper", "num_hyper_steps", "path_update", "likelihood"))
+def _sweep_chains_jit(keys, st, X, cfg, sample_hyper, num_hyper_steps, path_update="gibbs", likelihood=True):
+    return jax.vmap(lambda k, s: _sweep(k, s, X, cfg, sample_hyper, num_hyper_steps, path_update, likelihood))(keys, st)
+
+
+def bhmc(key, X, depth: int = 4, *, alpha=1.0, gamma0=1.0, gamma=0.5, sigma2=None, mu0=None, prior_var=None,
+         num_samples: int = 200, num_warmup: int = 100, sample_hyper: bool = True, sigma2_max=None,
          epsilon=1e-6, max_nodes: Optional[int] = None, max_components: int = 128, num_hyper_steps: int = 5,
-         init_state: Optional[BHMCState] = None, progress_bar: bool = True) -> BHMCResult:
-    """Bayesian Hierarchical Mixture Clustering (Huang et al.): Algorithm 2 for
-    ``num_warmup + num_samples`` sweeps; reports the kept state with the greatest
-    complete-data likelihood ``p(X, c, V | B, theta)``, as the paper does.
+         init="ward", init_levels=None, path_update: str = "gibbs", num_chains: int = 1,
+         chain_method: str = "vectorized", init_state: Optional[BHMCState] = None, progress_bar: bool = True) -> BHMCResult:
+    """Bayesian Hierarchical Mixture Clustering (Huang et al.): ``num_warmup + num_samples``
+    sweeps of the exact block Gibbs sampler (or Algorithm 2's MH); reports the state with the
+    greatest complete-data likelihood ``p(X, c, V | B, theta)`` among the start and the kept
+    sweeps of all chains (the paper's criterion; ``best_sweep`` says which).
+
+    Defaults work on any data's location and scale: the base measure ``H`` is centred on the
+    data's mean with its per-feature variance, ``sigma2`` starts at the pooled within-cluster
+    variance of the initial tree and is sampled with ``(alpha, gamma0, gamma)`` under the
+    paper's hyperpriors, and the start is Ward's tree cut to ``depth`` levels where its merge
+    heights jump (`level_sizes_from_gaps`). The same key gives the same labels for ``X`` and
+    ``a X + b``.
 
     Args:
       key: a ``jax.random`` key (the same key gives the same result).
       X: float ``[N, D]`` data.
       depth: ``L`` >= 1, levels below the root.
-      alpha, gamma0, gamma: nCRP and HDP concentrations (> 0; ``gamma < 1.5`` when sampled).
-      sigma2: observation variance (``Sigma = sigma2 I``).
-      mu0, prior_var: base measure ``H = N(mu0, diag(prior_var))`` (scalars or ``[D]``).
+      alpha, gamma0, gamma: nCRP and HDP concentrations (> 0; ``gamma < 1.5`` when sampled);
+        starting values when ``sample_hyper``.
+      sigma2: observation variance (``Sigma = sigma2 I``); default from the initial tree
+        (``init="chain"``: a quarter of ``sigma2_max``).
+      mu0, prior_var: base measure ``H = N(mu0, diag(prior_var))`` (scalars or ``[D]``;
+        default the data's per-feature mean and variance).
       num_samples, num_warmup: sweeps kept / burnt.
       sample_hyper: MH updates of ``(alpha, gamma0, gamma, sigma2)`` after every sweep under
-        ``Ga(3, 1)``, ``Ga(3.5, 1)``, ``Unif(0, 1.5)``, ``Unif(0, sigma2_max)``.
+        ``Ga(3, 1)``, ``Ga(3.5, 1)``, ``Unif(0, 1.5)``, ``Unif(0, sigma2_max)`` (default on).
       sigma2_max: ``s`` of the ``sigma2`` prior (default: mean per-feature variance of X).
-      epsilon: initial root stick truncation (Algorithm 2, line 1).
+      epsilon: initial root stick truncation (``init="chain"``, Algorithm 2 line 1).
       max_nodes, max_components: slot capacities (default ``min(N L + L + 1, 1024)``, enough
         for every point on its own path while one more is proposed, and 128);
         running out raises a ValueError that names the one to raise.
       num_hyper_steps: MH proposals per hyperparameter per sweep.
-      init_state: continue from this state (e.g. ``result.state``) instead of initialising.
+      init: ``"ward"`` (default; `tree_init_state`), a binary `Tree` over the points (e.g. a
+        BHC tree) cut the same way, or ``"chain"`` (the paper's start: every point on one path,
+        components from the root's sticks at random points).
+      init_levels: clusters per level for a tree start (``L`` non-decreasing ints; default
+        `level_sizes_from_gaps`).
+      path_update: ``"gibbs"`` (exact conditional over every existing path and new-branch
+        position, `_gibbs_point_update`) or ``"mh"`` (Algorithm 2's nCRP-proposal MH).
+      num_chains: independent chains (different keys, same start); the best state over all of
+        them is reported.
+      chain_method: ``"vectorized"`` (one program ``vmap``-ed over chains) or
+        ``"sequential"``.
+      init_state: continue from this state (e.g. ``result.state``) instead of initialising
+        (one chain).
       progress_bar: show a tqdm bar over sweeps.
 
     Returns:
-      `BHMCResult` (``tree``, ``level_labels [N, L]``, ``trace``, ...).
+      `BHMCResult` (``tree``, ``level_labels [N, L]``, ``trace``, ...; with several chains
+      ``trace`` entries are ``[num_chains, sweeps]`` and ``state`` holds every chain).
     """
     _check_key(key)
     X = _check_X(X)
@@ -683,56 +1059,102 @@ def bhmc(key, X, depth: int = 4, *, alpha=0.5, gamma0=1.0, gamma=0.5, sigma2=1.0
     alpha = _check_positive(alpha, "alpha")
     gamma0 = _check_positive(gamma0, "gamma0")
     gamma = _check_positive(gamma, "gamma", 1.5 if sample_hyper else None)
-    sigma2 = _check_positive(sigma2, "sigma2")
+    if sigma2 is not None:
+        sigma2 = _check_positive(sigma2, "sigma2")
     epsilon = _check_positive(epsilon, "epsilon")
     num_samples = _check_int(num_samples, "num_samples", 1)
     num_warmup = _check_int(num_warmup, "num_warmup", 0)
     num_hyper_steps = _check_int(num_hyper_steps, "num_hyper_steps", 1)
     M = _check_int(max_nodes if max_nodes is not None else min(N * L + L + 1, 1024), "max_nodes", L + 1)
     K = _check_int(max_components, "max_components", 1)
+    if path_update not in ("gibbs", "mh"):
+        raise ValueError(f"path_update must be 'gibbs' or 'mh', got {path_update!r}")
+    _check_chains(num_chains, chain_method)
+    if not (isinstance(init, str) and init in ("ward", "chain")) and not isinstance(init, Tree):
+        raise ValueError(f"init must be 'ward', 'chain' or a jaxhc Tree over the {N} points, got {init!r}")
+    if isinstance(init, Tree) and init.n_leaves != N:
+        raise ValueError(f"init tree has {init.n_leaves} leaves, expected N={N}")
     cfg = make_config(X, mu0=mu0, prior_var=prior_var, sigma2_max=sigma2_max)
-    if sample_hyper and sigma2 >= float(cfg.sigma2_max):
-        raise ValueError(f"sigma2={sigma2} must be < sigma2_max={float(cfg.sigma2_max)} when sample_hyper=True")
+    if sample_hyper and sigma2 is not None and sigma2 >= float(cfg.sigma2_max):
+        raise ValueError(f"sigma2={sigma2} must be < sigma2_max={float(cfg.sigma2_max)} when sample_hyper=True "
+                         f"(leave sigma2=None to start from the data)")
     Xj = jnp.asarray(X)
     k_init, k_run = jax.random.split(key)
-    if init_state is None:
-        st = bhmc_init(k_init, Xj, L, cfg, alpha=alpha, gamma0=gamma0, gamma=gamma, sigma2=sigma2, epsilon=epsilon,
-                       max_nodes=M, max_components=K)
-    else:
+    hyper = dict(alpha=alpha, gamma0=gamma0, gamma=gamma)
+    if init_state is not None:
         st = init_state
         if tuple(st.path.shape) != (N, L + 1):
             raise ValueError(f"init_state.path has shape {tuple(st.path.shape)}, expected {(N, L + 1)}")
         M, K = st.parent.shape[0], st.theta.shape[0]
+        num_chains = 1
+    elif init == "chain":
+        s2 = sigma2 if sigma2 is not None else 0.25 * float(cfg.sigma2_max)
+        st = bhmc_init(k_init, Xj, L, cfg, sigma2=s2, epsilon=epsilon, max_nodes=M, max_components=K, **hyper)
+    else:
+        st, _ = tree_init_state(X, L, cfg, key=k_init, init=init, level_sizes=init_levels, sigma2=sigma2,
+                                max_nodes=M, max_components=K, sample_hyper=sample_hyper, **hyper)
+    chains = num_chains > 1
+    vec = chains and chain_method == "vectorized"
+    if vec:
+        st = jax.tree_util.tree_map(lambda a: jnp.broadcast_to(a, (num_chains,) + a.shape), st)
+    sts = [st] * num_chains if chains and not vec else None
     total = num_warmup + num_samples
     rows = []
-    best, best_ll = None, -np.inf
     bar = None
     if progress_bar:
         from tqdm.auto import tqdm
-        bar = tqdm(total=total, desc="bhmc")
+        bar = tqdm(total=total, desc="bhmc" + (f" ({num_chains} chains)" if chains else ""))
+    args = (Xj, cfg, bool(sample_hyper), num_hyper_steps, path_update, True)
+    best_sweep = -1  # the start is a candidate too (the sampler may only find worse states)
+    best = jax.tree_util.tree_map(lambda a: a[0], st) if vec else (sts[0] if sts is not None else st)
+    best_val = float(complete_data_log_likelihood(best, Xj))
     try:
         for t in range(total):
-            st, info = _sweep_jit(jax.random.fold_in(k_run, t), st, Xj, cfg, bool(sample_hyper), num_hyper_steps)
+            kt = jax.random.fold_in(k_run, t)
+            if vec:
+                st, info = _sweep_chains_jit(jax.random.split(kt, num_chains), st, *args)
+                cand = [jax.tree_util.tree_map(lambda a, i=i: a[i], st) for i in range(num_chains)]
+            elif chains:
+                ks = jax.random.split(kt, num_chains)
+                outs = [_sweep_jit(ks[i], sts[i], *args) for i in range(num_chains)]
+                sts = [o[0] for o in outs]
+                info = jax.tree_util.tree_map(lambda *a: jnp.stack(a), *[o[1] for o in outs])
+                cand = sts
+            else:
+                st, info = _sweep_jit(kt, st, *args)
+                cand = [st]
             info = jax.device_get(info)
-            flag = int(st.overflow)
+            flag = int(np.bitwise_or.reduce(np.atleast_1d(np.asarray(
+                [c.overflow for c in cand] if not vec else st.overflow))))
             if flag:
                 _raise_overflow(flag, M, K, f"in sweep {t}")
             rows.append(info)
-            if t >= num_warmup and float(info["log_likelihood"]) > best_ll:
-                best, best_ll = st, float(info["log_likelihood"])
+            if t >= num_warmup:
+                vals = np.atleast_1d(np.asarray(info["log_likelihood"], float))
+                i = int(np.argmax(vals))
+                if vals[i] > best_val:
+                    best, best_val, best_sweep = cand[i], float(vals[i]), t
             if bar is not None:
                 bar.update(1)
                 if t % 10 == 0:
-                    bar.set_postfix(loglik=f"{float(info['log_likelihood']):.1f}", nodes=int(info["num_nodes"]))
+                    ll = np.max(np.atleast_1d(info["log_likelihood"]))
+                    bar.set_postfix(loglik=f"{float(ll):.1f}", nodes=int(np.max(np.atleast_1d(info["num_nodes"]))))
     finally:
         if bar is not None:
             bar.close()
     trace = {k: np.asarray([r[k] for r in rows]) for k in rows[0]}
+    if chains:
+        trace = {k: np.moveaxis(v, 0, 1) for k, v in trace.items()}
+        if not vec:
+            st = jax.tree_util.tree_map(lambda *a: jnp.stack(a), *sts)
+    best = jax.device_get(best)
     tree, level_labels = state_to_tree(best)
-    return BHMCResult(tree, level_labels, np.asarray(best.path), np.asarray(best.c), best_ll, trace, st, best, cfg)
+    best_ll = float(complete_data_log_likelihood(best, Xj))
+    return BHMCResult(tree, level_labels, np.asarray(best.path), np.asarray(best.c), best_ll, trace, st, best, cfg,
+                      best_sweep)
 
 
-__all__ += ["make_config", "state_to_tree", "update_hyper", "update_theta", "update_weights", "joint_log_density"]
+__all__ += ["make_config", "update_weights_exact", "level_sizes_from_gaps", "tree_init_state", "state_to_tree", "update_hyper", "update_theta", "update_weights", "joint_log_density"]
 
 
 class _KernelState(NamedTuple):
