@@ -332,7 +332,7 @@ def _blobs(n_per=20, seed=0):
 def test_bhmc_end_to_end_recovers_components_and_is_reproducible():
     X, y = _blobs()
     kw = dict(depth=2, alpha=0.5, gamma0=1.0, gamma=1.0, sigma2=0.25, prior_var=25.0, num_warmup=30,
-              num_samples=20, max_nodes=64, max_components=32, progress_bar=False)
+              num_samples=20, max_nodes=64, max_components=32, sample_hyper=False, progress_bar=False)
     res = jaxhc.bhmc(jax.random.key(9), X, **kw)
     assert res.level_labels.shape == (60, 2)
     assert adjusted_rand_score(y, res.labels) > 0.95
@@ -353,7 +353,8 @@ def test_bhmc_end_to_end_recovers_components_and_is_reproducible():
     # the NumPyro kernel runs the same sweep
     from numpyro.infer import MCMC
 
-    mcmc = MCMC(B.BHMC(X, depth=2, sigma2=0.25, prior_var=25.0, max_nodes=64, max_components=32), num_warmup=2,
+    mcmc = MCMC(B.BHMC(X, depth=2, sigma2=0.25, prior_var=25.0, max_nodes=64, max_components=32,
+                       sample_hyper=False), num_warmup=2,
                 num_samples=3, progress_bar=False)
     mcmc.run(jax.random.key(10))
     assert mcmc.get_samples()["paths"].shape == (3, 60, 3)
@@ -579,3 +580,16 @@ def test_chains_keep_the_best_state_of_all():
     assert sizes == sorted(sizes) and len(sizes) == 2
     st, sizes = B.tree_init_state(X, 2, B.make_config(X), key=jax.random.key(0), level_sizes=[3, 6])
     assert sizes == [3, 6] and int(jnp.sum((st.count > 0) & (st.level == 1))) == 3
+
+
+def test_default_capacities_grow_instead_of_failing():
+    """300 scattered points with a tiny fixed sigma2: the model wants about one component per
+    point, more than the default 128 slots; the sampler doubles its slots and goes on, and the
+    same call with the capacity given explicitly raises."""
+    X = np.random.default_rng(3).uniform(-1, 1, size=(300, 2))
+    kw = dict(depth=1, sigma2=1e-5, sample_hyper=False, gamma0=5.0, num_warmup=0, num_samples=2,
+              progress_bar=False)
+    res = jaxhc.bhmc(jax.random.key(0), X, **kw)
+    assert res.state.theta.shape[0] in (256, 512, 1024) and res.trace["num_components"].max() > 128
+    with pytest.raises(ValueError, match="max_components=128"):
+        jaxhc.bhmc(jax.random.key(0), X, max_components=128, **kw)

@@ -23,7 +23,7 @@ from typing import Any, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.scipy.special import logsumexp
+from jax.scipy.special import gammaln, logsumexp
 
 from ..models.ncrp_hdp import (
     _log_dirichlet_density,
@@ -156,8 +156,8 @@ def _new_component(key, st: BHMCState, x, leaf, cfg, use_x, need=True):
 
     Atoms of the rest are instantiated one at a time by section 4.1's stick-breaking step
     (which visits them in the root's size-biased order), each taken with probability its
-    share ``u_leaf`` of the leaf's remaining stick; one not taken stays instantiated with
-    ``theta ~ H`` and no point (the next ``B`` update frees it). Breaking a single stick and
+    share ``u_leaf`` of the leaf's remaining stick; the ones not taken hold no point and are
+    folded back into every node's rest afterwards (Dirichlet aggregation; exact). Breaking a single stick and
     always taking it, as section 4.1 reads literally, would give the new atom the leaf weight
     of an unselected atom: e.g. with ``L = 1`` two points at one leaf would share a component
     with probability ``1 / (1 + gamma0)`` instead of the HDP's ``(1 + gamma / (1 + gamma0)) /
@@ -186,6 +186,12 @@ def _new_component(key, st: BHMCState, x, leaf, cfg, use_x, need=True):
 
     init = (st.logb, jnp.bool_(False), jnp.int32(0), jnp.bool_(False), jnp.int32(0), st.theta)
     logb, _, _, full, slot, theta = jax.lax.while_loop(cond, body, init)
+    # atoms revealed and not taken hold no point: fold them back into every node's rest (exact:
+    # Dirichlet aggregation, as the weight update does for components without points)
+    untaken = ~jnp.isfinite(st.logb[0, :K]) & jnp.isfinite(logb[0, :K]) & (jnp.arange(K) != slot)
+    rest = jnp.logaddexp(logb[:, K], logsumexp(jnp.where(untaken[None, :], logb[:, :K], _NEG), axis=1))
+    logb = jnp.where(untaken[None, :], _NEG, logb[:, :K])
+    logb = jnp.concatenate([logb, rest[:, None]], axis=1)
     if use_x:
         var = 1.0 / (1.0 / cfg.prior_var + 1.0 / st.sigma2)
         mean = var * (cfg.mu0 / cfg.prior_var + x / st.sigma2)
@@ -408,7 +414,7 @@ def _num_tables(key, counts, log_conc, capacity: int):
     return jax.ops.segment_sum(new.astype(n.dtype), g, num_segments=n.shape[0]).reshape(shape)
 
 
-def update_weights_exact(key, st: BHMCState):
+def update_weights_exact(key, st: BHMCState, cfg: Optional[BHMCConfig] = None, num_hyper_steps: int = 0):
     """``B | V, c`` exactly, by the multilevel HDP's table counts (the direct-assignment
     sampler of the hierarchical DP, level by level).
 
@@ -420,7 +426,14 @@ def update_weights_exact(key, st: BHMCState):
     Dir(gamma beta_pa(z) + n_z)``. (The paper's Eq. 3-4, `update_weights`, give every node its
     point counts instead of its children's tables, which is not the model's conditional: they
     make the sampler drift from the prior; `tests/test_bhmc.py` checks this update leaves it
-    invariant.) Components without points get weight 0 everywhere."""
+    invariant.) Components without points get weight 0 everywhere.
+
+    With ``cfg`` and ``num_hyper_steps > 0`` the concentrations are updated in between, with
+    every weight integrated out (far better mixing than given the explicit weights, whose tiny
+    entries pin ``gamma`` down): ``gamma`` by MH on ``sum_z [m_z log gamma + log Gamma(gamma)
+    - log Gamma(gamma + n_z)]`` over the non-root nodes (``n_z`` customers, ``m_z`` tables in
+    total) under ``Unif(0, gamma_max)``, and ``gamma0`` on ``K log gamma0 + log Gamma(gamma0) -
+    log Gamma(gamma0 + n_root)`` (``K`` components in use) under ``Ga(3.5, 1)``."""
     M, K1 = st.logb.shape
     K = K1 - 1
     N, L1 = st.path.shape
@@ -434,13 +447,33 @@ def update_weights_exact(key, st: BHMCState):
     lg = jnp.log(st.gamma)
     keys = jax.random.split(key, L + 2)
     cust = jnp.where(((st.level == L) & nonroot)[:, None], leaf_cnt, 0)
+    n_tot = jnp.zeros(M, f)
+    m_tot = jnp.zeros(M, f)
     for l in range(L, 0, -1):  # customers at level l -> tables -> customers at level l - 1
         sel = (st.level == l) & nonroot
         m = _num_tables(keys[l], jnp.where(sel[:, None], cust, 0), lg + st.logb[par, :K], N)
+        n_tot = jnp.where(sel, jnp.sum(cust, 1).astype(f), n_tot)
+        m_tot = jnp.where(sel, jnp.sum(m, 1).astype(f), m_tot)
         up = jax.ops.segment_sum(jnp.where(sel[:, None], m, 0), jnp.where(sel, par, M), num_segments=M + 1)[:M]
         lvl = (st.level == l - 1) & (active | (jnp.arange(M) == 0))
         cust = jnp.where(lvl[:, None], up, cust)
     n_root = cust[0].astype(f)
+    if cfg is not None and num_hyper_steps > 0:
+        kg, kg0 = jax.random.split(jax.random.fold_in(key, 7))
+
+        def t_gamma(g):
+            v = jnp.sum(jnp.where(nonroot, m_tot * jnp.log(g) + gammaln(g) - gammaln(g + n_tot), 0.0))
+            return jnp.where(g < cfg.gamma_max, v, _NEG)
+
+        k_used = jnp.sum(n_root > 0).astype(f)
+        n0 = jnp.sum(n_root)
+
+        def t_gamma0(g0):
+            return k_used * jnp.log(g0) + gammaln(g0) - gammaln(g0 + n0) + _gamma_logpdf(g0, 3.5, 1.0)
+
+        st = st._replace(gamma=_log_rw_mh(kg, t_gamma, st.gamma, cfg.step[2], num_hyper_steps),
+                         gamma0=_log_rw_mh(kg0, t_gamma0, st.gamma0, cfg.step[1], num_hyper_steps))
+        lg = jnp.log(st.gamma)
     root_conc = jnp.concatenate([jnp.log(n_root), jnp.log(st.gamma0)[None]])
     logb = st.logb.at[0].set(dirichlet_log(keys[0], root_conc))
     log_n = jnp.log(cust.astype(f))
@@ -525,24 +558,28 @@ def _hyper_targets(st: BHMCState, X, cfg):
     return t_alpha, t_gamma0, t_gamma, t_sigma2
 
 
-def update_hyper(key, st: BHMCState, X, cfg, num_steps: int = 5):
-    """Log-scale random-walk MH for each of ``(alpha, gamma0, gamma, sigma2)`` in turn,
-    ``num_steps`` proposals each (the log-normal proposal's Jacobian is in the ratio)."""
+def _log_rw_mh(key, t, v, step, num_steps):
+    """``num_steps`` log-scale random-walk MH proposals for a positive scalar with log target
+    ``t`` (the log-normal proposal's Jacobian is in the ratio)."""
+    def body(j, carry):
+        v, lp = carry
+        k1, k2 = jax.random.split(jax.random.fold_in(key, j))
+        v2 = v * jnp.exp(step * jax.random.normal(k1, (), v.dtype))
+        lp2 = t(v2)
+        ok = mh_accept(k2, lp2 - lp + jnp.log(v2) - jnp.log(v))
+        return jnp.where(ok, v2, v), jnp.where(ok, lp2, lp)
+
+    return jax.lax.fori_loop(0, num_steps, body, (v, t(v)))[0]
+
+
+def update_hyper(key, st: BHMCState, X, cfg, num_steps: int = 5, which=(True, True, True, True)):
+    """Log-scale random-walk MH for each of ``(alpha, gamma0, gamma, sigma2)`` in turn (those
+    with ``which`` set), ``num_steps`` proposals each, given the explicit state."""
     targets = _hyper_targets(st, X, cfg)
     vals = [st.alpha, st.gamma0, st.gamma, st.sigma2]
     keys = jax.random.split(key, 4)
-    out = []
-    for i, (t, v) in enumerate(zip(targets, vals)):
-        def body(j, carry, t=t, i=i):
-            v, lp = carry
-            k1, k2 = jax.random.split(jax.random.fold_in(keys[i], j))
-            v2 = v * jnp.exp(cfg.step[i] * jax.random.normal(k1, (), v.dtype))
-            lp2 = t(v2)
-            ok = mh_accept(k2, lp2 - lp + jnp.log(v2) - jnp.log(v))
-            return jnp.where(ok, v2, v), jnp.where(ok, lp2, lp)
-
-        v, _ = jax.lax.fori_loop(0, num_steps, body, (v, t(v)))
-        out.append(v)
+    out = [_log_rw_mh(keys[i], t, v, cfg.step[i], num_steps) if w else v
+           for i, (t, v, w) in enumerate(zip(targets, vals, which))]
     return st._replace(alpha=out[0], gamma0=out[1], gamma=out[2], sigma2=out[3])
 
 
@@ -574,9 +611,14 @@ def _sweep(key, st: BHMCState, X, cfg, sample_hyper: bool, num_hyper_steps: int,
         return s, nacc + acc.astype(jnp.int32)
 
     st, nacc = jax.lax.fori_loop(0, N, body, (st, jnp.int32(0)))
-    if sample_hyper:
-        st = update_hyper(kh, st, X, cfg, num_hyper_steps)
-    st = update_weights_exact(kb, st) if path_update == "gibbs" else update_weights(kb, st)
+    if path_update == "gibbs":  # alpha, sigma2 given the state; gamma0, gamma with the weights integrated out
+        if sample_hyper:  # (without the likelihood sigma2 keeps its value: its target would be the flat prior)
+            st = update_hyper(kh, st, X, cfg, num_hyper_steps, (True, False, False, likelihood))
+        st = update_weights_exact(kb, st, cfg, num_hyper_steps if sample_hyper else 0)
+    else:
+        if sample_hyper:
+            st = update_hyper(kh, st, X, cfg, num_hyper_steps)
+        st = update_weights(kb, st)
     st = update_theta(kt, st, X, cfg, likelihood)
     K = st.theta.shape[0]
     info = {
@@ -907,16 +949,14 @@ def tree_init_state(X, depth: int, cfg: BHMCConfig, *, key, init="ward", level_s
     """A start for the sampler cut from a hierarchy: Ward's linkage of ``X`` (``init="ward"``)
     or a binary `Tree` (e.g. ``jaxhc.bhc(...).tree``) cut at ``level_sizes`` clusters per level
     (nested cuts; default `level_sizes_from_gaps` with at most ``max(2 sqrt(N), L + 1)``
-    clusters). Level ``l``'s clusters become its nodes, every leaf-level cluster one component
-    (``theta`` its mean), ``sigma2`` (when not given) the pooled within-cluster variance per
-    feature; then ``B`` and ``theta`` are drawn from their conditionals (Eq. 3-5).
+    clusters), then `state_from_level_labels`.
 
     Returns ``(state, level_sizes)``."""
     from scipy.cluster.hierarchy import cut_tree
 
     X = np.asarray(X, float)
-    N, D = X.shape
-    L, M, K = int(depth), int(max_nodes), int(max_components)
+    N = X.shape[0]
+    L, K = int(depth), int(max_components)
     if N == 1:
         sizes = [1] * L
         labels = np.zeros((1, L), np.int64)
@@ -931,14 +971,31 @@ def tree_init_state(X, depth: int, cfg: BHMCConfig, *, key, init="ward", level_s
                 raise ValueError(f"init_levels must be {L} non-decreasing cluster counts in 1..N={N}, "
                                  f"got {level_sizes!r}")
         labels = np.asarray(cut_tree(Z, n_clusters=sizes), np.int64).reshape(N, L)
-    # node slots: root 0, then level by level (a nested cut: each cluster has one parent)
+    st = state_from_level_labels(X, labels, cfg, key=key, alpha=alpha, gamma0=gamma0, gamma=gamma, sigma2=sigma2,
+                                 max_nodes=max_nodes, max_components=max_components, sample_hyper=sample_hyper)
+    return st, sizes
+
+
+def state_from_level_labels(X, level_labels, cfg: BHMCConfig, *, key, components=None, alpha=1.0, gamma0=1.0,
+                            gamma=0.5, sigma2=None, max_nodes: int = 1024, max_components: int = 128,
+                            sample_hyper: bool = True) -> BHMCState:
+    """The state whose paths are the nested partition ``level_labels`` (``[N, L]``; column
+    ``l`` labels level ``l + 1``; a cluster at level ``l + 1`` must lie inside one at level
+    ``l``), with components ``components`` (default: one per leaf-level cluster), ``theta``
+    the components' means, ``sigma2`` (when not given) the pooled within-component variance
+    per feature (below ``sigma2_max`` when it is sampled), then ``B`` and ``theta`` drawn from
+    their conditionals (`update_weights_exact`, Eq. 5). Used for starts, and to score a known
+    labelling by the model (e.g. the truth against the sampler's best state)."""
+    X = np.asarray(X, float)
+    N, D = X.shape
+    lab = np.asarray(level_labels).reshape(N, -1)
+    L, M, K = lab.shape[1], int(max_nodes), int(max_components)
     path = np.zeros((N, L + 1), np.int64)
     parent = np.full(M, -1, np.int64)
     level = np.zeros(M, np.int64)
     nxt = 1
     for l in range(1, L + 1):
-        key_l = labels[:, :l] if l > 1 else labels[:, :1]
-        _, inv = np.unique(labels[:, l - 1], return_inverse=True)
+        _, inv = np.unique(lab[:, :l], axis=0, return_inverse=True)  # prefixes: nested by construction
         inv = inv.reshape(-1)
         ids = nxt + inv
         nxt += int(inv.max()) + 1
@@ -948,12 +1005,11 @@ def tree_init_state(X, depth: int, cfg: BHMCConfig, *, key, init="ward", level_s
         path[:, l] = ids
         parent[ids] = path[:, l - 1]
         level[ids] = l
-        del key_l
-    _, c = np.unique(path[:, L], return_inverse=True)
+    _, c = np.unique(path[:, L] if components is None else np.asarray(components), return_inverse=True)
     c = c.reshape(-1)
     kc = int(c.max()) + 1
     if kc > K:
-        raise ValueError(f"the initial tree has {kc} leaf clusters, more than max_components={K}; "
+        raise ValueError(f"the initial tree has {kc} components, more than max_components={K}; "
                          f"pass a larger max_components or smaller init_levels")
     counts = np.bincount(c, minlength=K).astype(float)
     theta = np.zeros((K, D))
@@ -975,14 +1031,30 @@ def tree_init_state(X, depth: int, cfg: BHMCConfig, *, key, init="ward", level_s
     st = st._replace(path=jnp.asarray(path, jnp.int32), c=jnp.asarray(c, jnp.int32),
                      parent=jnp.asarray(parent, jnp.int32), level=jnp.asarray(level, jnp.int32),
                      count=jnp.asarray(count, jnp.int32), logb=jnp.asarray(logb, f), theta=jnp.asarray(theta, f))
-    st = _refresh_jit(key, st, jnp.asarray(X, f), cfg)
-    return st, sizes
+    return _refresh_jit(key, st, jnp.asarray(X, f), cfg)
 
 
 @jax.jit
 def _refresh_jit(key, st, X, cfg):
     kb, kt = jax.random.split(key)
     return update_theta(kt, update_weights_exact(kb, st), X, cfg)
+
+
+def _grow_state(st: BHMCState, M2: int, K2: int) -> BHMCState:
+    """``st`` (or a stack of chains) padded to ``M2`` node and ``K2`` component slots."""
+    M, K1 = st.logb.shape[-2:]
+    K = K1 - 1
+    lead = st.logb.shape[:-2]
+    f = st.logb.dtype
+    logb = jnp.full(lead + (M2, K2 + 1), _NEG, f).at[..., :, K2].set(0.0)
+    logb = logb.at[..., :M, :K].set(st.logb[..., :K]).at[..., :M, K2].set(st.logb[..., K])
+    theta = jnp.zeros(lead + (K2, st.theta.shape[-1]), f).at[..., :K, :].set(st.theta)
+
+    def pad(a, fill):
+        return jnp.full(lead + (M2,), fill, a.dtype).at[..., :M].set(a)
+
+    return st._replace(logb=logb, theta=theta, parent=pad(st.parent, -1), level=pad(st.level, 0),
+                       count=pad(st.count, 0), overflow=jnp.zeros_like(st.overflow))
 
 
 def _check_chains(num_chains, chain_method):
@@ -999,8 +1071,8 @@ def _sweep_chains_jit(keys, st, X, cfg, sample_hyper, num_hyper_steps, path_upda
 
 def bhmc(key, X, depth: int = 4, *, alpha=1.0, gamma0=1.0, gamma=0.5, sigma2=None, mu0=None, prior_var=None,
          num_samples: int = 200, num_warmup: int = 100, sample_hyper: bool = True, sigma2_max=None,
-         epsilon=1e-6, max_nodes: Optional[int] = None, max_components: int = 128, num_hyper_steps: int = 5,
-         init="ward", init_levels=None, path_update: str = "gibbs", num_chains: int = 1,
+         epsilon=1e-6, max_nodes: Optional[int] = None, max_components: Optional[int] = None,
+         num_hyper_steps: int = 5, init="ward", init_levels=None, path_update: str = "gibbs", num_chains: int = 1,
          chain_method: str = "vectorized", init_state: Optional[BHMCState] = None, progress_bar: bool = True) -> BHMCResult:
     """Bayesian Hierarchical Mixture Clustering (Huang et al.): ``num_warmup + num_samples``
     sweeps of the exact block Gibbs sampler (or Algorithm 2's MH); reports the state with the
@@ -1029,9 +1101,11 @@ def bhmc(key, X, depth: int = 4, *, alpha=1.0, gamma0=1.0, gamma=0.5, sigma2=Non
         ``Ga(3, 1)``, ``Ga(3.5, 1)``, ``Unif(0, 1.5)``, ``Unif(0, sigma2_max)`` (default on).
       sigma2_max: ``s`` of the ``sigma2`` prior (default: mean per-feature variance of X).
       epsilon: initial root stick truncation (``init="chain"``, Algorithm 2 line 1).
-      max_nodes, max_components: slot capacities (default ``min(N L + L + 1, 1024)``, enough
-        for every point on its own path while one more is proposed, and 128);
-        running out raises a ValueError that names the one to raise.
+      max_nodes, max_components: slot capacities. Left at their defaults (``min(N L + L + 1,
+        1024)``, enough for every point on its own path while one more is proposed, and 128)
+        they double when a sweep runs out (the sweep is redone; one more compilation), up to
+        ``N L + L + 1`` nodes and 4096 components; given explicitly, running out raises a
+        ValueError that names the one to raise.
       num_hyper_steps: MH proposals per hyperparameter per sweep.
       init: ``"ward"`` (default; `tree_init_state`), a binary `Tree` over the points (e.g. a
         BHC tree) cut the same way, or ``"chain"`` (the paper's start: every point on one path,
@@ -1066,7 +1140,7 @@ def bhmc(key, X, depth: int = 4, *, alpha=1.0, gamma0=1.0, gamma=0.5, sigma2=Non
     num_warmup = _check_int(num_warmup, "num_warmup", 0)
     num_hyper_steps = _check_int(num_hyper_steps, "num_hyper_steps", 1)
     M = _check_int(max_nodes if max_nodes is not None else min(N * L + L + 1, 1024), "max_nodes", L + 1)
-    K = _check_int(max_components, "max_components", 1)
+    K = _check_int(max_components if max_components is not None else 128, "max_components", 1)
     if path_update not in ("gibbs", "mh"):
         raise ValueError(f"path_update must be 'gibbs' or 'mh', got {path_update!r}")
     _check_chains(num_chains, chain_method)
@@ -1108,9 +1182,13 @@ def bhmc(key, X, depth: int = 4, *, alpha=1.0, gamma0=1.0, gamma=0.5, sigma2=Non
     best_sweep = -1  # the start is a candidate too (the sampler may only find worse states)
     best = jax.tree_util.tree_map(lambda a: a[0], st) if vec else (sts[0] if sts is not None else st)
     best_val = float(complete_data_log_likelihood(best, Xj))
+    auto_M, auto_K = max_nodes is None, max_components is None
+    M_full = N * L + L + 1
     try:
-        for t in range(total):
+        t = 0
+        while t < total:
             kt = jax.random.fold_in(k_run, t)
+            prev = (st, sts)
             if vec:
                 st, info = _sweep_chains_jit(jax.random.split(kt, num_chains), st, *args)
                 cand = [jax.tree_util.tree_map(lambda a, i=i: a[i], st) for i in range(num_chains)]
@@ -1127,7 +1205,17 @@ def bhmc(key, X, depth: int = 4, *, alpha=1.0, gamma0=1.0, gamma=0.5, sigma2=Non
             flag = int(np.bitwise_or.reduce(np.atleast_1d(np.asarray(
                 [c.overflow for c in cand] if not vec else st.overflow))))
             if flag:
-                _raise_overflow(flag, M, K, f"in sweep {t}")
+                grow_M = bool(flag & OVERFLOW_NODES) and auto_M and M < M_full
+                grow_K = bool(flag & OVERFLOW_COMPONENTS) and auto_K and K < 4096
+                if (bool(flag & OVERFLOW_NODES) and not grow_M) or (bool(flag & OVERFLOW_COMPONENTS) and not grow_K):
+                    _raise_overflow(flag, M, K, f"in sweep {t}")
+                # default capacities grow (one recompilation) and the sweep is redone from its start
+                M = min(2 * M, M_full) if grow_M else M
+                K = 2 * K if grow_K else K
+                st, sts = prev
+                st = _grow_state(st, M, K)
+                sts = None if sts is None else [_grow_state(x, M, K) for x in sts]
+                continue
             rows.append(info)
             if t >= num_warmup:
                 vals = np.atleast_1d(np.asarray(info["log_likelihood"], float))
@@ -1139,6 +1227,7 @@ def bhmc(key, X, depth: int = 4, *, alpha=1.0, gamma0=1.0, gamma=0.5, sigma2=Non
                 if t % 10 == 0:
                     ll = np.max(np.atleast_1d(info["log_likelihood"]))
                     bar.set_postfix(loglik=f"{float(ll):.1f}", nodes=int(np.max(np.atleast_1d(info["num_nodes"]))))
+            t += 1
     finally:
         if bar is not None:
             bar.close()
@@ -1154,7 +1243,7 @@ def bhmc(key, X, depth: int = 4, *, alpha=1.0, gamma0=1.0, gamma=0.5, sigma2=Non
                       best_sweep)
 
 
-__all__ += ["make_config", "update_weights_exact", "level_sizes_from_gaps", "tree_init_state", "state_to_tree", "update_hyper", "update_theta", "update_weights", "joint_log_density"]
+__all__ += ["make_config", "update_weights_exact", "level_sizes_from_gaps", "tree_init_state", "state_from_level_labels", "state_to_tree", "update_hyper", "update_theta", "update_weights", "joint_log_density"]
 
 
 class _KernelState(NamedTuple):
@@ -1164,41 +1253,56 @@ class _KernelState(NamedTuple):
 
 
 class BHMC(MCMCKernel):
-    """Algorithm 2 as a NumPyro kernel: ``MCMC(BHMC(X, depth=4), num_warmup=...,
+    """BHMC's sampler as a NumPyro kernel: ``MCMC(BHMC(X, depth=4), num_warmup=...,
     num_samples=...).run(key)`` collects ``{"paths": [N, L + 1], "c": [N]}`` of every kept
     sweep (node and component slots; only the partitions they induce matter).
 
     Args:
       X, depth, alpha, gamma0, gamma, sigma2, mu0, prior_var, epsilon, max_nodes,
-      max_components, sample_hyper, num_hyper_steps: as in `bhmc`.
+      max_components, sample_hyper, num_hyper_steps, init, path_update: as in `bhmc` (the
+      same data-adaptive defaults; ``init`` is ``"ward"`` or ``"chain"``).
     """
 
     sample_field = "sample"
 
-    def __init__(self, X, depth: int = 4, *, alpha=0.5, gamma0=1.0, gamma=0.5, sigma2=1.0, mu0=0.0, prior_var=1.0,
-                 epsilon=1e-6, max_nodes=None, max_components=128, sample_hyper=False, num_hyper_steps=5):
+    def __init__(self, X, depth: int = 4, *, alpha=1.0, gamma0=1.0, gamma=0.5, sigma2=None, mu0=None, prior_var=None,
+                 epsilon=1e-6, max_nodes=None, max_components=128, sample_hyper=True, num_hyper_steps=5,
+                 init="ward", path_update="gibbs"):
         X = _check_X(X)
         self.X = jnp.asarray(X)
         N = X.shape[0]
         self.depth = _check_int(depth, "depth", 1)
+        self.sample_hyper = bool(sample_hyper)
         self.hyper = dict(alpha=_check_positive(alpha, "alpha"), gamma0=_check_positive(gamma0, "gamma0"),
-                          gamma=_check_positive(gamma, "gamma"), sigma2=_check_positive(sigma2, "sigma2"),
-                          epsilon=_check_positive(epsilon, "epsilon"))
+                          gamma=_check_positive(gamma, "gamma", 1.5 if self.sample_hyper else None))
+        self.sigma2 = None if sigma2 is None else _check_positive(sigma2, "sigma2")
+        self.epsilon = _check_positive(epsilon, "epsilon")
         self.max_nodes = _check_int(max_nodes if max_nodes is not None else min(N * self.depth + self.depth + 1, 1024),
                                     "max_nodes", self.depth + 1)
         self.max_components = _check_int(max_components, "max_components", 1)
         self.cfg = make_config(X, mu0=mu0, prior_var=prior_var)
-        self.sample_hyper = bool(sample_hyper)
         self.num_hyper_steps = _check_int(num_hyper_steps, "num_hyper_steps", 1)
+        if init not in ("ward", "chain"):
+            raise ValueError(f"init must be 'ward' or 'chain', got {init!r}")
+        if path_update not in ("gibbs", "mh"):
+            raise ValueError(f"path_update must be 'gibbs' or 'mh', got {path_update!r}")
+        self.init_kind, self.path_update = init, path_update
 
     def init(self, rng_key, num_warmup, init_params, model_args, model_kwargs):
         k_init, k = jax.random.split(rng_key)
-        st = init_params if init_params is not None else bhmc_init(
-            k_init, self.X, self.depth, self.cfg, max_nodes=self.max_nodes, max_components=self.max_components,
-            **self.hyper)
+        if init_params is not None:
+            st = init_params
+        elif self.init_kind == "chain":
+            s2 = self.sigma2 if self.sigma2 is not None else 0.25 * float(self.cfg.sigma2_max)
+            st = bhmc_init(k_init, self.X, self.depth, self.cfg, sigma2=s2, epsilon=self.epsilon,
+                           max_nodes=self.max_nodes, max_components=self.max_components, **self.hyper)
+        else:
+            st, _ = tree_init_state(np.asarray(self.X), self.depth, self.cfg, key=k_init, sigma2=self.sigma2,
+                                    max_nodes=self.max_nodes, max_components=self.max_components,
+                                    sample_hyper=self.sample_hyper, **self.hyper)
         return _KernelState({"paths": st.path, "c": st.c}, st, k)
 
     def sample(self, state, model_args, model_kwargs):
         k, k_next = jax.random.split(state.rng_key)
-        st, _ = _sweep(k, state.state, self.X, self.cfg, self.sample_hyper, self.num_hyper_steps)
+        st, _ = _sweep(k, state.state, self.X, self.cfg, self.sample_hyper, self.num_hyper_steps, self.path_update)
         return _KernelState({"paths": st.path, "c": st.c}, st, k_next)
