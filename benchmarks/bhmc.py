@@ -19,7 +19,9 @@ Method (recorded in the JSON under ``"method"``):
   variance), ``alpha = 0.5, gamma0 = 1, gamma = 0.5`` (the ``bhmc`` defaults), no
   hyperparameter sampling; capacities ``--max-nodes`` (1024) and ``--max-components``
   (128), the ``bhmc`` defaults at these N.
-* **jaxhc.** ``bhmc_init`` then ``bhmc_step`` with keys ``fold_in(key, t)``. *Compile* = wall
+* **jaxhc.** ``bhmc_init`` then ``bhmc_step`` with keys ``fold_in(key, t)`` (``--path-update
+  mh``, the default here: Algorithm 2 with Eq. 3-4; ``gibbs``: the exact block Gibbs step and
+  table-count weights that ``jaxhc.bhmc`` uses by default). *Compile* = wall
   time of the first sweep minus the median sweep time (the first sweep traces and compiles
   ``_sweep_jit`` for this ``N``, then runs). ``--warmup`` (5) further sweeps let the tree grow,
   then *sweep* = median wall time of ``--repeats`` (7) sweeps, each followed by
@@ -220,7 +222,7 @@ def run_size(N, args, log=print):
 
     X, _ = make_data(N, args.dim, seed=N)
     Xj = jax.numpy.asarray(X)
-    cfg = B.make_config(X)
+    cfg = B.make_config(X, mu0=0.0, prior_var=1.0)
     key = jax.random.key(N)
     t = time.perf_counter()
     st = block(B.bhmc_init(jax.random.fold_in(key, 10 ** 6), Xj, args.depth, cfg, max_nodes=args.max_nodes,
@@ -230,7 +232,7 @@ def run_size(N, args, log=print):
     def sweep(t_):
         nonlocal st
         t0, c0 = time.perf_counter(), time.process_time()
-        st, info = B.bhmc_step(jax.random.fold_in(key, t_), st, Xj, cfg)
+        st, info = B.bhmc_step(jax.random.fold_in(key, t_), st, Xj, cfg, path_update=args.path_update)
         block(st)
         return time.perf_counter() - t0, time.process_time() - c0, info
 
@@ -254,6 +256,8 @@ def run_size(N, args, log=print):
 
         def body(i, carry):
             n = perm[i]
+            if args.path_update == "gibbs":
+                return B._gibbs_point_update(jax.random.fold_in(kpts, i), carry, n, Xj[n], cfg)[0]
             return B._point_update(jax.random.fold_in(kpts, i), carry, n, Xj[n], cfg, mode="mcmc")[0]
 
         return jax.lax.fori_loop(0, N, body, s)
@@ -341,6 +345,9 @@ def main(argv=None):
     ap.add_argument("--ref-sizes", type=ints, default=None,
                     help="N of the NumPy reference (default 500,1000 and 2000 if 1000 took < 15 s)")
     ap.add_argument("--ref-repeats", type=int, default=3, help="NumPy reference sweeps per size (default 3)")
+    ap.add_argument("--path-update", choices=("mh", "gibbs"), default="mh",
+                    help="mh: Algorithm 2 (the NumPy reference's sweep); gibbs: the exact block Gibbs step "
+                         "(bhmc's default; no NumPy reference, pass --ref-sizes '')")
     ap.add_argument("--out", type=str, default=None, help=f"JSON output (default {DEFAULT_OUT}; --quick: none)")
     args = ap.parse_args(argv)
     q = args.quick
@@ -349,6 +356,8 @@ def main(argv=None):
     args.repeats = args.repeats or (3 if q else 7)
     auto_ref = args.ref_sizes is None
     args.ref_sizes = args.ref_sizes or ([200, 400] if q else [500, 1000])
+    if args.path_update == "gibbs":  # the NumPy reference implements Algorithm 2's MH sweep only
+        args.ref_sizes, auto_ref = [], False
     out_path = args.out or (None if q else DEFAULT_OUT)
 
     import jax

@@ -501,38 +501,50 @@ def test_gibbs_path_conditional_matches_brute_force():
 
 
 def test_gibbs_sweeps_leave_the_prior_invariant():
-    """With the likelihood switched off, sweeps started from exact prior draws must keep the
-    prior's law: nodes per level, components in use, and the chance that two points share a
-    level-1 node or a component (z-scores against fresh prior draws). This checks the path
-    step, component births and deaths, and the table-count update of ``B`` together; the
-    paper's Eq. 3-4 (`update_weights`) fail it (fewer components after a few sweeps)."""
+    """With the likelihood switched off, sweeps started from exact prior draws (the
+    hyperparameters drawn from their hyperpriors too) must keep the prior's law: nodes per
+    level, components in use, the chance that two points share a level-1 node or a
+    component, and the means of ``alpha, gamma0, gamma`` (z-scores against fresh prior
+    draws). This checks the path step, component births and deaths, the table-count update
+    of ``B`` and the collapsed concentration updates together; the paper's Eq. 3-4
+    (`update_weights`) fail it (fewer components after a few sweeps)."""
     N, D, L = 5, 1, 2
     cfg = B.make_config(np.zeros((2, 1)), prior_var=1.0, sigma2_max=2.0)
     S = 1500
+    kh = jax.random.split(jax.random.key(19), 3)
+    n = 2 * S
+    alpha = jax.random.gamma(kh[0], 3.0, (n,))
+    gamma0 = jax.random.gamma(kh[1], 3.5, (n,))
+    gamma = jax.random.uniform(kh[2], (n,), minval=0.02, maxval=1.5)  # Unif(0, 1.5), away from 0
 
-    def draw(k):
-        return B.prior_sample_state(k, N, D, L, cfg, alpha=1.3, gamma0=1.5, gamma=0.8, sigma2=0.5,
-                                    max_nodes=N * L + L + 1, max_components=4 * N + 16)
+    def draw(k, a, g0, g):
+        return B.prior_sample_state(k, N, D, L, cfg, alpha=a, gamma0=g0, gamma=g, sigma2=0.5,
+                                    max_nodes=N * L + L + 1, max_components=8 * N + 32)
 
-    st, X = jax.jit(jax.vmap(draw))(jax.random.split(jax.random.key(20), 2 * S))
+    st, X = jax.jit(jax.vmap(draw))(jax.random.split(jax.random.key(20), n), alpha, gamma0, gamma)
+    assert int(jnp.max(st.overflow)) == 0
 
     def stats(s):
         cnt, lev, c = np.asarray(s.count), np.asarray(s.level), np.asarray(s.c)
         return np.stack([((cnt > 0) & (lev == 1)).sum(1), ((cnt > 0) & (lev == 2)).sum(1),
                          [np.unique(r).size for r in c], np.asarray(s.path[:, 0, 1] == s.path[:, 1, 1]),
-                         c[:, 0] == c[:, 1]], 1).astype(float)
+                         c[:, 0] == c[:, 1], np.asarray(s.alpha), np.asarray(s.gamma0), np.asarray(s.gamma)],
+                        1).astype(float)
 
     fresh = stats(jax.tree_util.tree_map(lambda x: x[:S], st))
     moved = jax.tree_util.tree_map(lambda x: x[S:], st)
-    sweep = jax.jit(jax.vmap(lambda k, s, x: B._sweep(k, s, x, cfg, False, 1, "gibbs", False)[0]))
+    sweep = jax.jit(jax.vmap(lambda k, s, x: B._sweep(k, s, x, cfg, True, 3, "gibbs", False)[0]))
     for r in range(3):
         moved = sweep(jax.random.split(jax.random.key(21 + r), S), moved, X[S:])
     assert int(jnp.max(moved.overflow)) == 0
     after = stats(moved)
-    for j, name in enumerate(["level-1 nodes", "level-2 nodes", "components", "share level 1", "share c"]):
+    names = ["level-1 nodes", "level-2 nodes", "components", "share level 1", "share c", "alpha", "gamma0", "gamma"]
+    for j, name in enumerate(names):
         se = np.sqrt(fresh[:, j].var() / S + after[:, j].var() / S)
         assert abs(fresh[:, j].mean() - after[:, j].mean()) < 4.5 * se, (name, fresh[:, j].mean(), after[:, j].mean())
-    assert after[:, 2].std() > 0 and after[:, 0].std() > 0  # the moves did change states
+    start = np.stack([np.asarray(a)[S:] for a in (alpha, gamma0, gamma)], 1)
+    assert np.mean(after[:, 5:] != start) > 0.3  # the hyperparameters did move
+    assert after[:, 2].std() > 0 and after[:, 0].std() > 0
 
 
 def _hier(seed, n=8):
