@@ -20,10 +20,12 @@ Data (nothing is downloaded):
 Methods, each cut to the true number of levels ``L`` (`jaxhc.metrics.tree_level_labels` for
 trees): ``ward`` (scipy's Ward tree, the baseline a user would pick), ``ward-gaps`` (Ward's
 tree cut at its largest merge-height jumps: BHMC's start, `level_sizes_from_gaps`), ``bhc``
-(`jaxhc.bhc` with ``NormalInverseWishart.from_data``), ``bhmc`` (``jaxhc.bhmc(key, X,
+(`jaxhc.bhc` with ``NormalInverseWishart.from_data``), ``pydt`` (`jaxhc.pydt_em`, 30 greedy
+EM iterations with its defaults: hyperparameters learned; its multifurcating tree cut level
+by level), ``bhmc`` (``jaxhc.bhmc(key, X,
 depth=L)`` with every default: the reported state, i.e. the best of the start and the kept
 sweeps by the complete-data likelihood) and ``bhmc-last`` (the sampler's last state, a
-posterior draw). PYDT is not in the table: its greedy EM has no fixed-depth cut.
+posterior draw).
 
 Model evidence: the complete-data log likelihood ``log p(X, c, V | B, theta)`` (the paper's
 criterion, maximised over 10 draws of ``B, theta`` from their conditionals given the paths and
@@ -59,7 +61,7 @@ from jaxhc.metrics import levelwise_scores, tree_level_labels  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_OUT = os.path.join(HERE, "results", "bhmc_quality.json")
-METHODS = ("ward", "ward-gaps", "bhc", "bhmc", "bhmc-last")
+METHODS = ("ward", "ward-gaps", "bhc", "pydt", "bhmc", "bhmc-last")
 
 
 def _design(name, seed):
@@ -109,7 +111,7 @@ def _shuffle_top(y, rng):
     return out
 
 
-def run_case(name, X, y, key, warm, keep, evidence=True):
+def run_case(name, X, y, key, warm, keep, evidence=True, pydt_iters=30):
     L = y.shape[1]
     N = X.shape[0]
     row = {"dataset": name, "N": N, "D": X.shape[1], "levels": L}
@@ -122,6 +124,10 @@ def run_case(name, X, y, key, warm, keep, evidence=True):
     bt = jaxhc.bhc(X, jaxhc.NormalInverseWishart.from_data(X)).tree
     row["bhc_s"] = time.perf_counter() - t
     labels["bhc"] = tree_level_labels(bt, L)
+    t = time.perf_counter()
+    pt = jaxhc.pydt_em(key, X, num_iters=pydt_iters, progress_bar=False).tree
+    row["pydt_s"] = time.perf_counter() - t
+    labels["pydt"] = tree_level_labels(pt, L)
     t = time.perf_counter()
     res = jaxhc.bhmc(key, X, depth=L, num_warmup=warm, num_samples=keep, progress_bar=False)
     row["bhmc_s"] = time.perf_counter() - t
