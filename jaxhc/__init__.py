@@ -9,6 +9,7 @@ from .components import (
     BetaBernoulli,
     BetaBinomial,
     DirichletMultinomial,
+    NormalGamma,
     NormalInverseWishart,
     NormalKnownCov,
 )
@@ -46,6 +47,7 @@ __all__ = [
     "IndependentNormal",
     "LambdaFit",
     "LambdaPosterior",
+    "NormalGamma",
     "NormalInverseWishart",
     "NormalKnownCov",
     "PYDTEMResult",
