@@ -9,6 +9,7 @@ until the evidence of the rebuilt tree stops improving.
 """
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple, Optional, Sequence
 
 import jax
@@ -41,12 +42,79 @@ class HyperoptResult(NamedTuple):
     m_step_traces: list
 
 
+def _evidence(t):
+    return t.log_evidence
+
+
+def _dpm_bound(t):
+    return t.dpm_lower_bound
+
+
 def _objective(kind):
     if kind == "evidence":
-        return lambda t: t.log_evidence
+        return _evidence
     if kind == "dpm_lower_bound":
-        return lambda t: t.dpm_lower_bound
+        return _dpm_bound
     raise ValueError(f"objective must be 'evidence' or 'dpm_lower_bound', got {kind!r}")
+
+
+# One default optimiser instance: the compiled M-step is keyed on it (and on the family, the
+# mask, the objective, the number of steps and the shapes), so repeated calls reuse it.
+_DEFAULT_OPT = optax.adam(0.05)
+
+
+def _unpack(component, u, mask):
+    u = {k: (v if mask[k] else jax.lax.stop_gradient(v)) for k, v in u.items()}
+    comp = component.constrain({k: v for k, v in u.items() if k != "log_alpha"})
+    return comp, jnp.exp(jnp.clip(u["log_alpha"], -30.0, 30.0))  # total, as the components' maps
+
+
+def _finite(tree):
+    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree_util.tree_leaves(tree)]))
+
+
+@functools.partial(jax.jit, static_argnames=("obj", "opt", "mask_items", "steps"))
+def _m_step(component, u, node_stats, children, *, obj, opt, mask_items, steps):
+    """``steps`` optimiser steps on the fixed tree. A step is kept only if the objective and
+    its gradient at the new point are finite; otherwise the step is undone and the step size
+    halved (backtracking). Returns the last accepted point and the trace. Module level and
+    keyed on static arguments, so it compiles once per family, shape and setting."""
+    mask = dict(mask_items)
+
+    def value(u):
+        comp, a = _unpack(component, u, mask)
+        return obj(tree_node_terms(comp, a, node_stats, children))
+
+    state = opt.init(u)
+    v0 = value(u)
+
+    def where(c, a, b):
+        return jax.tree_util.tree_map(lambda x, y: jnp.where(c, x, y), a, b)
+
+    def step(carry, _):
+        # u_ok: last accepted point; u: the proposal u_ok + scale * direction
+        u_ok, u, state, direction, scale, v_ok = carry
+        v, g = jax.value_and_grad(value)(u)
+        ok = jnp.isfinite(v) & _finite(g)
+        g = {k: jnp.where(ok & mask[k], -gv, jnp.zeros_like(gv)) for k, gv in g.items()}
+        upd, new_state = opt.update(g, state, u)
+        # accepted: step from u with the optimiser's update; rejected: back to u_ok and retry
+        # the same direction with half the step
+        u_ok = where(ok, u, u_ok)
+        state = where(ok, new_state, state)
+        direction = where(ok, upd, direction)
+        scale = jnp.where(ok, jnp.minimum(1.0, 2.0 * scale), 0.5 * scale)
+        v_ok = jnp.where(ok, v, v_ok)
+        u_next = jax.tree_util.tree_map(lambda a, b: a + scale * b, u_ok, direction)
+        return (u_ok, u_next, state, direction, scale, v_ok), v_ok
+
+    one = jnp.ones((), jnp.result_type(float))
+    zero_dir = jax.tree_util.tree_map(jnp.zeros_like, u)
+    carry = (u, u, state, zero_dir, one, v0)
+    (u_ok, u_last, _, _, _, _), trace = jax.lax.scan(step, carry, None, length=steps)
+    # the last proposal has not been checked yet
+    ok = jnp.isfinite(value(u_last)) & _finite(u_last)
+    return where(ok, u_last, u_ok), trace
 
 
 def learn_hyperparameters(
@@ -89,7 +157,7 @@ def learn_hyperparameters(
     if not (isinstance(max_rounds, (int, np.integer)) and max_rounds >= 1):
         raise ValueError(f"max_rounds must be a positive integer, got {max_rounds!r}")
     obj = _objective(objective)
-    opt = optimizer if optimizer is not None else optax.adam(0.05)
+    opt = optimizer if optimizer is not None else _DEFAULT_OPT
 
     u0 = dict(component.unconstrain())
     if "log_alpha" in u0:  # a family must not use the DPM concentration's name
@@ -102,52 +170,11 @@ def learn_hyperparameters(
     mask = {k: (k in names) for k in u0}
 
     def unpack(u):
-        u = {k: (v if mask[k] else jax.lax.stop_gradient(v)) for k, v in u.items()}
-        comp = component.constrain({k: v for k, v in u.items() if k != "log_alpha"})
-        return comp, jnp.exp(jnp.clip(u["log_alpha"], -30.0, 30.0))  # total, as the components' maps
+        return _unpack(component, u, mask)
 
-    def value(u, node_stats, children):
-        comp, a = unpack(u)
-        return obj(tree_node_terms(comp, a, node_stats, children))
-
-    def finite(tree):
-        return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree_util.tree_leaves(tree)]))
-
-    @jax.jit
     def m_step(u, node_stats, children):
-        """``steps`` optimiser steps on the fixed tree. A step is kept only if the objective
-        and its gradient at the new point are finite; otherwise the step is undone and the
-        step size halved (backtracking). Returns the last accepted point and the trace."""
-        state = opt.init(u)
-        v0 = value(u, node_stats, children)
-
-        def where(c, a, b):
-            return jax.tree_util.tree_map(lambda x, y: jnp.where(c, x, y), a, b)
-
-        def step(carry, _):
-            # u_ok: last accepted point; u: the proposal u_ok + scale * direction
-            u_ok, u, state, direction, scale, v_ok = carry
-            v, g = jax.value_and_grad(value)(u, node_stats, children)
-            ok = jnp.isfinite(v) & finite(g)
-            g = {k: jnp.where(ok & mask[k], -gv, jnp.zeros_like(gv)) for k, gv in g.items()}
-            upd, new_state = opt.update(g, state, u)
-            # accepted: step from u with the optimiser's update; rejected: back to u_ok and
-            # retry the same direction with half the step
-            u_ok = where(ok, u, u_ok)
-            state = where(ok, new_state, state)
-            direction = where(ok, upd, direction)
-            scale = jnp.where(ok, jnp.minimum(1.0, 2.0 * scale), 0.5 * scale)
-            v_ok = jnp.where(ok, v, v_ok)
-            u_next = jax.tree_util.tree_map(lambda a, b: a + scale * b, u_ok, direction)
-            return (u_ok, u_next, state, direction, scale, v_ok), v_ok
-
-        one = jnp.ones((), jnp.result_type(float))
-        zero_dir = jax.tree_util.tree_map(jnp.zeros_like, u)
-        carry = (u, u, state, zero_dir, one, v0)
-        (u_ok, u_last, _, _, _, _), trace = jax.lax.scan(step, carry, None, length=steps)
-        # the last proposal has not been checked yet
-        ok = jnp.isfinite(value(u_last, node_stats, children)) & finite(u_last)
-        return where(ok, u_last, u_ok), trace
+        return _m_step(component, u, node_stats, children, obj=obj, opt=opt,
+                       mask_items=tuple(sorted(mask.items())), steps=int(steps))
 
     def e_step(u):
         comp, a = unpack(u)
