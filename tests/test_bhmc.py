@@ -231,17 +231,8 @@ def test_path_mh_matches_exact_conditional_over_paths():
     made). Its exact conditional over paths is nCRP(v | others) * p(x_3 | beta of the
     deepest existing node on v) (new nodes' weights integrate to their parent's, section 4)."""
     alpha, s2, x3 = 0.8, 0.5, 0.3
-    lbk = {0: [0.5, 0.5], 1: [0.8, 0.2], 2: [0.1, 0.9], 3: [0.7, 0.3], 4: [0.3, 0.7]}
-    Ms = 11
-    logb = np.full((Ms, 3), NEG)
-    for z, w in lbk.items():
-        logb[z, :2] = np.log(w)
-    parent = [-1, 0, 0, 1, 2] + [-1] * 6
-    level = [0, 1, 1, 2, 2] + [0] * 6
-    path = [[0, 1, 3], [0, 1, 3], [0, 2, 4], [0, 1, 3]]
-    theta = np.array([[-1.0], [1.0]])
-    st = _state(path, [0, 0, 1, 0], parent, level, logb, theta, alpha=alpha, sigma2=s2)
-    X = jnp.asarray([[-1.0], [-0.8], [1.1], [x3]])
+    st, X, lbk, parent, level, path = _tiny_state()
+    logb, theta = np.asarray(st.logb), np.asarray(st.theta)
     cfg = B.make_config(np.asarray(X), prior_var=1.0)
 
     def lik(z):

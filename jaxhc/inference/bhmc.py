@@ -201,6 +201,23 @@ def _new_component(key, st: BHMCState, x, leaf, cfg, use_x, need=True):
     return st, slot
 
 
+def _write_path(st: BHMCState, n, path_n, write, newlb, count_minus):
+    """Puts point ``n`` on ``path_n`` (``[L + 1]``): the levels with ``write`` set (``[L]``,
+    levels 1..L) are new nodes in free slots, which get their parent, level and weights
+    ``newlb [L, K + 1]``; counts are ``count_minus`` plus the new path. A new node without a
+    slot (index ``M``) sets the node overflow flag."""
+    M = st.parent.shape[0]
+    L = path_n.shape[0] - 1
+    idx = jnp.where(write, path_n[1:], M)
+    parent = st.parent.at[idx].set(path_n[:-1], mode="drop")
+    level = st.level.at[idx].set(jnp.arange(1, L + 1, dtype=st.level.dtype), mode="drop")
+    logb = st.logb.at[idx].set(newlb, mode="drop")
+    count = count_minus.at[path_n].add(1)
+    over = jnp.any(write & (path_n[1:] >= M))
+    return st._replace(path=st.path.at[n].set(path_n), parent=parent, level=level, count=count, logb=logb,
+                       overflow=st.overflow | jnp.where(over, OVERFLOW_NODES, 0))
+
+
 def _point_update(key, st: BHMCState, n, x, cfg, *, mode: str):
     """Moves point ``n`` (``mode="mcmc"``: Algorithm 2's path MH and Eq. 2 Gibbs for
     ``c_n``) or inserts it by the generative process (``mode="prior"``: the point is absent,
@@ -252,15 +269,7 @@ def _point_update(key, st: BHMCState, n, x, cfg, *, mode: str):
     else:
         acc = jnp.bool_(True)
     path_n = jnp.where(acc, prop, old)
-    write = acc & new[1:]
-    idx = jnp.where(write, prop[1:], M)
-    parent = st.parent.at[idx].set(prop[:-1], mode="drop")
-    level = st.level.at[idx].set(jnp.arange(1, L + 1, dtype=st.level.dtype), mode="drop")
-    logb = st.logb.at[idx].set(newlb, mode="drop")
-    count = count_minus.at[path_n].add(1)
-    over = jnp.any(write & (prop[1:] >= M))
-    st = st._replace(path=st.path.at[n].set(path_n), parent=parent, level=level, count=count, logb=logb,
-                     overflow=st.overflow | jnp.where(over, OVERFLOW_NODES, 0))
+    st = _write_path(st, n, path_n, acc & new[1:], newlb, count_minus)
 
     # c_n by Eq. 2 (prior mode: Cat(beta_leaf))
     lb_leaf = st.logb[path_n[L]]
@@ -368,16 +377,8 @@ def _gibbs_point_update(key, st: BHMCState, n, x, cfg, likelihood: bool = True):
         return jax.lax.scan(body, st.logb[anchor], jnp.arange(1, L + 1))[1]
 
     newlb = jax.lax.cond(l0 < L, draw_new, lambda _: jnp.zeros((L, K1), st.logb.dtype), None)
-    write = new[1:]
-    idx = jnp.where(write, path_n[1:], M)
-    parent = st.parent.at[idx].set(path_n[:-1], mode="drop")
-    level = st.level.at[idx].set(jnp.arange(1, L + 1, dtype=st.level.dtype), mode="drop")
-    logb = st.logb.at[idx].set(newlb, mode="drop")
-    count = count_minus.at[path_n].add(1)
-    over = jnp.any(write & (path_n[1:] >= M))
     moved = jnp.any(path_n != old)
-    st = st._replace(path=st.path.at[n].set(path_n), parent=parent, level=level, count=count, logb=logb,
-                     overflow=st.overflow | jnp.where(over, OVERFLOW_NODES, 0))
+    st = _write_path(st, n, path_n, new[1:], newlb, count_minus)
     need = cn == K
     st, slot = _new_component(kn, st, x, path_n[L], cfg, likelihood, need)
     st = st._replace(c=st.c.at[n].set(jnp.where(need, slot, cn)))
