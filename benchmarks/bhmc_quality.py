@@ -53,7 +53,7 @@ jax.config.update("jax_enable_x64", True)
 
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from scipy.cluster.hierarchy import cut_tree, linkage  # noqa: E402
+from scipy.cluster.hierarchy import linkage  # noqa: E402
 
 import jaxhc  # noqa: E402
 from jaxhc.inference import bhmc as B  # noqa: E402
@@ -117,9 +117,8 @@ def run_case(name, X, y, key, warm, keep, evidence=True, pydt_iters=30):
     row = {"dataset": name, "N": N, "D": X.shape[1], "levels": L}
     Zw = linkage(X, "ward")
     labels = {"ward": tree_level_labels(jaxhc.Tree.from_linkage(Zw), L)}
-    cap = max(min(int(2 * np.sqrt(N)), 128), L + 1)
-    sizes = B.level_sizes_from_gaps(Zw[:, 2], L, cap)
-    labels["ward-gaps"] = np.asarray(cut_tree(Zw, n_clusters=sizes)).reshape(N, L)
+    start, sizes = B.tree_init_state(X, L, B.make_config(X), key=jax.random.key(0))  # BHMC's start
+    labels["ward-gaps"] = B.state_to_tree(start)[1]
     t = time.perf_counter()
     bt = jaxhc.bhc(X, jaxhc.NormalInverseWishart.from_data(X)).tree
     row["bhc_s"] = time.perf_counter() - t

@@ -477,38 +477,33 @@ def update_weights_exact(key, st: BHMCState, cfg: Optional[BHMCConfig] = None, n
         lg = jnp.log(st.gamma)
     root_conc = jnp.concatenate([jnp.log(n_root), jnp.log(st.gamma0)[None]])
     logb = st.logb.at[0].set(dirichlet_log(keys[0], root_conc))
-    log_n = jnp.log(cust.astype(f))
+    return st._replace(logb=_children_top_down(keys[L + 1], st, logb, jnp.log(cust.astype(f)), lg))
+
+
+def _children_top_down(key, st: BHMCState, logb, log_n, lg):
+    """Every active non-root node's weights ``Dir(gamma beta_parent + n_z)`` (``log_n [M, K]``:
+    its customers), level by level from the top, given the root's row of ``logb``."""
+    L = st.path.shape[1] - 1
+    par = jnp.maximum(st.parent, 0)
+    nonroot = (st.count > 0) & (st.parent >= 0)
 
     def level_body(l, logb):
         sel = (st.level == l) & nonroot
         lp = logb[par]
         conc = jnp.concatenate([jnp.logaddexp(log_n, lg + lp[:, :-1]), lg + lp[:, -1:]], axis=1)
-        draw = dirichlet_log(jax.random.fold_in(keys[L + 1], l), conc)
+        draw = dirichlet_log(jax.random.fold_in(key, l), conc)
         return jnp.where(sel[:, None], draw, logb)
 
-    return st._replace(logb=jax.lax.fori_loop(1, L + 1, level_body, logb))
+    return jax.lax.fori_loop(1, L + 1, level_body, logb)
 
 
 def update_weights(key, st: BHMCState):
     """``B | V, c``: Eq. 3 at the root, then Eq. 4 level by level (parents first).
     Components no point uses get weight 0 everywhere (their slots become free)."""
-    M, K1 = st.logb.shape
-    L = st.path.shape[1] - 1
     nk = _node_comp_counts(st)
     root_conc = jnp.concatenate([jnp.log(nk[0]), jnp.log(st.gamma0)[None]])
     logb = st.logb.at[0].set(dirichlet_log(jax.random.fold_in(key, 0), root_conc))
-    par = jnp.maximum(st.parent, 0)
-    lg = jnp.log(st.gamma)
-    log_nk = jnp.log(nk)
-
-    def level_body(l, logb):
-        sel = (st.level == l) & (st.count > 0) & (st.parent >= 0)
-        lp = logb[par]
-        conc = jnp.concatenate([jnp.logaddexp(log_nk, lg + lp[:, :-1]), lg + lp[:, -1:]], axis=1)
-        draw = dirichlet_log(jax.random.fold_in(key, l), conc)
-        return jnp.where(sel[:, None], draw, logb)
-
-    return st._replace(logb=jax.lax.fori_loop(1, L + 1, level_body, logb))
+    return st._replace(logb=_children_top_down(key, st, logb, jnp.log(nk), jnp.log(st.gamma)))
 
 
 def update_theta(key, st: BHMCState, X, cfg, likelihood: bool = True):
@@ -1192,7 +1187,7 @@ def bhmc(key, X, depth: int = 4, *, alpha=1.0, gamma0=1.0, gamma=0.5, sigma2=Non
             prev = (st, sts)
             if vec:
                 st, info = _sweep_chains_jit(jax.random.split(kt, num_chains), st, *args)
-                cand = [jax.tree_util.tree_map(lambda a, i=i: a[i], st) for i in range(num_chains)]
+                cand = None  # a chain is sliced out of the stack only when it becomes the best
             elif chains:
                 ks = jax.random.split(kt, num_chains)
                 outs = [_sweep_jit(ks[i], sts[i], *args) for i in range(num_chains)]
@@ -1222,7 +1217,8 @@ def bhmc(key, X, depth: int = 4, *, alpha=1.0, gamma0=1.0, gamma=0.5, sigma2=Non
                 vals = np.atleast_1d(np.asarray(info["log_likelihood"], float))
                 i = int(np.argmax(vals))
                 if vals[i] > best_val:
-                    best, best_val, best_sweep = cand[i], float(vals[i]), t
+                    best = jax.tree_util.tree_map(lambda a: a[i], st) if vec else cand[i]
+                    best_val, best_sweep = float(vals[i]), t
             if bar is not None:
                 bar.update(1)
                 if t % 10 == 0:
