@@ -8,6 +8,8 @@
 * `mixture_of_gaussians` - isotropic Gaussian blobs around given centers.
 * `hierarchical_gaussian` - a nested Gaussian hierarchy with known labels at every level
   (group means drawn around their parent's mean, level by level).
+* `cross_clustering_synthetic`, `cross_cluster_table` - cross-clustered tables (views of
+  columns, each with its own row clusters), by number of views or by view sizes.
 
 The loaders need scikit-learn (``pip install jaxhc[cli]``); it is imported lazily, and the
 data files ship inside scikit-learn, so no network access is needed. Every function returns
@@ -32,6 +34,7 @@ __all__ = [
     "mixture_of_gaussians",
     "hierarchical_gaussian",
     "cross_clustering_synthetic",
+    "cross_cluster_table",
 ]
 
 
@@ -417,3 +420,55 @@ def cross_clustering_synthetic(key, n_rows: int = 100, n_cols: int = 200, n_view
         theta = rng.beta(a, b, size=int(ks[v]))
         X[:, j] = rng.binomial(trials, theta[row_labels[:, v]])
     return X, column_views.astype(np.int64), row_labels.astype(np.int64)
+
+
+def cross_cluster_table(key, view_sizes=(6, 8, 10, 12), n_rows: int = 60, n_clusters=4, concentration: float = 0.3,
+                        kind: str = "binary", trials: Optional[int] = None):
+    """A cross-clustered table given by its view sizes: binary or Binomial columns.
+
+    The columns form ``len(view_sizes)`` contiguous views; in each view the rows are split
+    into ``n_clusters`` equal-size clusters (shuffled independently per view); every (view,
+    cluster, column) has its own ``theta ~ Beta(concentration, concentration)`` and
+    ``X[i, j] ~ Binomial(trials, theta)`` (``kind="binary"``: one trial, ``X`` in {0, 1}).
+    The same draws as `cross_clustering_synthetic` with ``a = b = concentration``, sized by
+    the views. A small ``concentration`` makes the probabilities near 0 or 1 (clusters
+    distinct); with few rows and columns per view, binary views are hard to tell apart.
+
+    Args:
+      key: a JAX PRNG key (its bits seed the host-side draws) or an integer seed.
+      view_sizes: columns per view, positive ints (``J = sum(view_sizes)``).
+      n_rows: number of rows ``I``.
+      n_clusters: row clusters per view, an int or one per view (each <= ``n_rows``).
+      concentration: both parameters of the Beta prior of the cluster probabilities (> 0).
+      kind: ``"binary"`` (Bernoulli entries) or ``"binomial"`` (counts in ``0..trials``).
+      trials: Binomial trials (``"binomial"`` only; default 50).
+
+    Returns:
+      ``(X, column_views, row_labels)``: ``X`` float64 ``[I, J]``, the view of each column
+      int64 ``[J]`` (``0 ..``, contiguous blocks), the row cluster of each row in each view
+      int64 ``[I, len(view_sizes)]``.
+    """
+    key = _as_key(key, "key")
+    sizes = np.asarray(view_sizes) if not isinstance(view_sizes, (str, bytes)) else np.array([])
+    if sizes.ndim != 1 or sizes.size == 0 or sizes.dtype.kind not in "iu" or np.any(sizes < 1):
+        raise ValueError(f"view_sizes must be a non-empty sequence of positive ints, got {view_sizes!r}")
+    n_rows = _positive_int(n_rows, "n_rows")
+    concentration = _positive_float(concentration, "concentration")
+    kinds = ("binary", "binomial")
+    if kind not in kinds:
+        raise ValueError(f"kind must be one of {kinds}, got {kind!r}")
+    if kind == "binary":
+        if trials not in (None, 1) or isinstance(trials, bool):
+            raise ValueError(f"trials must be None (or 1) for kind='binary', got {trials!r}")
+        trials = 1
+    else:
+        trials = 50 if trials is None else _positive_int(trials, "trials")
+    try:
+        ks = np.broadcast_to(np.asarray(n_clusters), sizes.shape)
+    except ValueError:
+        ks = np.array([])
+    if ks.shape != sizes.shape or ks.dtype.kind not in "iu" or np.any(ks < 1) or np.any(ks > n_rows):
+        raise ValueError(f"n_clusters must be positive ints <= n_rows={n_rows} (one, or one per view), got {n_clusters!r}")
+    return cross_clustering_synthetic(key, n_rows=n_rows, n_cols=int(sizes.sum()), n_views=int(sizes.size),
+                                      n_clusters=ks.astype(np.int64), trials=trials, a=concentration, b=concentration,
+                                      view_sizes=sizes.astype(np.int64))

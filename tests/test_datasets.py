@@ -210,3 +210,59 @@ def test_mixture_of_gaussians():
 def test_mixture_of_gaussians_bad_args(n, centers, scale):
     with pytest.raises(ValueError):
         datasets.mixture_of_gaussians(jax.random.key(0), n, centers, scale)
+
+
+# ---------------------------------------------------------------------------------------
+# cross-clustered tables by view sizes
+# ---------------------------------------------------------------------------------------
+def test_cross_cluster_table_shapes_values_and_key():
+    X, u, Z = datasets.cross_cluster_table(jax.random.key(0))
+    assert X.shape == (60, 36) and u.shape == (36,) and Z.shape == (60, 4)
+    assert X.dtype == np.float64 and u.dtype == np.int64 and Z.dtype == np.int64
+    assert set(np.unique(X)) <= {0.0, 1.0}
+    np.testing.assert_array_equal(np.bincount(u), [6, 8, 10, 12])
+    np.testing.assert_array_equal(u, np.sort(u))  # contiguous blocks
+    for v in range(4):  # 4 equal-size clusters per view
+        np.testing.assert_array_equal(np.bincount(Z[:, v]), [15, 15, 15, 15])
+    # columns of one (view, cluster) share a probability: within a cluster the rows agree
+    # more often than across clusters (Beta(0.3, 0.3) puts theta near 0 or 1)
+    same = np.mean([np.mean(X[Z[:, 0] == k][:, u == 0].std(axis=0)) for k in range(4)])
+    assert same < X[:, u == 0].std(axis=0).mean()
+    a = datasets.cross_cluster_table(jax.random.key(0))
+    b = datasets.cross_cluster_table(0)
+    c = datasets.cross_cluster_table(jax.random.key(1))
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x, y)
+    assert not np.array_equal(a[0], c[0])
+    # the same draws as cross_clustering_synthetic with a = b = concentration
+    ref = datasets.cross_clustering_synthetic(3, n_rows=20, n_cols=7, n_views=2, n_clusters=[2, 3], trials=9, a=0.7,
+                                              b=0.7, view_sizes=[3, 4])
+    got = datasets.cross_cluster_table(3, view_sizes=[3, 4], n_rows=20, n_clusters=[2, 3], concentration=0.7,
+                                       kind="binomial", trials=9)
+    for x, y in zip(ref, got):
+        np.testing.assert_array_equal(x, y)
+    Xb, _, _ = datasets.cross_cluster_table(1, view_sizes=(2, 3), n_rows=10, kind="binomial")
+    assert Xb.max() <= 50 and Xb.max() > 1  # default 50 trials
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"view_sizes": ()}, "view_sizes"),
+        ({"view_sizes": (3, 0)}, "view_sizes"),
+        ({"view_sizes": (2.5, 3)}, "view_sizes"),
+        ({"n_rows": 0}, "n_rows"),
+        ({"n_clusters": 0}, "n_clusters"),
+        ({"n_clusters": 61}, "n_clusters"),
+        ({"n_clusters": [2, 3]}, "n_clusters"),
+        ({"concentration": 0.0}, "concentration"),
+        ({"kind": "gaussian"}, "kind"),
+        ({"kind": "binary", "trials": 5}, "trials"),
+        ({"kind": "binomial", "trials": 0}, "trials"),
+    ],
+)
+def test_cross_cluster_table_bad_args(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        datasets.cross_cluster_table(0, **kwargs)
+    with pytest.raises(ValueError, match="key"):
+        datasets.cross_cluster_table("key")
