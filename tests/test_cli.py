@@ -11,7 +11,8 @@ import sys
 import numpy as np
 import pytest
 
-from jaxhc.cli import InputError, main, read_table
+import jaxhc
+from jaxhc.cli import InputError, class_respecting_tree, main, read_table
 
 # the CSV fixtures are [60, 4] like the quick demo's iris / wine tables, so they reuse its
 # compiled BHC program when run in the same process
@@ -53,7 +54,7 @@ def _run_error(capsys, argv):
 # ---------------------------------------------------------------------------------------
 def test_demo_quick(tmp_path, capsys):
     out = tmp_path / "demo"
-    assert main(["demo", "--quick", "--no-progress", "--out", str(out)]) == 0
+    assert main(["demo", "--quick", "--no-progress", "--no-cache", "--out", str(out)]) == 0
     text = capsys.readouterr().out
     for name in ("digits024", "iris", "wine4"):
         assert (out / f"{name}_dendrogram.png").stat().st_size > 1000
@@ -66,6 +67,24 @@ def test_demo_quick(tmp_path, capsys):
     assert "dendrogram purity" in text and "log p(D|T)" in text
     last = text.strip().splitlines()[-1]
     assert last.startswith("demo done: 3 data sets") and "/3" in last and str(out) in last
+    # hyperparameters learned by default: a non-negative evidence gain per data set; the
+    # real-valued sets pick their family by evidence; every loss to average linkage is
+    # explained by the model's scores of the true classes
+    assert "gain" in text
+    wins = 0
+    for name in ("digits024", "iris", "wine4"):
+        cells = next(line for line in text.splitlines() if line.startswith(name)).split()
+        gain = float(next(c for c in cells if c.startswith("+") or c.startswith("-0")))
+        assert gain >= 0
+        bhc, average = float(cells[-5]), float(cells[-4])
+        verdict = [line for line in text.splitlines() if line.startswith(f"{name}: BHC's purity")]
+        assert len(verdict) == (bhc < average)
+        if verdict:
+            assert "true classes" in verdict[0] and "log p(D|T)" in verdict[0] and "log p(D, c)" in verdict[0]
+        wins += bhc >= average
+    for name in ("iris", "wine4"):
+        assert any(line.startswith(f"{name}: family chosen by evidence") for line in text.splitlines())
+    assert f"on {wins}/3" in last
     # the digits leaves are named class_index, so the Newick file holds 120 leaves
     assert (out / "digits024.nwk").read_text().count("_") == 120
 
@@ -78,7 +97,8 @@ def test_bhc_csv_with_and_without_header(tmp_path, capsys, blobs, header):
     X, y = blobs
     csv = _write_csv(tmp_path / "data.csv", X, header=["a", "b", "c", "d"] if header else None)
     out = tmp_path / "out"
-    assert main(["bhc", csv, "--out", str(out), "--no-progress"]) == 0
+    assert main(["bhc", csv, "--component", "niw", "--fixed-prior", "--no-cache", "--out", str(out),
+                 "--no-progress"]) == 0
     text = capsys.readouterr().out
     assert "niw" in text and text.strip().splitlines()[-1].startswith("bhc done: 60 points")
     assert (out / "data_dendrogram.png").stat().st_size > 1000
@@ -90,6 +110,77 @@ def test_bhc_csv_with_and_without_header(tmp_path, capsys, blobs, header):
     assert summary["n_clusters"] == max(summary["flat_labels"]) + 1 == 3
     assert summary["tree"]["n_leaves"] == N_ROWS and len(summary["tree"]["children"]) == N_ROWS - 1
     assert np.isfinite(summary["log_evidence"]) and summary["dpm_lower_bound"] < summary["log_evidence"]
+    # --fixed-prior: the data-derived prior as it is
+    assert summary["learned"] is False and summary["alpha"] == 1.0
+    assert summary["log_evidence_fixed_prior"] == summary["log_evidence"]
+    want = jaxhc.bhc(X, jaxhc.NormalInverseWishart.from_data(X), 1.0)
+    assert summary["log_evidence"] == pytest.approx(float(want.log_evidence), rel=1e-12)
+
+
+def test_bhc_learns_and_picks_the_family_by_evidence(tmp_path, capsys, blobs):
+    """Without --component and --fixed-prior, both Gaussian families are fitted with their
+    hyperparameters learned; the one of higher evidence is kept and the gain is reported."""
+    X, y = blobs
+    csv = _write_csv(tmp_path / "blobs.csv", X, labels=y)
+    out = tmp_path / "out"
+    assert main(["bhc", csv, "--labels-column", "-1", "--no-cache", "--out", str(out), "--no-progress"]) == 0
+    text = capsys.readouterr().out
+    summary = json.loads((out / "blobs_bhc.json").read_text())
+    fams = summary["families_log_evidence"]
+    assert set(fams) == {"niw", "normalgamma"} and summary["learned"] is True
+    assert summary["component"] == max(fams, key=fams.get)
+    assert summary["log_evidence"] == max(fams.values()) >= summary["log_evidence_fixed_prior"]
+    # the same numbers as the library call, and the hyperparameters written are the learned ones
+    start = jaxhc.NormalInverseWishart if summary["component"] == "niw" else jaxhc.NormalGamma
+    fit = jaxhc.learn_hyperparameters(X, start.from_data(X), 1.0)
+    assert summary["log_evidence"] == pytest.approx(float(fit.result.log_evidence), rel=1e-9)
+    assert summary["log_evidence_fixed_prior"] == pytest.approx(float(fit.trace[0]), rel=1e-9)
+    assert summary["alpha"] == pytest.approx(fit.alpha, rel=1e-9)
+    assert summary["hyperparameters"]["family"] == type(fit.component).__name__
+    np.testing.assert_allclose(summary["hyperparameters"]["kappa"], np.asarray(fit.component.kappa), rtol=1e-9)
+    gain = summary["log_evidence"] - summary["log_evidence_fixed_prior"]
+    row = next(line for line in text.splitlines() if line.startswith("blobs "))
+    assert f"{gain:+.1f}" in row.split()
+    assert "family chosen by evidence" in text
+
+
+def test_class_respecting_tree():
+    """Every class becomes a subtree, each class keeps the hierarchy the tree induces on it,
+    and with three classes the top is the best of the three joins under the score."""
+    from itertools import combinations
+
+    from jaxhc.tree import Tree
+
+    rng = np.random.default_rng(3)
+    n = 11
+    labels = rng.integers(0, 3, n)
+    labels[:3] = [0, 1, 2]
+    tree = Tree.from_linkage(__import__("scipy.cluster.hierarchy", fromlist=["linkage"]).linkage(
+        rng.normal(size=(n, 2)), "average"))
+    score = lambda t: float(np.sum(t.depths()[:n] * np.arange(1, n + 1)))  # noqa: E731  any tree score
+    ct = class_respecting_tree(tree, labels, score)
+    cl_new = {frozenset(c) for c in ct.clusters()}
+    for c in range(3):
+        members = frozenset(np.flatnonzero(labels == c).tolist())
+        assert members in cl_new
+        induced = {frozenset(a) & members for a in tree.clusters()} - {frozenset()}
+        assert {a for a in cl_new if a <= members} == induced
+    # brute force over the three ways of joining three class subtrees
+    sub = [frozenset(np.flatnonzero(labels == c).tolist()) for c in range(3)]
+    scores = []
+    for i, j in combinations(range(3), 2):
+        cand = {a for a in cl_new if any(a <= m for m in sub)} | {sub[i] | sub[j], frozenset(range(n))}
+        nested = None
+        # rebuild the tree from its clusters (a laminar family) by nesting
+        def build(cluster):
+            kids = [c for c in cand if c < cluster and not any(c < d < cluster for d in cand)]
+            if not kids:
+                return next(iter(cluster))
+            assert len(kids) == 2
+            return (build(kids[0]), build(kids[1]))
+        nested = build(frozenset(range(n)))
+        scores.append(score(Tree.from_nested(nested)))
+    assert score(ct) == pytest.approx(max(scores))
 
 
 def test_bhc_header_and_no_header_agree(tmp_path, capsys, blobs):
@@ -107,7 +198,8 @@ def test_bhc_labels_column(tmp_path, capsys, blobs, spec):
     names = np.array(["setosa", "versicolor", "virginica"])[y]
     csv = _write_csv(tmp_path / "lab.csv", X, header=["a", "b", "c", "d", "species"], labels=names)
     out = tmp_path / "out"
-    assert main(["bhc", csv, "--labels-column", spec, "--standardize", "--out", str(out), "--no-progress"]) == 0
+    assert main(["bhc", csv, "--labels-column", spec, "--standardize", "--no-cache", "--out", str(out),
+                 "--no-progress"]) == 0
     text = capsys.readouterr().out
     row = next(line for line in text.splitlines() if line.startswith("lab "))
     assert len(re.findall(r"\s(0\.\d{3}|1\.000)\s", row + " ")) == 4
@@ -122,10 +214,10 @@ def test_bhc_binary_defaults_to_bernoulli_and_npy(tmp_path, capsys):
     rng = np.random.default_rng(1)
     B = (rng.random((N_ROWS, N_COLS)) < 0.5).astype(float)
     csv = _write_csv(tmp_path / "bin.csv", B)
-    assert main(["bhc", csv, "--out", str(tmp_path), "--no-progress"]) == 0
+    assert main(["bhc", csv, "--no-cache", "--out", str(tmp_path), "--no-progress"]) == 0
     assert json.loads((tmp_path / "bin_bhc.json").read_text())["component"] == "bernoulli"
     np.save(tmp_path / "arr.npy", B)
-    assert main(["bhc", str(tmp_path / "arr.npy"), "--component", "bernoulli", "--out", str(tmp_path),
+    assert main(["bhc", str(tmp_path / "arr.npy"), "--component", "bernoulli", "--no-cache", "--out", str(tmp_path),
                  "--no-progress"]) == 0
     summary = json.loads((tmp_path / "arr_bhc.json").read_text())
     assert summary["component"] == "bernoulli" and summary["n"] == N_ROWS
@@ -138,7 +230,7 @@ def test_bhc_binomial_component(tmp_path, capsys):
     rng = np.random.default_rng(2)
     C = rng.integers(0, 4, size=(N_ROWS, N_COLS)).astype(float)
     np.save(tmp_path / "counts.npy", C)
-    assert main(["bhc", str(tmp_path / "counts.npy"), "--component", "binomial", "--trials", "3",
+    assert main(["bhc", str(tmp_path / "counts.npy"), "--component", "binomial", "--trials", "3", "--no-cache",
                  "--out", str(tmp_path), "--no-progress"]) == 0
     assert json.loads((tmp_path / "counts_bhc.json").read_text())["component"] == "binomial"
     capsys.readouterr()

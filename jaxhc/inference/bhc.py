@@ -475,6 +475,7 @@ class TreeTerms(NamedTuple):
 
 
 @jax.jit
+@jax.jit
 def node_stats_of_tree(comp: Component, leaf_stats, children):
     """Sufficient statistics of every node ``[2n-1, ...]`` of a tree given as ``children``."""
     children = jnp.asarray(children)
@@ -539,8 +540,14 @@ def tree_log_evidence(X, tree: Tree, component: Component, alpha: float = 1.0) -
     if tree.n_leaves != Xh.shape[0]:
         raise ValueError(f"tree has {tree.n_leaves} leaves but X has {Xh.shape[0]} rows")
     leaf = component.leaf_stats(jnp.asarray(Xh))
-    ns = node_stats_of_tree(component, leaf, tree.children)
-    return tree_node_terms(component, jnp.asarray(alpha, dtype=jnp.result_type(float)), ns, tree.children)
+    return _tree_terms(component, jnp.asarray(alpha, dtype=jnp.result_type(float)), leaf,
+                       jnp.asarray(tree.children, jnp.int32))
+
+
+@jax.jit
+def _tree_terms(comp, alpha, leaf_stats, children):
+    """`node_stats_of_tree` then `tree_node_terms` as one compiled program (per family and n)."""
+    return tree_node_terms(comp, alpha, node_stats_of_tree(comp, leaf_stats, children), children)
 
 
 @jax.jit

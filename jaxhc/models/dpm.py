@@ -273,10 +273,27 @@ def dpm_log_joint(X, labels, component: Component, alpha):
     alpha = _check_alpha(alpha)
     Xa = component.validate_data(X, "X")
     lab = _check_labels(labels, Xa.shape[0])
-    out = crp_log_prob(lab, alpha)
-    for k in range(int(lab.max()) + 1):
-        out = out + _cluster_log_marginal(component, Xa, np.flatnonzero(lab == k))
-    return out
+    leaf = component.leaf_stats(jnp.asarray(Xa, _float()))
+    return crp_log_prob(lab, alpha) + _partition_log_marginal(component, leaf, jnp.asarray(lab, jnp.int32))
+
+
+@jax.jit
+def _partition_log_marginal(component, leaf_stats, labels):
+    """``sum_k log p(X_{labels=k})`` for labels in ``0..n-1``: the rows' statistics folded
+    into ``n`` cluster slots by ``merge`` (empty slots have log marginal 0). One compiled
+    program per family and ``n``, whatever the partition."""
+    n = labels.shape[0]
+    slots = component.empty_stats((n,))
+
+    def step(slots, i):
+        c = labels[i]
+        cur = jax.tree_util.tree_map(lambda x: x[c], slots)
+        new = component.merge(cur, jax.tree_util.tree_map(lambda x: x[i], leaf_stats))
+        return jax.tree_util.tree_map(lambda x, v: x.at[c].set(v), slots, new), None
+
+    slots, _ = jax.lax.scan(step, slots, jnp.arange(n))
+    used = jnp.zeros(n, bool).at[labels].set(True)
+    return jnp.sum(jnp.where(used, component.log_marginal(slots), 0.0))
 
 
 def _subset_log_marginals(component, Xa):
