@@ -18,7 +18,11 @@ Data sets (all bundled with scikit-learn, no download):
 
 Subset ``s`` (``s = 0 .. reps-1``) is drawn with ``numpy.random.default_rng(s)``.
 
-Methods: BHC (``jaxhc.bhc``, ``alpha = 1``, float64) with ``BetaBernoulli.from_data`` (the
+Methods: "BHC, learned": `jaxhc.learn_hyperparameters` (alpha and the prior, by evidence)
+from the default component; "BHC, evidence-selected family": the higher learned evidence of
+two starts (digits: ``BetaBernoulli.from_data`` and ``BetaBernoulli(1, 1)``; iris / wine:
+``NormalInverseWishart.from_data`` and ``NormalGamma.from_data``), as ``jaxhc demo`` chooses.
+BHC (``jaxhc.bhc``, ``alpha = 1``, float64) with ``BetaBernoulli.from_data`` (the
 mean-matched Beta prior, fitted on the subset) for the digits and
 ``NormalInverseWishart.from_data`` for iris / wine; on the digits also BHC with the flat
 ``BetaBernoulli(1, 1)`` prior, and on iris / wine also (supplementary) BHC with
@@ -112,6 +116,18 @@ def bhc_methods(name, X):
     ]
 
 
+def learned_candidates(name, X):
+    """Starting components for the learned rows: the first is "BHC, learned"; the one of
+    highest learned evidence among all is "BHC, evidence-selected family" (for the digits,
+    the same family from its two starting priors; for iris / wine, full-covariance NIW
+    against per-feature Normal-Gamma, as `jaxhc demo` and `jaxhc bhc` choose)."""
+    if name.startswith("digits"):
+        return [("BetaBernoulli", jaxhc.BetaBernoulli.from_data(X)),
+                ("BetaBernoulli from Beta(1,1)", jaxhc.BetaBernoulli(1.0, 1.0))]
+    return [("NormalInverseWishart", jaxhc.NormalInverseWishart.from_data(X)),
+            ("NormalGamma", jaxhc.NormalGamma.from_data(X))]
+
+
 COMPONENT_DESC = {
     "digits3": {"BHC": "BetaBernoulli.from_data(X) (mean-matched Beta prior)", "BHC Beta(1,1)": "BetaBernoulli(1, 1)"},
     "digits10": {"BHC": "BetaBernoulli.from_data(X) (mean-matched Beta prior)", "BHC Beta(1,1)": "BetaBernoulli(1, 1)"},
@@ -125,7 +141,8 @@ COMPONENT_DESC = {
 # ------------------------------------------------------------------------------------------
 # evaluation
 # ------------------------------------------------------------------------------------------
-def evaluate(name, reps, verbose=True):
+def evaluate(name, reps, verbose=True, learned=True):
+    selected, evidences = [], []
     scores: dict[str, list] = {}
     times: dict[str, list] = {}
     info = None
@@ -137,6 +154,19 @@ def evaluate(name, reps, verbose=True):
             res = jaxhc.bhc(X, comp, 1.0, progress_bar=False)
             times.setdefault(meth, []).append(time.perf_counter() - t0)
             scores.setdefault(meth, []).append(dendrogram_purity(res.tree, y))
+        if learned:
+            fits = []
+            for fam, comp in learned_candidates(name, X):
+                t0 = time.perf_counter()
+                fit = jaxhc.learn_hyperparameters(X, comp, 1.0)
+                fits.append((fam, fit, time.perf_counter() - t0))
+            best = max(fits, key=lambda f: float(f[1].result.log_evidence))
+            for meth, (fam, fit, secs) in (("BHC, learned", fits[0]),
+                                           ("BHC, evidence-selected family", best)):
+                times.setdefault(meth, []).append(secs if meth == "BHC, learned" else sum(f[2] for f in fits))
+                scores.setdefault(meth, []).append(dendrogram_purity(fit.result.tree, y))
+            selected.append(best[0])
+            evidences.append({f: float(fit.result.log_evidence) for f, fit, _ in fits})
         for link in LINKAGES:
             meth = f"{link} linkage"
             t0 = time.perf_counter()
@@ -155,7 +185,11 @@ def evaluate(name, reps, verbose=True):
             # the first BHC call of a shape includes compilation; report the median
             "median_time_s": float(np.median(times[meth])),
         }
-    return {"dataset": name, **(info or {}), "reps": reps, "components": COMPONENT_DESC[name], "results": rows}
+    out = {"dataset": name, **(info or {}), "reps": reps, "components": COMPONENT_DESC[name], "results": rows}
+    if learned:
+        out["evidence_selected"] = selected  # the family (start) picked per subset
+        out["learned_evidence"] = evidences
+    return out
 
 
 def print_table(all_res):
@@ -165,7 +199,8 @@ def print_table(all_res):
             if m not in meths:
                 meths.append(m)
     colw = 18
-    hdr = f"{'method':<16}" + "".join(f"{r['dataset'] + ' (n=' + str(r['n']) + ')':>{colw}}" for r in all_res)
+    mw = max(16, *(len(m) + 1 for m in meths))
+    hdr = f"{'method':<{mw}}" + "".join(f"{r['dataset'] + ' (n=' + str(r['n']) + ')':>{colw}}" for r in all_res)
     print("\nDendrogram purity, mean +- standard error over subsets")
     print("BHC = BetaBernoulli.from_data (digits) / NormalInverseWishart.from_data (iris, wine), alpha=1")
     print(hdr)
@@ -175,7 +210,11 @@ def print_table(all_res):
         for r in all_res:
             v = r["results"].get(m)
             cells.append(f"{v['mean']:.3f} +- {v['se']:.3f}" if v else "-")
-        print(f"{m:<16}" + "".join(f"{c:>{colw}}" for c in cells))
+        print(f"{m:<{mw}}" + "".join(f"{c:>{colw}}" for c in cells))
+    for r in all_res:
+        if "evidence_selected" in r:
+            picks = {f: r["evidence_selected"].count(f) for f in dict.fromkeys(r["evidence_selected"])}
+            print(f"{r['dataset']}: evidence-selected " + ", ".join(f"{f} x{k}" for f, k in picks.items()))
 
 
 # ------------------------------------------------------------------------------------------
@@ -279,6 +318,8 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, default=None, help="subsets per data set (default 10)")
     ap.add_argument("--datasets", type=str, default=",".join(DATASETS), help=f"subset of {','.join(DATASETS)}")
     ap.add_argument("--out", type=str, default=None, help=f"JSON output (default {DEFAULT_OUT}; --quick: none)")
+    ap.add_argument("--no-learned", action="store_true",
+                    help="skip the rows 'BHC, learned' and 'BHC, evidence-selected family'")
     ap.add_argument("--learn", action="store_true",
                     help=f"hyperparameter learning table instead (data sets {','.join(LEARN_DATASETS)}; "
                          f"default 3 subsets; JSON {LEARN_OUT})")
@@ -309,7 +350,7 @@ def main(argv=None):
             ap.error(f"unknown data set {s!r}; choose from {DATASETS}")
 
     t0 = time.perf_counter()
-    all_res = [evaluate(name, reps) for name in names]
+    all_res = [evaluate(name, reps, learned=not args.no_learned) for name in names]
     print_table(all_res)
     print(f"\ntotal {time.perf_counter() - t0:.1f} s")
 
@@ -332,6 +373,11 @@ def main(argv=None):
                 "iris/wine": "80% random subsample, standardized on the subsample",
                 "bhc": "alpha=1, float64; BetaBernoulli.from_data (digits), NIW.from_data (iris/wine); "
                        "digits also BetaBernoulli(1,1); iris/wine also NIW.from_data(X, cov_fraction=1.0)",
+                "bhc_learned": "learn_hyperparameters (alpha and the prior, evidence, defaults) from "
+                               "BetaBernoulli.from_data (digits) / NIW.from_data (iris/wine)",
+                "bhc_evidence_selected": "the highest learned log p(D|T) among BetaBernoulli from from_data and "
+                                         "from Beta(1,1) (digits), NIW.from_data and NormalGamma.from_data "
+                                         "(iris/wine)",
                 "linkage": "scipy.cluster.hierarchy.linkage, Euclidean",
                 "score": "jaxhc.metrics.dendrogram_purity; mean and se = std(ddof=1)/sqrt(reps)",
             },
