@@ -1,0 +1,292 @@
+"""Does the greedy EM search find the paper's trees? Section 6.1 of Knowles & Ghahramani:
+N = 100 points in D = 2 from four Gaussians at (+-1, +-1), variance 1/8 per dimension.
+
+Usage::
+
+    python benchmarks/pydt_search.py                      # full: 10 seeds x 100 iterations, writes JSON
+    python benchmarks/pydt_search.py --quick              # 2 seeds x 5 iterations, no JSON
+    python benchmarks/pydt_search.py --configs paper --out /tmp/baseline.json
+
+Everything runs in one process, float64, on ``jax.devices()[0]``.
+
+Method (also in the JSON under ``"method"``):
+
+* **Data.** Seed ``s``: ``four_clusters(100, s)`` below (``numpy.default_rng(s)``, 25 points per
+  cluster, shuffled), key ``jax.random.PRNGKey(s)``; seeds 0-9.
+* **Fixed hyperparameters** (the paper's Figure 5b setting): ``pydt_em(key, X, alpha=1,
+  beta=0.2, learn_alpha_beta=False, num_iters=100)`` (``q(c)`` and ``q(1/sigma2)`` learned,
+  the defaults). Reported per seed: the bound (``log_evidence``), the number of root children,
+  the ARI of the root's children partition (each point labelled by the root child above it)
+  against the four clusters, wall time.
+* **Configurations.** ``paper`` = the paper's search only (random detach / re-attach, EM on
+  the 3 best, K-best list of 10; ``moves=("reattach",)``, ``num_restarts=1``: today's
+  algorithm, and with the code before issue 15 part 3 simply the defaults). ``default`` =
+  ``pydt_em``'s defaults (the search with the collapse and best-regraft moves).
+  ``restarts`` = the defaults with ``num_restarts=4``. The JSON of the run before the change
+  (``results/pydt_search_baseline.json``, the ``paper`` configuration measured on the code as
+  it was) is read back for the "before" column.
+* **Time per iteration.** A warm-up call per configuration (seed 0, a few iterations) compiles
+  the programs first; then, seed by seed, every configuration runs in turn (so they share the
+  load of the shared 2-core VM, which varies; the 1-minute load average is recorded per row).
+  Per seed the initial tree alone (``num_iters=0``) is timed, and per iteration = (total -
+  restarts x initial tree) / (restarts x num_iters).
+* **Learned hyperparameters.** ``pydt_em(key, X, alpha=1, beta=0.2, num_iters=100)`` with
+  ``alpha, beta`` learned (the defaults): bound, ``alpha``, ``beta``, root children, whether
+  every branch point is binary. Then the two trees compared under the same learned
+  hyperparameters: the fixed-hyperparameter (4-way) tree refit with ``alpha, beta, c, sigma2``
+  learned (``pydt_em(..., init=(parent, times), num_iters=0)``: EM on that structure alone)
+  against the learned run's tree (the search's optimum under learning).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import inspect
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _harness import machine  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DEFAULT_OUT = os.path.join(HERE, "results", "pydt_search.json")
+BASELINE = os.path.join(HERE, "results", "pydt_search_baseline.json")
+
+
+def four_clusters(N, seed):
+    """Section 6.1: N points, four clusters at (+-1, +-1), variance 1/8; labels shuffled."""
+    r = np.random.default_rng(seed)
+    centres = np.array([[1.0, 1.0], [1.0, -1.0], [-1.0, 1.0], [-1.0, -1.0]])
+    z = np.arange(N) % 4
+    r.shuffle(z)
+    return centres[z] + r.normal(0.0, np.sqrt(1.0 / 8.0), (N, 2)), z
+
+
+def root_partition(parent, N):
+    """Label of each leaf = the root child above it."""
+    par = np.asarray(parent)
+    root = int(np.flatnonzero(par == -1)[0])
+    part = np.empty(N, int)
+    for k in range(N):
+        p = k
+        while par[p] != root:
+            p = par[p]
+        part[k] = p
+    return part, int(np.sum(par == root))
+
+
+def tree_stats(res, z):
+    from jaxhc.metrics import adjusted_rand_index
+
+    N = z.size
+    par = np.asarray(res.parent)
+    part, kids = root_partition(par, N)
+    nk = np.bincount(par[par >= 0], minlength=par.size)[N:]
+    nk = nk[nk > 0]
+    return dict(bound=float(res.log_evidence), root_children=kids, ari=float(adjusted_rand_index(z, part)),
+                branch_points=int(nk.size), max_children=int(nk.max()), binary=bool(np.all(nk == 2)),
+                alpha=float(res.alpha), beta=float(res.beta), c=float(res.c), sigma2=float(res.sigma2))
+
+
+def has_new_api():
+    from jaxhc.inference import pydt_em as E
+
+    return "num_restarts" in inspect.signature(E.pydt_em).parameters
+
+
+CONFIGS = {
+    "paper": dict(moves=("reattach",), num_restarts=1),
+    "default": dict(),
+    "restarts": dict(num_restarts=4),
+}
+
+
+def config_kwargs(name):
+    if not has_new_api():
+        if name != "paper":
+            raise SystemExit(f"configuration {name!r} needs the new pydt_em API")
+        return {}  # the code before the change: its defaults are the paper's search
+    return dict(CONFIGS[name])
+
+
+def _common(learn_ab):
+    common = dict(alpha=1.0, beta=0.2, progress_bar=False)
+    if not learn_ab:
+        common["learn_alpha_beta"] = False
+    return common
+
+
+def warm_up(name, iters, learn_ab):
+    """Compile the programs of a configuration (seed-0 data, a few iterations); returns seconds."""
+    import jax
+    from jaxhc.inference import pydt_em as E
+
+    X0, _ = four_clusters(100, 0)
+    t0 = time.perf_counter()
+    E.pydt_em(jax.random.PRNGKey(0), X0, num_iters=min(iters, 3), **_common(learn_ab), **config_kwargs(name))
+    return time.perf_counter() - t0
+
+
+def run_one(name, s, iters, learn_ab):
+    import jax
+    from jaxhc.inference import pydt_em as E
+
+    kw = config_kwargs(name)
+    R = int(kw.get("num_restarts", 1))
+    common = _common(learn_ab)
+    X, z = four_clusters(100, s)
+    key = jax.random.PRNGKey(s)
+    t0 = time.perf_counter()
+    E.pydt_em(key, X, num_iters=0, **common, **{k: v for k, v in kw.items() if k != "num_restarts"})
+    init_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    res = E.pydt_em(key, X, num_iters=iters, **common, **kw)
+    total = time.perf_counter() - t0
+    row = dict(seed=s, **tree_stats(res, z), total_s=total, init_s=init_s,
+               per_iter_s=max(total - R * init_s, 0.0) / max(R * iters, 1), loadavg=os.getloadavg()[0])
+    if getattr(res, "restart_bounds", None) is not None:
+        row["restart_bounds"] = [float(b) for b in res.restart_bounds]
+    if getattr(res, "move_trace", None) is not None:
+        acc = {}
+        for mv, before, after in res.move_trace:
+            acc.setdefault(mv, [0, 0])
+            acc[mv][0] += 1
+            acc[mv][1] += int(after > before)
+        row["moves_made_improved"] = acc
+    print(f"  [{name}{' learned' if learn_ab else ''}] seed {s}: L = {row['bound']:.2f}, root children "
+          f"{row['root_children']}, ARI {row['ari']:.3f}, alpha {row['alpha']:.3f}, beta {row['beta']:.3f}, "
+          f"{total:.1f} s ({row['per_iter_s'] * 1e3:.0f} ms/iter, load {row['loadavg']:.1f})", flush=True)
+    row["_tree"] = (np.asarray(res.parent).tolist(), np.asarray(res.times).tolist())
+    return row
+
+
+def run_configs(names, seeds, iters, learn_ab):
+    """All configurations, seeds outer and configurations inner (so they share the machine's
+    load, which varies on a shared VM)."""
+    blocks = {}
+    for name in names:
+        kw = config_kwargs(name)
+        blocks[name] = dict(config=name, kwargs={k: list(v) if isinstance(v, tuple) else v for k, v in kw.items()},
+                            learn_alpha_beta=learn_ab, iters=iters, compile_s=warm_up(name, iters, learn_ab), rows=[])
+    for s in seeds:
+        for name in names:
+            blocks[name]["rows"].append(run_one(name, s, iters, learn_ab))
+    return [blocks[n] for n in names]
+
+
+def compare_4way_binary(fixed, learned, seeds):
+    """Refit the fixed-hyperparameter tree with alpha, beta learned; compare with the learned run."""
+    import jax
+    from jaxhc.inference import pydt_em as E
+
+    out = []
+    byseed_f = {r["seed"]: r for r in fixed["rows"]}
+    byseed_l = {r["seed"]: r for r in learned["rows"]}
+    for s in seeds:
+        X, z = four_clusters(100, s)
+        par, tim = byseed_f[s]["_tree"]
+        refit = E.pydt_em(jax.random.PRNGKey(s), X, alpha=1.0, beta=0.2, num_iters=0, progress_bar=False,
+                          init=(np.asarray(par), np.asarray(tim)))
+        st = tree_stats(refit, z)
+        lr = byseed_l[s]
+        out.append(dict(seed=s, fourway_refit=st, learned=dict((k, lr[k]) for k in (
+            "bound", "alpha", "beta", "root_children", "ari", "binary", "max_children")),
+            learned_minus_fourway=lr["bound"] - st["bound"]))
+        print(f"  seed {s}: 4-way tree refit (alpha, beta learned): L = {st['bound']:.2f} (alpha {st['alpha']:.3f}, "
+              f"beta {st['beta']:.3f}, root {st['root_children']}); learned search: L = {lr['bound']:.2f} "
+              f"(alpha {lr['alpha']:.3f}, beta {lr['beta']:.3f}, root {lr['root_children']}, binary {lr['binary']})",
+              flush=True)
+    return out
+
+
+def summary(block):
+    rows = block["rows"]
+    a = np.array([r["ari"] for r in rows])
+    return dict(min_ari=float(a.min()), mean_ari=float(a.mean()), n_ari_ge_095=int(np.sum(a >= 0.95)),
+                mean_bound=float(np.mean([r["bound"] for r in rows])),
+                median_per_iter_s=float(np.median([r["per_iter_s"] for r in rows])),
+                mean_total_s=float(np.mean([r["total_s"] for r in rows])))
+
+
+def print_table(blocks, baseline):
+    print()
+    print("| configuration | hyper | min ARI | seeds ARI >= 0.95 | mean bound | ms / iteration (median) | s / seed |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for tag, b in ([("before (baseline JSON)", x) for x in baseline] + [("", x) for x in blocks]):
+        sm = summary(b)
+        name = f"{b['config']}" + (f" ({tag})" if tag else "")
+        print(f"| {name} | {'learned' if b['learn_alpha_beta'] else 'fixed'} | {sm['min_ari']:.3f} | "
+              f"{sm['n_ari_ge_095']}/{len(b['rows'])} | {sm['mean_bound']:.2f} | {sm['median_per_iter_s'] * 1e3:.0f} | "
+              f"{sm['mean_total_s']:.1f} |")
+    print()
+    for b in blocks + baseline:
+        print(f"{b['config']} ({'learned' if b['learn_alpha_beta'] else 'fixed'}) per seed: "
+              + ", ".join(f"{r['seed']}: {r['root_children']} / {r['ari']:.2f} / {r['bound']:.1f}" for r in b["rows"]))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="2 seeds x 5 iterations, no JSON")
+    ap.add_argument("--seeds", type=str, default=None, help="comma list (default 0..9)")
+    ap.add_argument("--iters", type=int, default=None, help="num_iters per search (default 100, the paper's)")
+    ap.add_argument("--configs", type=str, default=None,
+                    help="comma list of paper, default, restarts (default: all the installed code supports)")
+    ap.add_argument("--no-learned", action="store_true", help="skip the learned-hyperparameter runs")
+    ap.add_argument("--out", type=str, default=None, help=f"JSON output (default {DEFAULT_OUT}; --quick: none)")
+    args = ap.parse_args(argv)
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else ([0, 1] if args.quick else list(range(10)))
+    iters = args.iters if args.iters is not None else (5 if args.quick else 100)
+    new = has_new_api()
+    configs = args.configs.split(",") if args.configs else (["paper", "default", "restarts"] if new else ["paper"])
+    t_start = time.perf_counter()
+    info = machine()
+    print(f"{', '.join(configs)}: fixed alpha = 1, beta = 0.2", flush=True)
+    blocks = run_configs(configs, seeds, iters, learn_ab=False)
+    learned, comparison = [], None
+    if not args.no_learned:
+        lname = "default" if new else "paper"
+        print(f"{lname}: alpha, beta learned", flush=True)
+        learned = run_configs([lname], seeds, iters, learn_ab=True)
+        fixed = next((b for b in blocks if b["config"] == lname), None)
+        if new and fixed is not None:
+            print("4-way tree vs the learned search's tree, both with alpha, beta learned", flush=True)
+            comparison = compare_4way_binary(fixed, learned[0], seeds)
+    baseline = []
+    if new and os.path.exists(BASELINE) and not args.quick:
+        baseline = json.load(open(BASELINE))["blocks"]
+    print_table(blocks + learned, baseline)
+    if comparison:
+        print()
+        print("| seed | 4-way tree refit: bound | alpha | beta | root children | learned search: bound | alpha | beta | "
+              "root children | binary | learned - 4-way |")
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|")
+        for c in comparison:
+            f, lr = c["fourway_refit"], c["learned"]
+            print(f"| {c['seed']} | {f['bound']:.2f} | {f['alpha']:.3f} | {f['beta']:.3f} | {f['root_children']} | "
+                  f"{lr['bound']:.2f} | {lr['alpha']:.3f} | {lr['beta']:.3f} | {lr['root_children']} | "
+                  f"{'yes' if lr['binary'] else 'no'} | {c['learned_minus_fourway']:.2f} |")
+    for b in blocks + learned:
+        for r in b["rows"]:
+            r.pop("_tree", None)
+    out = None if args.quick and not args.out else (args.out or DEFAULT_OUT)
+    if out:
+        doc = dict(date=_dt.datetime.now().isoformat(timespec="seconds"), machine=info,
+                   wall_s=time.perf_counter() - t_start, seeds=seeds, iters=iters,
+                   method=__doc__, blocks=blocks + learned, comparison=comparison,
+                   summary={f"{b['config']}_{'learned' if b['learn_alpha_beta'] else 'fixed'}": summary(b)
+                            for b in blocks + learned})
+        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+        with open(out, "w") as fh:
+            json.dump(doc, fh, indent=1)
+        print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
