@@ -80,10 +80,10 @@ def test_demo_quick(tmp_path, capsys):
         verdict = [line for line in text.splitlines() if line.startswith(f"{name}: BHC's purity")]
         assert len(verdict) == (bhc < average)
         if verdict:
-            assert "true classes" in verdict[0] and "log p(D|T)" in verdict[0] and "log p(D, c)" in verdict[0]
+            assert "true classes" in verdict[0] and "DPM bound" in verdict[0] and "log p(D, c)" in verdict[0]
         wins += bhc >= average
     for name in ("iris", "wine4"):
-        assert any(line.startswith(f"{name}: family chosen by evidence") for line in text.splitlines())
+        assert any(line.startswith(f"{name}: family chosen by the DPM evidence bound") for line in text.splitlines())
     assert f"on {wins}/3" in last
     # the digits leaves are named class_index, so the Newick file holds 120 leaves
     assert (out / "digits024.nwk").read_text().count("_") == 120
@@ -112,36 +112,39 @@ def test_bhc_csv_with_and_without_header(tmp_path, capsys, blobs, header):
     assert np.isfinite(summary["log_evidence"]) and summary["dpm_lower_bound"] < summary["log_evidence"]
     # --fixed-prior: the data-derived prior as it is
     assert summary["learned"] is False and summary["alpha"] == 1.0
-    assert summary["log_evidence_fixed_prior"] == summary["log_evidence"]
+    assert summary["dpm_lower_bound_fixed_prior"] == summary["dpm_lower_bound"]
     want = jaxhc.bhc(X, jaxhc.NormalInverseWishart.from_data(X), 1.0)
     assert summary["log_evidence"] == pytest.approx(float(want.log_evidence), rel=1e-12)
 
 
 def test_bhc_learns_and_picks_the_family_by_evidence(tmp_path, capsys, blobs):
     """Without --component and --fixed-prior, both Gaussian families are fitted with their
-    hyperparameters learned; the one of higher evidence is kept and the gain is reported."""
+    hyperparameters learned by the DPM evidence bound; the one of higher bound is kept and
+    the gain is reported."""
     X, y = blobs
     csv = _write_csv(tmp_path / "blobs.csv", X, labels=y)
     out = tmp_path / "out"
     assert main(["bhc", csv, "--labels-column", "-1", "--no-cache", "--out", str(out), "--no-progress"]) == 0
     text = capsys.readouterr().out
     summary = json.loads((out / "blobs_bhc.json").read_text())
-    fams = summary["families_log_evidence"]
+    fams = summary["families_dpm_lower_bound"]
     assert set(fams) == {"niw", "normalgamma"} and summary["learned"] is True
     assert summary["component"] == max(fams, key=fams.get)
-    assert summary["log_evidence"] == max(fams.values()) >= summary["log_evidence_fixed_prior"]
+    assert summary["dpm_lower_bound"] == max(fams.values()) >= summary["dpm_lower_bound_fixed_prior"]
+    assert summary["learn_objective"] == "dpm_lower_bound"
     # the same numbers as the library call, and the hyperparameters written are the learned ones
     start = jaxhc.NormalInverseWishart if summary["component"] == "niw" else jaxhc.NormalGamma
-    fit = jaxhc.learn_hyperparameters(X, start.from_data(X), 1.0)
+    fit = jaxhc.learn_hyperparameters(X, start.from_data(X), 1.0, objective="dpm_lower_bound")
     assert summary["log_evidence"] == pytest.approx(float(fit.result.log_evidence), rel=1e-9)
-    assert summary["log_evidence_fixed_prior"] == pytest.approx(float(fit.trace[0]), rel=1e-9)
+    assert summary["dpm_lower_bound"] == pytest.approx(float(fit.result.dpm_lower_bound), rel=1e-9)
+    assert summary["dpm_lower_bound_fixed_prior"] == pytest.approx(float(fit.trace[0]), rel=1e-9)
     assert summary["alpha"] == pytest.approx(fit.alpha, rel=1e-9)
     assert summary["hyperparameters"]["family"] == type(fit.component).__name__
     np.testing.assert_allclose(summary["hyperparameters"]["kappa"], np.asarray(fit.component.kappa), rtol=1e-9)
-    gain = summary["log_evidence"] - summary["log_evidence_fixed_prior"]
+    gain = summary["dpm_lower_bound"] - summary["dpm_lower_bound_fixed_prior"]
     row = next(line for line in text.splitlines() if line.startswith("blobs "))
     assert f"{gain:+.1f}" in row.split()
-    assert "family chosen by evidence" in text
+    assert "family chosen by the DPM evidence bound" in text
 
 
 def test_class_respecting_tree():
