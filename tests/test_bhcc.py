@@ -8,7 +8,7 @@ from scipy.special import gammaln, logsumexp
 from sklearn.metrics import adjusted_rand_score
 
 import jaxhc
-from jaxhc.datasets import cross_clustering_synthetic
+from jaxhc.datasets import cross_cluster_table, cross_clustering_synthetic
 from jaxhc.inference.bhcc import (
     IndependentNormal,
     bhcc,
@@ -244,11 +244,11 @@ def test_rbhcc_bounds_and_theorem():
     X = _two_view_table(9, I=4, J=4, trials=3)
     comp = jaxhc.BetaBinomial(0.5, 0.5, 3)
     exact = float(cdpm_log_evidence_bruteforce(X, comp, 1.0))
-    for levels in (None, 1, 0):
-        res = rbhcc(jax.random.key(1), X, comp, 1.0, subset_size=2, threshold=2, levels=levels)
+    for levels, refine in itertools.product((None, 1, 0), (False, True)):
+        res = rbhcc(jax.random.key(1), X, comp, 1.0, subset_size=2, threshold=2, levels=levels, refine=refine)
         np.testing.assert_allclose(_ptns_sum(res), res.log_evidence, rtol=1e-10)
         assert res.cdpm_lower_bound <= exact + 1e-9
-        if levels == 0:
+        if levels == 0 and not refine:  # one truncated group (the refinement may split it)
             assert len(res.views) == 1 and res.log_r[-1] == 0.0
 
 
@@ -259,6 +259,151 @@ def test_rbhcc_recovers_views_and_is_reproducible():
     b = rbhcc(jax.random.key(2), X, comp, 1.0, subset_size=8, threshold=12)
     assert a.tree.same_hierarchy(b.tree) and a.log_evidence == b.log_evidence
     assert adjusted_rand_score(u, a.cut(0.5)) >= 0.9
+
+
+# ------------------------------------------------------------------------------------------
+# refinement of the column partition after the tree
+# ------------------------------------------------------------------------------------------
+_BERN = jaxhc.BetaBernoulli(0.3, 0.3)
+
+
+def _views_table(seed, view_sizes=(3, 4, 5)):
+    return cross_cluster_table(seed, view_sizes=view_sizes, n_rows=24, n_clusters=3)
+
+
+def _groups(labels):
+    return [tuple(np.flatnonzero(labels == g)) for g in range(int(labels.max()) + 1)]
+
+
+@pytest.fixture(scope="module")
+def refined_pair():
+    """A table whose greedy tree misplaces a column (column 1 joins the wrong view)."""
+    X, u, _ = _views_table(7)
+    return X, bhcc(X, _BERN, 1.0, refine=False), bhcc(X, _BERN, 1.0)
+
+
+def test_refine_false_is_algorithm_1(refined_pair):
+    """refine=False reproduces the tree of Algorithm 1 (recorded before the refinement existed)."""
+    _, off, _ = refined_pair
+    np.testing.assert_array_equal(
+        np.asarray(off.tree.children),
+        [[4, 5], [3, 12], [9, 11], [7, 14], [10, 15], [8, 13], [0, 2], [6, 18], [1, 16], [17, 20], [19, 21]])
+    np.testing.assert_allclose(off.log_evidence, -190.6492146621448, rtol=1e-10)
+    assert off.refine_gain == 0.0
+
+
+def test_refinement_raises_the_criterion_and_the_result_is_consistent(refined_pair):
+    X, off, on = refined_pair
+    assert on.refine_gain > 0.1
+    # the gain (from the search's evaluations) is the change of the criterion recomputed from
+    # the views' row BHC results
+    np.testing.assert_allclose(on.views_log_joint() - off.views_log_joint(), on.refine_gain, rtol=1e-8)
+    J = X.shape[1]
+    crp = len(on.views) * np.log(1.0) + sum(gammaln(len(v.columns)) for v in on.views) + gammaln(1.0) - gammaln(J + 1.0)
+    np.testing.assert_allclose(on.views_log_joint(), crp + sum(on.log_h1[v.node] for v in on.views), rtol=1e-10)
+    # the tree's cut is the refined views: each view one hypothesis (r = 1), split above it
+    assert [tuple(v.columns) for v in on.views] == _groups(on.cut(0.5))
+    assert _groups(on.cut(0.5)) != _groups(off.cut(0.5))
+    lr = on.node_log_r()
+    par = on.tree.parents()
+    for v in on.views:
+        assert lr[v.node] == 0.0
+        k = par[v.node]
+        while k >= 0:
+            assert lr[k] < np.log(0.5)
+            k = par[k]
+    # a view's hypothesis is plain BHC's bound on its columns (the view that gained a column)
+    moved = next(v for v in on.views if tuple(v.columns) not in _groups(off.cut(0.5)))
+    ref = jaxhc.bhc(X[:, moved.columns], restrict_columns(_BERN, moved.columns), 1.0)
+    np.testing.assert_allclose(on.log_h1[moved.node], float(ref.dpm_lower_bound), rtol=1e-10)
+    # Theorem 5.5 on the rebuilt tree; the CDPM bound sums over its partitions
+    np.testing.assert_allclose(_ptns_sum(on), on.log_evidence, rtol=1e-10)
+    assert on.cdpm_lower_bound >= on.views_log_joint() - 1e-9
+    # the predictives run on the rebuilt tree (comb nodes without hypotheses) and are proper
+    lp = bhcc_predictive_cell(on, [0, 5, 23], [1, 4, 11], np.tile([0.0, 1.0], (3, 1)))
+    np.testing.assert_allclose(np.exp(lp).sum(axis=1), 1.0, rtol=1e-9)
+    allx = np.array(list(itertools.product([0.0, 1.0], repeat=J)))
+    np.testing.assert_allclose(np.exp(bhcc_predictive_row(on, allx)).sum(), 1.0, rtol=1e-8)
+
+
+def test_refinement_keeps_a_locally_optimal_tree_and_is_deterministic():
+    X, _, _ = _views_table(1)
+    a = bhcc(X, _BERN, 1.0)
+    b = bhcc(X, _BERN, 1.0, refine=False)
+    c = bhcc(X, _BERN, 1.0)
+    assert a.refine_gain == 0.0  # nothing improves: the greedy result unchanged
+    assert a.tree.same_hierarchy(b.tree) and a.log_evidence == b.log_evidence
+    assert c.tree.same_hierarchy(a.tree) and c.log_evidence == a.log_evidence
+
+
+def _partitions(items):
+    if not items:
+        yield []
+        return
+    first, rest = items[0], items[1:]
+    for p in _partitions(rest):
+        yield [(first,)] + p
+        for i in range(len(p)):
+            yield p[:i] + [tuple(sorted((first,) + p[i]))] + p[i + 1:]
+
+
+def test_local_search_reaches_local_optima_brute_force():
+    """On 8 columns (4140 partitions): from several starts the search ends where no move of
+    one column and no merge of two views raises the criterion, never below its start nor
+    above the best partition found by enumeration."""
+    from jaxhc.inference.bhcc import _column_model, _greedy_split, _local_search, _Partition, _SetEvidence
+
+    X, u, _ = _views_table(2, view_sizes=(2, 3, 3))
+    J = X.shape[1]
+    ev = _SetEvidence(_column_model(_BERN, X), 1.0, J + 1)
+    ev([s for k in range(1, J + 1) for s in itertools.combinations(range(J), k)])
+    scores = {}
+    for p in _partitions(list(range(J))):
+        P = _Partition(ev, 1.0, p)
+        scores[tuple(P.views)] = P.score()
+    best = max(scores.values())
+    starts = [[tuple(range(J))], [(c,) for c in range(J)], [(0, 3, 6), (1, 4, 7), (2, 5)], _groups(u)]
+    ends = []
+    for start in starts:
+        P = _Partition(ev, 1.0, start)
+        s0 = P.score()
+        assert _local_search(P, 20, _greedy_split(ev, 0.0, {})) > 0  # converged within the passes
+        s1 = P.score()
+        assert s0 - 1e-12 <= s1 <= best + 1e-12
+        V = P.views
+        for c in range(J):  # no single-column move improves
+            a = P.where[c]
+            rest = [tuple(x for x in V[a] if x != c)]
+            for b in range(len(V)):
+                if b != a:
+                    q = [v for i, v in enumerate(V) if i not in (a, b)] + rest + [tuple(sorted(V[b] + (c,)))]
+                    assert _Partition(ev, 1.0, q).score() <= s1 + 1e-8
+            q = [v for i, v in enumerate(V) if i != a] + rest + [(c,)]
+            assert _Partition(ev, 1.0, q).score() <= s1 + 1e-8
+        for a, b in itertools.combinations(range(len(V)), 2):  # no merge improves
+            q = [v for i, v in enumerate(V) if i not in (a, b)] + [tuple(sorted(V[a] + V[b]))]
+            assert _Partition(ev, 1.0, q).score() <= s1 + 1e-8
+        ends.append(s1)
+    # here every start reaches the enumerated optimum, as does bhcc (greedy tree + refinement)
+    np.testing.assert_allclose(ends, best, rtol=1e-12)
+    res = bhcc(X, _BERN, 1.0)
+    np.testing.assert_allclose(res.views_log_joint() - (gammaln(1.0) - gammaln(J + 1.0)), best, rtol=1e-9)
+
+
+def test_rbhcc_screened_refinement():
+    """Above the threshold RBHCC screens single-column moves and splits large views by a
+    filtering level. From one view (``levels=0``) the criterion only rises, the result is
+    consistent and reproducible."""
+    X, u, _ = _views_table(7, view_sizes=(6, 6))
+    kw = dict(subset_size=4, threshold=8, levels=0)
+    off = rbhcc(jax.random.key(3), X, _BERN, 1.0, refine=False, **kw)
+    on = rbhcc(jax.random.key(3), X, _BERN, 1.0, **kw)
+    again = rbhcc(jax.random.key(3), X, _BERN, 1.0, **kw)
+    assert len(off.views) == 1 and len(on.views) > 1 and on.refine_gain > 10.0
+    np.testing.assert_allclose(on.views_log_joint() - off.views_log_joint(), on.refine_gain, rtol=1e-8)
+    assert [tuple(v.columns) for v in on.views] == _groups(on.cut(0.5))
+    np.testing.assert_allclose(_ptns_sum(on), on.log_evidence, rtol=1e-10)
+    assert again.tree.same_hierarchy(on.tree) and again.log_evidence == on.log_evidence
 
 
 # ------------------------------------------------------------------------------------------
@@ -288,6 +433,12 @@ def test_bad_input():
         rbhcc(jax.random.key(0), np.zeros((3, 2)), comp, levels=-1)
     with pytest.raises(ValueError, match="key"):
         rbhcc("key", np.zeros((3, 2)), comp)
+    with pytest.raises(ValueError, match="refine"):
+        bhcc(np.zeros((3, 2)), comp, refine="yes")
+    with pytest.raises(ValueError, match="refine_passes"):
+        bhcc(np.zeros((3, 2)), comp, refine_passes=0)
+    with pytest.raises(ValueError, match="refine_passes"):
+        rbhcc(jax.random.key(0), np.zeros((3, 2)), comp, refine_passes=1.5)
     res = bhcc(np.zeros((3, 2)), comp)
     with pytest.raises(ValueError, match="out of range"):
         bhcc_predictive_cell(res, [5], [0], [1.0])

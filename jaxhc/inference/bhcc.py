@@ -521,6 +521,8 @@ class BHCCResult(NamedTuple):
       log_d, log_pT, log_1mr: ``[2J-1]`` per node (leaves: ``log_r = 0``, ``log_1mr = -inf``).
       views: the views of the cut at ``r < 0.5``, in order of their first column.
       component, alpha: the model; X: the data ``[I, J]`` (host array, NaN = missing).
+      refine_gain: how much the refinement after the tree raised the criterion of the cut's
+        column partition (`views_log_joint`), in nats; 0 when it changed nothing or was off.
     """
 
     tree: Tree
@@ -535,10 +537,23 @@ class BHCCResult(NamedTuple):
     component: Component
     alpha: float
     X: np.ndarray
+    refine_gain: float = 0.0
 
     @property
     def n_columns(self) -> int:
         return self.tree.n_leaves
+
+    def views_log_joint(self) -> float:
+        """The criterion of the column partition ``u`` of `views`: ``log p(u) + sum_v log p(X_v
+        | BHC)``, the CRP(alpha) prior of the partition (``K log alpha + sum_v log Gamma(|v|) +
+        log Gamma(alpha) - log Gamma(J + alpha)``) plus every view's DPM lower bound from its
+        row BHC (`BHCResult.dpm_lower_bound`): a lower bound on ``log p(u, X)`` under the CDPM,
+        the quantity the refinement increases."""
+        J, a = self.n_columns, self.alpha
+        tot = float(_sgammaln(a) - _sgammaln(J + a))
+        for v in self.views:
+            tot += float(np.log(a) + _sgammaln(len(v.columns)) + float(v.rows.dpm_lower_bound))
+        return tot
 
     def cut(self, threshold: float = 0.5) -> np.ndarray:
         """Column view labels ``[J]``: split every node with ``r_k < threshold``."""
@@ -634,7 +649,8 @@ def _merge_log(log_alpha, na, nb, log_da, log_db, log_pa, log_pb, log_h1):
     return log_d, log_pT, x - log_pT, y - log_pT, x - y
 
 
-def _finish(children, J, node_h1, node_d, node_pT, node_1mr, node_log_r, X, component, alpha, *, heights=None):
+def _finish(children, J, node_h1, node_d, node_pT, node_1mr, node_log_r, X, component, alpha, *, heights=None,
+            refine_gain=0.0):
     log_r = node_log_r[J:]
     tree = Tree(np.asarray(children, np.int64).reshape(-1, 2),
                 heights=np.arange(1, J, dtype=float) if heights is None else heights, values={"log_r": log_r})
@@ -642,7 +658,54 @@ def _finish(children, J, node_h1, node_d, node_pT, node_1mr, node_log_r, X, comp
     bound = log_ev + float(node_d[-1]) + float(_sgammaln(alpha) - _sgammaln(J + alpha))
     views = _views_of(X, component, alpha, tree, node_log_r)
     return BHCCResult(tree, log_ev, log_r, bound, node_h1, node_d, node_pT, node_1mr, views, component,
-                      float(alpha), X)
+                      float(alpha), X, float(refine_gain))
+
+
+def _greedy_merges(la: float, cols_of: list, cnt, node_h1, node_d, node_pT, node_1mr, node_r, evaluate,
+                   on_merge=None, progress=None) -> np.ndarray:
+    """The merge loop of Algorithm 1 over ``m`` starting subtrees (slots ``0..m-1``, tree nodes
+    ``0..m-1``, columns ``cols_of[s]``, column counts ``cnt [m]``), filling the per-node arrays
+    ``[2m-1]`` in place (entries ``0..m-1`` must hold the starting subtrees' ``log d``,
+    ``log p(X|T)``). ``evaluate(col_lists, ia, ib)`` returns ``log p(X[:, cols] | BHC)`` of the
+    union of slots ``ia[q]`` and ``ib[q]``; ``on_merge(a, b)`` is told that slot ``b`` joined
+    slot ``a``. Returns ``children [m-1, 2]`` (node ``m + t`` is merge ``t``)."""
+    m = len(cols_of)
+    cols_of = [list(c) for c in cols_of]
+    node_of = np.arange(m)
+    cnt = np.asarray(cnt, float).copy()
+    active = np.ones(m, bool)
+    H = np.full((m, m), -np.inf)  # log p(X_ab | BHC) of the current slots' union
+    S = np.full((m, m), -np.inf)  # merge log-odds
+    iu, ju = np.triu_indices(m, 1)
+    h = evaluate([cols_of[a] + cols_of[b] for a, b in zip(iu, ju)], iu, ju)
+    H[iu, ju] = H[ju, iu] = h
+    *_, lo = _merge_log(la, cnt[iu], cnt[ju], node_d[iu], node_d[ju], node_pT[iu], node_pT[ju], h)
+    S[iu, ju] = S[ju, iu] = lo
+    children = np.zeros((m - 1, 2), np.int64)
+    for t in range(m - 1):
+        a, b = np.unravel_index(int(np.argmax(S)), S.shape)
+        a, b = min(a, b), max(a, b)
+        na, nb = node_of[a], node_of[b]
+        k = m + t
+        ld, lp, lr, l1, _ = _merge_log(la, cnt[a], cnt[b], node_d[na], node_d[nb], node_pT[na], node_pT[nb], H[a, b])
+        children[t] = (min(na, nb), max(na, nb))
+        node_h1[k], node_d[k], node_pT[k], node_r[k], node_1mr[k] = H[a, b], ld, lp, lr, l1
+        node_of[a], cols_of[a], cnt[a] = k, cols_of[a] + cols_of[b], cnt[a] + cnt[b]
+        active[b] = False
+        if on_merge is not None:
+            on_merge(a, b)
+        S[b, :] = S[:, b] = -np.inf
+        S[a, :] = S[:, a] = -np.inf
+        others = np.flatnonzero(active & (np.arange(m) != a))
+        if len(others):
+            h = evaluate([cols_of[a] + cols_of[o] for o in others], np.full(len(others), a), others)
+            H[a, others] = H[others, a] = h
+            nd_o = node_of[others]
+            *_, lo = _merge_log(la, cnt[a], cnt[others], ld, node_d[nd_o], lp, node_pT[nd_o], h)
+            S[a, others] = S[others, a] = lo
+        if progress is not None:
+            progress(1)
+    return children
 
 
 def _bhcc_core(cd: _Columns, alpha: float, col_ids: Sequence[int], progress=None):
@@ -664,46 +727,487 @@ def _bhcc_core(cd: _Columns, alpha: float, col_ids: Sequence[int], progress=None
     node_h1[:m], node_d[:m], node_pT[:m] = h1_leaf, la, h1_leaf
     if m == 1:
         return np.zeros((0, 2), np.int64), node_h1, node_d, node_pT, node_1mr, node_r
-    # slots: slot s holds tree node node_of[s] with columns cols_of[s]
-    node_of = np.arange(m)
-    cols_of = [[c] for c in col_ids]
-    cnt = np.ones(m)
-    active = np.ones(m, bool)
-    H = np.full((m, m), -np.inf)  # log p(X_ab | BHC) of the current slots' union
-    S = np.full((m, m), -np.inf)  # merge log-odds
-    iu, ju = np.triu_indices(m, 1)
-    h = slots.evidence([cols_of[a] + cols_of[b] for a, b in zip(iu, ju)], iu, ju, log_alpha)
-    H[iu, ju] = H[ju, iu] = h
-    *_, lo = _merge_log(la, cnt[iu], cnt[ju], node_d[iu], node_d[ju], node_pT[iu], node_pT[ju], h)
-    S[iu, ju] = S[ju, iu] = lo
-    children = np.zeros((m - 1, 2), np.int64)
-    for t in range(m - 1):
-        a, b = np.unravel_index(int(np.argmax(S)), S.shape)
-        a, b = min(a, b), max(a, b)
-        na, nb = node_of[a], node_of[b]
-        k = m + t
-        ld, lp, lr, l1, _ = _merge_log(la, cnt[a], cnt[b], node_d[na], node_d[nb], node_pT[na], node_pT[nb], H[a, b])
-        children[t] = (min(na, nb), max(na, nb))
-        node_h1[k], node_d[k], node_pT[k], node_r[k], node_1mr[k] = H[a, b], ld, lp, lr, l1
-        node_of[a], cols_of[a], cnt[a] = k, cols_of[a] + cols_of[b], cnt[a] + cnt[b]
-        active[b] = False
-        slots.merge(a, b)
-        S[b, :] = S[:, b] = -np.inf
-        S[a, :] = S[:, a] = -np.inf
-        others = np.flatnonzero(active & (np.arange(m) != a))
-        if len(others):
-            h = slots.evidence([cols_of[a] + cols_of[o] for o in others], np.full(len(others), a), others, log_alpha)
-            H[a, others] = H[others, a] = h
-            nd_o = node_of[others]
-            *_, lo = _merge_log(la, cnt[a], cnt[others], ld, node_d[nd_o], lp, node_pT[nd_o], h)
-            S[a, others] = S[others, a] = lo
-        if progress is not None:
-            progress(1)
+    children = _greedy_merges(la, [[c] for c in col_ids], np.ones(m), node_h1, node_d, node_pT, node_1mr, node_r,
+                              lambda cl, ia, ib: slots.evidence(cl, ia, ib, log_alpha), slots.merge, progress)
     return children, node_h1, node_d, node_pT, node_1mr, node_r
 
 
-def bhcc(X, component: Component, alpha: float = 1.0, *, progress_bar: Optional[bool] = None) -> BHCCResult:
-    """Bayesian hierarchical cross-clustering of the columns of ``X`` (Algorithm 1).
+# ------------------------------------------------------------------------------------------
+# refinement of the column partition after the tree (local search under the CDPM criterion)
+# ------------------------------------------------------------------------------------------
+_REFINE_TOL = 1e-8  # nats: criterion gains up to this are ties (numerical noise), not improvements
+
+
+@partial(jax.jit, static_argnames=("n_slots",))
+def _set_tables(cd: _Columns, cols, n_slots: int):
+    """Pair tables ``P [n_slots, I, I]`` and leaf log marginals ``L [n_slots, I]`` whose first
+    ``B`` slots belong to the padded column sets ``cols [B, W]`` (the rest zero): ``P[q, i,
+    i']`` is the log marginal of rows ``i, i'`` merged over the columns of set ``q``, as the
+    slots of `_Slots` (row by row, ``O(I W)`` memory)."""
+    I = cd.n_rows
+
+    def one(c):
+        comp, leaf = cd.view(c)
+
+        def row(i):
+            si = jax.tree_util.tree_map(lambda x: x[i][None], leaf)
+            return comp.log_marginal(comp.merge(si, leaf))
+
+        return jax.lax.map(row, jnp.arange(I)), comp.log_marginal(leaf)
+
+    P, L = jax.lax.map(one, cols)
+    pad = n_slots - cols.shape[0]
+    return (jnp.concatenate([P, jnp.zeros((pad,) + P.shape[1:], P.dtype)]),
+            jnp.concatenate([L, jnp.zeros((pad,) + L.shape[1:], L.dtype)]))
+
+
+def _set_width(m: int) -> int:
+    """Padded width of a column set in the refinement: `_width` (powers of 4, the widths of
+    the greedy tree's programs) up to 32 columns, powers of 2 above (the refinement evaluates
+    many sets of about one size, views plus or minus a column, whose cost grows with the
+    padded width)."""
+    return _width(m) if m <= 32 else 1 << int(np.ceil(np.log2(m)))
+
+
+class _SetEvidence:
+    """``log p(X[:, S] | BHC)`` (BHC's DPM bound over the rows) of column sets ``S``, cached
+    by ``frozenset``, so that every set has one value and the criterion is one function of
+    the partition. Sets not yet cached are evaluated together by `_pairs_evidence` (the
+    greedy tree's programs: ``n_slots`` slots of pair tables from `_set_tables`, each set
+    the union of its slot and the empty last slot; ``n_slots - 1`` sets per call, at most
+    `_CHUNK_VIEWS`), grouped by padded width (`_set_width`), chunks on the thread pool.
+    `seed` adds known values (a tree's ``log_h1``)."""
+
+    def __init__(self, cd: _Columns, alpha: float, n_slots: int):
+        self.cd = cd
+        self.log_alpha = jnp.log(jnp.asarray(alpha, jnp.result_type(float)))
+        self.n_slots = int(n_slots)
+        self.cache: dict = {}
+        self.n_evaluated = 0
+
+    def seed(self, children, J: int, node_h1):
+        """Caches the finite ``log_h1`` of every node of a column tree (its columns' set)."""
+        sets = [(c,) for c in range(J)]
+        for a, b in np.asarray(children).reshape(-1, 2):
+            sets.append(sets[a] + sets[b])
+        for st, h in zip(sets, np.asarray(node_h1)):
+            if np.isfinite(h):
+                self.cache.setdefault(frozenset(st), float(h))
+
+    def __call__(self, sets) -> np.ndarray:
+        keys = [s if isinstance(s, frozenset) else frozenset(int(c) for c in s) for s in sets]
+        missing = [k for k in dict.fromkeys(keys) if k not in self.cache]
+        if missing:
+            self._evaluate(missing)
+        return np.array([self.cache[k] for k in keys], float)
+
+    def _evaluate(self, keys):
+        cd = self.cd
+        lists = [sorted(k) for k in keys]
+        self.n_evaluated += len(keys)
+        if cd.n_rows == 1:
+            for k, c in zip(keys, lists):
+                comp, leaf = cd.view(jnp.asarray(np.asarray(c, np.int32)))
+                self.cache[k] = float(comp.log_marginal(leaf)[0])
+            return
+        B = min(_CHUNK_VIEWS, self.n_slots - 1)
+        ia = jnp.asarray(np.minimum(np.arange(_CHUNK_VIEWS), B - 1).astype(np.int32))
+        ib = jnp.full(_CHUNK_VIEWS, self.n_slots - 1, jnp.int32)
+        jobs = []
+        widths = np.array([_set_width(len(c)) for c in lists])
+        for W in np.unique(widths):
+            idx = np.flatnonzero(widths == W)
+            for s0 in range(0, len(idx), B):
+                sub = idx[s0 : s0 + B]
+                jobs.append((sub, _pad_views([lists[i] for i in sub], int(W), cd.n_cols, _CHUNK_VIEWS)))
+
+        def run(job):
+            sub, cols = job
+            cols = jnp.asarray(cols)
+            P, L = _set_tables(cd, cols[:B], self.n_slots)
+            out = _pairs_evidence(cd, cols, P, L, ia, ib, jnp.int32(len(sub)), self.log_alpha)
+            return np.asarray(out)[: len(sub)]
+
+        results = list(_thread_pool().map(run, jobs)) if len(jobs) > 1 else [run(j) for j in jobs]
+        for (sub, _), r in zip(jobs, results):
+            for i, v in zip(sub, r):
+                self.cache[keys[i]] = float(v)
+
+
+class _Partition:
+    """A partition of the columns into views, scored by the CDPM criterion without its
+    constant: ``sum_v [log alpha + log Gamma(|v|) + log p(X_v | BHC)]`` (the CRP(alpha) prior
+    of the column partition times the views' row-BHC evidences, up to ``Gamma(alpha) /
+    Gamma(J + alpha)``). Views are kept sorted, in order of their first column."""
+
+    def __init__(self, ev: _SetEvidence, alpha: float, views):
+        self.ev = ev
+        self.la = float(np.log(alpha))
+        self.set(views)
+
+    def set(self, views):
+        self.views = sorted((tuple(sorted(int(c) for c in v)) for v in views if len(v)), key=lambda v: v[0])
+        self.where = {c: i for i, v in enumerate(self.views) for c in v}
+
+    def terms(self, sets) -> np.ndarray:
+        """``log alpha + log Gamma(|S|) + log p(X_S | BHC)`` per set (0 for an empty set)."""
+        out = np.zeros(len(sets))
+        nz = [i for i, s in enumerate(sets) if len(s)]
+        if nz:
+            h = self.ev([sets[i] for i in nz])
+            out[nz] = self.la + _sgammaln(np.array([len(sets[i]) for i in nz], float)) + h
+        return out
+
+    def score(self) -> float:
+        return float(np.sum(self.terms(self.views)))
+
+
+def _union(a, b) -> tuple:
+    return tuple(sorted(a + b))
+
+
+def _move_columns(P: _Partition, targets=None) -> bool:
+    """One sweep of single-column moves, columns in index order: each column goes to the
+    candidate (another view, or a new view of its own) with the largest gain, if that gain is
+    positive (beyond `_REFINE_TOL`). ``targets`` restricts the candidates (screened mode):
+    ``{column: r}`` tries only the view now holding column ``r`` (``-1``: a new view); columns
+    absent from it are not tried. With ``targets=None`` every candidate is tried (exact mode).
+    The sets every remaining column needs are evaluated in one batch at the start and again
+    after each accepted move (only the new ones). Returns whether the partition changed."""
+    J = len(P.where)
+
+    def candidates(c):
+        a = P.where[c]
+        if targets is None:
+            bs = [b for b in range(len(P.views)) if b != a]
+            return bs + ([-1] if len(P.views[a]) > 1 else [])
+        if c not in targets:
+            return []
+        r = targets[c]
+        if r < 0:
+            return [-1] if len(P.views[a]) > 1 else []
+        b = P.where[r]
+        return [b] if b != a else []
+
+    def needed(c):
+        a = P.where[c]
+        A = P.views[a]
+        out = [A, tuple(x for x in A if x != c)]
+        for b in candidates(c):
+            out += [(c,)] if b < 0 else [P.views[b], _union(P.views[b], (c,))]
+        return [s for s in out if len(s)]
+
+    changed, stale = False, True
+    for c in range(J):
+        if stale:
+            P.ev([s for c2 in range(c, J) for s in needed(c2)])
+            stale = False
+        cand = candidates(c)
+        if not cand:
+            continue
+        a = P.where[c]
+        A = P.views[a]
+        rest = tuple(x for x in A if x != c)
+        base = P.terms([rest])[0] - P.terms([A])[0]
+        gains = []
+        for b in cand:
+            if b < 0:
+                gains.append(base + P.terms([(c,)])[0])
+            else:
+                B = P.views[b]
+                t = P.terms([_union(B, (c,)), B])
+                gains.append(base + t[0] - t[1])
+        i = int(np.argmax(gains))
+        if gains[i] > _REFINE_TOL:
+            views = list(P.views)
+            views[a] = rest
+            if cand[i] < 0:
+                views.append((c,))
+            else:
+                views[cand[i]] = _union(P.views[cand[i]], (c,))
+            P.set(views)
+            changed = stale = True
+    return changed
+
+
+def _merge_views(P: _Partition) -> bool:
+    """Merges the pair of views with the largest positive gain, repeatedly. Returns whether
+    the partition changed."""
+    changed = False
+    while len(P.views) > 1:
+        V = P.views
+        pairs = [(a, b) for a in range(len(V)) for b in range(a + 1, len(V))]
+        tv = P.terms(V)
+        g = P.terms([_union(V[a], V[b]) for a, b in pairs]) - np.array([tv[a] + tv[b] for a, b in pairs])
+        i = int(np.argmax(g))
+        if g[i] <= _REFINE_TOL:
+            break
+        a, b = pairs[i]
+        P.set([v for k, v in enumerate(V) if k not in (a, b)] + [_union(V[a], V[b])])
+        changed = True
+    return changed
+
+
+def _split_views(P: _Partition, propose) -> bool:
+    """Splits every view whose proposed split ``propose(view) -> (left, right)`` (None: no
+    proposal) has a positive gain. Returns whether the partition changed."""
+    props = [(v, propose(v)) for v in P.views if len(v) > 1]
+    props = [(v, s) for v, s in props if s is not None]
+    if not props:
+        return False
+    P.ev([x for v, (l, r) in props for x in (v, l, r)])
+    views, changed = [v for v in P.views if len(v) == 1], False
+    for v, (l, r) in props:
+        t = P.terms([l, r, v])
+        if t[0] + t[1] - t[2] > _REFINE_TOL:
+            views += [l, r]
+            changed = True
+        else:
+            views.append(v)
+    if changed:
+        P.set(views)
+    return changed
+
+
+def _group_tree(ev: _SetEvidence, la: float, groups):
+    """Algorithm 1's greedy merges with the column sets ``groups`` as the starting subtrees,
+    each a single hypothesis (``d = alpha Gamma(|g|)``, ``p(X_g | T_g) = p(X_g | BHC)``: its
+    only tree-consistent partition is itself). Returns ``children [m-1, 2]`` (local ids) and
+    the per-node ``log_h1, log_d, log_pT, log_1mr, log_r [2m-1]``."""
+    m = len(groups)
+    N = 2 * m - 1
+    node_h1, node_d, node_pT = np.full(N, np.nan), np.zeros(N), np.zeros(N)
+    node_1mr, node_r = np.full(N, -np.inf), np.zeros(N)
+    sizes = np.array([len(g) for g in groups], float)
+    h = ev(groups)
+    node_h1[:m], node_d[:m], node_pT[:m] = h, la + _sgammaln(sizes), h
+    if m == 1:
+        return np.zeros((0, 2), np.int64), node_h1, node_d, node_pT, node_1mr, node_r
+    children = _greedy_merges(la, [list(g) for g in groups], sizes, node_h1, node_d, node_pT, node_1mr, node_r,
+                              lambda cl, ia, ib: ev(cl))
+    return children, node_h1, node_d, node_pT, node_1mr, node_r
+
+
+def _tree_over_views(ev: _SetEvidence, la: float, J: int, views):
+    """A column tree whose cut at ``r < 0.5`` is ``views`` when no merge of views gains: every
+    view is one hypothesis with ``r = 1`` (as a group truncated by RBHCC's ``levels``: a comb
+    of its columns whose inner nodes carry no hypothesis, ``log_h1`` NaN), and the views are
+    merged greedily by Algorithm 1 (`_group_tree`). Returns ``children [J-1, 2]`` and the
+    per-node ``log_h1, log_d, log_pT, log_1mr, log_r [2J-1]``."""
+    N = 2 * J - 1
+    node_h1, node_d, node_pT = np.full(N, np.nan), np.full(N, la), np.zeros(N)
+    node_1mr, node_r = np.full(N, -np.inf), np.zeros(N)
+    children = []
+    tops = []
+    for v in views:
+        k = v[0]
+        for c in v[1:]:
+            children.append((min(k, c), max(k, c)))
+            k = J + len(children) - 1
+        tops.append(k)
+    ch, h1, d, pT, l1, lr = _group_tree(ev, la, views)
+    m = len(views)
+    node_h1[tops], node_d[tops], node_pT[tops] = h1[:m], d[:m], pT[:m]
+    ids = list(tops)
+    for t, (a, b) in enumerate(ch):
+        a, b = ids[a], ids[b]
+        children.append((min(a, b), max(a, b)))
+        k = J + len(children) - 1
+        ids.append(k)
+        src = m + t
+        node_h1[k], node_d[k], node_pT[k], node_1mr[k], node_r[k] = h1[src], d[src], pT[src], l1[src], lr[src]
+    return np.asarray(children, np.int64).reshape(-1, 2), node_h1, node_d, node_pT, node_1mr, node_r
+
+
+def _tree_views(children, J, node_r) -> list:
+    """Column sets of the cut at ``r < 0.5`` of a column tree (views, in order of first column)."""
+    tree = Tree(np.asarray(children, np.int64).reshape(-1, 2))
+    labels = tree.cut(0.5, scores=np.exp(np.asarray(node_r)[J:]))
+    return [tuple(np.flatnonzero(labels == g).tolist()) for g in range(int(labels.max()) + 1)]
+
+
+def _tree_splits(children, J, node_h1) -> dict:
+    """``{frozenset(node's columns): (left columns, right columns)}`` of every inner node of a
+    column tree whose children both carry a hypothesis (finite ``log_h1``)."""
+    sets = [(c,) for c in range(J)]
+    out = {}
+    for t, (a, b) in enumerate(np.asarray(children).reshape(-1, 2)):
+        sets.append(_union(sets[a], sets[b]))
+        if np.isfinite(node_h1[a]) and np.isfinite(node_h1[b]):
+            out[frozenset(sets[-1])] = (sets[a], sets[b])
+    return out
+
+
+def _column_estimates(cd: _Columns, alpha: float, X: np.ndarray, views, budget: int) -> dict:
+    """Screened single-column moves: every column's best candidate by a fixed-row-tree
+    estimate of the gain (RBHCC's rule for placing a column, Eq. 11-12), for the ``budget``
+    columns with the highest estimates (whatever their sign: the estimates rank moves, the
+    exact criterion decides them), as ``{column: r}`` (the view holding column ``r``, or ``-1``
+    for a new view of its own). With every view's row tree ``T_v`` fixed, joining view ``B``
+    changes ``log p(X_B | BHC)`` by ``log p(x_c | T_B)`` (the view's new-column predictive),
+    leaving view ``A`` by ``log p(X_{A - c} | T_A) - log p(X_A | T_A)``, and a view of its own
+    is scored as ``x_c`` alone under ``T_A``; the CRP terms are exact. (A tree rebuilt
+    without the column fits the rest better, so leaving is underestimated: hence a ranking,
+    not a sign test.) Columns alone in their view are left to the merges."""
+    J = cd.n_cols
+    I = cd.n_rows
+    la = float(np.log(alpha))
+    log_alpha = jnp.log(jnp.asarray(alpha, jnp.result_type(float)))
+    V = len(views)
+    add = np.empty((V, J))
+    loo, alone = np.zeros(J), np.zeros(J)
+    Y = np.asarray(X, float).T
+    Qc = _QUERY_CHUNK["column"]
+    Qp = -(-J // Qc) * Qc
+    Yp = np.concatenate([Y, np.repeat(Y[:1], Qp - J, axis=0)])
+    yc = np.concatenate([np.arange(J), np.zeros(Qp - J, np.int64)]).astype(np.int32)
+    const = float(_sgammaln(alpha) - _sgammaln(I + alpha))
+    for idx, W in _grouped(views):
+        for s0 in range(0, len(idx), _VIEW_CHUNK):
+            sub = idx[s0 : s0 + _VIEW_CHUNK]
+            cols = jnp.asarray(_pad_views([views[i] for i in sub], W, J, _VIEW_CHUNK))
+            outs = _views_full(cd, cols, log_alpha)
+            log_d_root = np.asarray(outs[3][:, -1]) if I > 1 else np.full(_VIEW_CHUNK, la)
+
+            def pred(sign, base):
+                return np.concatenate([np.asarray(_views_column_predict(
+                    cd, cols, outs, log_alpha, jnp.asarray(Yp[q : q + Qc]), jnp.asarray(yc[q : q + Qc]), sign, base))
+                    for q in range(0, Qp, Qc)], axis=1)[:, :J]
+
+            p_add, p_loo, p_alone = pred(1.0, 1.0), pred(-1.0, 1.0), pred(1.0, 0.0)
+            for r, i in enumerate(sub):
+                own = np.asarray(views[i])
+                add[i] = p_add[r]
+                loo[own] = -p_loo[r, own]
+                alone[own] = p_alone[r, own] + log_d_root[r] + const
+    size = np.array([len(v) for v in views], float)
+    where = np.empty(J, np.int64)
+    for i, v in enumerate(views):
+        where[list(v)] = i
+    best = []
+    for c in range(J):
+        a = where[c]
+        if size[a] == 1:
+            continue
+        g = add[:, c] - loo[c] + np.log(size) - np.log(size[a] - 1)
+        g[a] = -np.inf
+        g_new = la + alone[c] - np.log(size[a] - 1) - loo[c]
+        b = int(np.argmax(g))
+        best.append((g[b], c, int(views[b][0])) if g[b] >= g_new else (g_new, c, -1))
+    best.sort(key=lambda t: (-t[0], t[1]))
+    return {c: r for _, c, r in best[:budget]}
+
+
+def _local_search(P: _Partition, passes: int, propose, estimates=None) -> int:
+    """Up to ``passes`` passes over ``P`` (changed in place), each: single-column moves
+    (`_move_columns`, restricted to ``estimates(views)`` when given), merges of two views
+    (`_merge_views`), splits of a view by ``propose`` (`_split_views`). Every accepted change
+    strictly increases the criterion of `_Partition`. Stops after the first pass that changes
+    nothing. Returns the number of passes left."""
+    left = int(passes)
+    while left > 0:
+        left -= 1
+        targets = None if estimates is None else estimates(P.views)
+        moved = _move_columns(P, targets) if (targets is None or targets) else False
+        merged = _merge_views(P)
+        split = _split_views(P, propose)
+        if not (moved or merged or split):
+            break
+    return left
+
+
+def _refine(ev: _SetEvidence, cd: _Columns, X: np.ndarray, alpha: float, children, node_h1, node_r, passes: int,
+            propose, screen: Optional[int] = None):
+    """Local search over the column partition from the cut of a column tree, then a tree for it.
+
+    `_local_search` from the tree's cut; with ``screen = k`` its single-column moves are only
+    the best moves of the ``k`` columns ranked highest by a fixed-row-tree estimate
+    (`_column_estimates`). If the partition changed, the tree is rebuilt over it
+    (`_tree_over_views`); should that tree's cut merge views (``r >= 0.5`` above them: the
+    merged view scores at least as high), the cut is taken as the partition and the search
+    goes on while passes remain.
+
+    Returns ``None`` (the tree's cut is already a local optimum) or ``(children, node_h1,
+    node_d, node_pT, node_1mr, node_r, gain)`` of the new tree, ``gain`` the criterion's
+    increase from the input tree's cut to the new tree's cut (nats)."""
+    J = X.shape[1]
+    la = float(np.log(alpha))
+    ev.seed(children, J, node_h1)
+    views0 = _tree_views(children, J, node_r)
+    P = _Partition(ev, alpha, views0)
+    start = P.score()
+    start_views = list(P.views)
+    left = int(passes)
+    rebuilt = None
+    estimates = None if screen is None else (lambda views: _column_estimates(cd, alpha, X, views, screen))
+    while True:
+        left = _local_search(P, left, propose, estimates)
+        if rebuilt is None and P.views == start_views:
+            return None
+        rebuilt = _tree_over_views(ev, la, J, P.views)
+        cut = _tree_views(rebuilt[0], J, rebuilt[5])
+        if cut == P.views or left == 0:
+            break
+        P.set(cut)
+    P.set(_tree_views(rebuilt[0], J, rebuilt[5]))
+    return rebuilt + (P.score() - start,)
+
+
+def _greedy_split(ev: _SetEvidence, la: float, cache: dict):
+    """``propose(view)`` for `_split_views`: the top split of Algorithm 1's tree over the view's
+    own columns (built once per view, with the splits of all its nodes added to ``cache``)."""
+
+    def propose(view):
+        key = frozenset(view)
+        if key not in cache:
+            ch, h1, *_ = _group_tree(ev, la, [(c,) for c in view])
+            local = _tree_splits(ch, len(view), h1)
+            for k, (l, r) in local.items():
+                cache.setdefault(frozenset(view[i] for i in k),
+                                 (tuple(view[i] for i in l), tuple(view[i] for i in r)))
+        return cache.get(key)
+
+    propose.cache = cache
+    return propose
+
+
+def _check_refine(refine, refine_passes):
+    if not isinstance(refine, (bool, np.bool_)):
+        raise ValueError(f"refine must be True or False, got {refine!r}")
+    if isinstance(refine_passes, bool) or not isinstance(refine_passes, (int, np.integer)) or refine_passes < 1:
+        raise ValueError(f"refine_passes must be a positive integer, got {refine_passes!r}")
+
+
+def bhcc(X, component: Component, alpha: float = 1.0, *, refine: bool = True, refine_passes: int = 10,
+         progress_bar: Optional[bool] = None) -> BHCCResult:
+    """Bayesian hierarchical cross-clustering of the columns of ``X`` (Algorithm 1), with the
+    tree's column partition refined by a local search.
+
+    The greedy merges can leave the model's optimum: a column merged early into the wrong
+    view stays there. With ``refine`` (the default) the cut of the greedy tree at ``r < 0.5``
+    is improved under the criterion the greedy search itself uses, the CDPM lower bound of
+    one column partition ``u``: ``log CRP(u; alpha) + sum_v log p(X_v | BHC)``
+    (`BHCCResult.views_log_joint`; ``p(X_v | BHC)`` is the DPM lower bound of the view's row
+    BHC, cached per column set). Each pass, in a fixed order: every column (in index order)
+    moves to the other view, or a new view of its own, that raises the criterion most;
+    the pair of views whose merge raises it most is merged, repeatedly; every view is split
+    in two where that raises it, the split being the top split of Algorithm 1's tree over
+    the view's own columns (for the cut's views, their subtrees). Only strict improvements
+    are accepted, so the criterion never decreases; the search stops after a pass without
+    change or after ``refine_passes`` passes.
+
+    If the partition changed, the column tree is rebuilt so that its cut is the refined
+    partition: every refined view is one hypothesis with ``r = 1`` (as a group truncated by
+    `rbhcc`'s ``levels``: the binary tree below it is a comb of its columns whose nodes carry
+    no hypothesis, ``log_h1`` NaN, zero predictive weight), and Algorithm 1 merges the views
+    greedily above (Eq. 6-8 with ``d_v = alpha Gamma(|v|)``, ``p(X_v | T_v) = p(X_v | BHC)``).
+    A merge of two views then has ``r >= 0.5`` exactly when merging them raises the
+    criterion, which the search has ruled out; a higher node with ``r >= 0.5`` would mean its
+    one view beats every tree-consistent split below it, so its cut is taken as the partition
+    and the search goes on. All fields are then those of the rebuilt tree (``log_evidence``,
+    ``cdpm_lower_bound`` and the predictives sum over its tree-consistent partitions); the
+    within-view column hierarchy of the greedy tree is not kept. ``refine_gain`` holds the
+    criterion's increase. If nothing improves, the result is the greedy tree's unchanged.
 
     Args:
       X: data ``[I, J]`` (rows = data points, columns = dimensions); NaN marks missing
@@ -712,15 +1216,19 @@ def bhcc(X, component: Component, alpha: float = 1.0, *, progress_bar: Optional[
         (scalar or per-column ``[J]`` parameters), `NormalKnownCov` with diagonal
         covariances, or `IndependentNormal`.
       alpha: concentration of both CRPs (columns into views, rows into clusters), > 0.
+      refine: run the local search after the greedy tree (False: Algorithm 1 alone).
+      refine_passes: most passes of the local search (>= 1). A pass evaluates ``O(J V)``
+        column sets of ``V`` views (each a row BHC), fewer than the greedy tree's ``O(J^2)``.
       progress_bar: tqdm bar over column merges (default: ``J >= 100``).
 
     Returns:
       `BHCCResult`: the column ``tree`` with ``log_r`` per merge (Eq. 8), ``log_evidence``
       (Eq. 6), ``cdpm_lower_bound`` (Corollary 5.6), ``views`` at ``r < 0.5`` with their row
-      trees, ``cut(threshold)``.
+      trees, ``cut(threshold)``, ``refine_gain``.
     """
     check_component(component)
     alpha = check_alpha(alpha)
+    _check_refine(refine, refine_passes)
     Xh = _validate(X, component)
     cd = _column_model(component, Xh)
     J = Xh.shape[1]
@@ -736,7 +1244,14 @@ def bhcc(X, component: Component, alpha: float = 1.0, *, progress_bar: Optional[
     finally:
         if bar is not None:
             bar.close()
-    return _finish(children, J, h1, d, pT, l1, lr, Xh, component, alpha)
+    gain = 0.0
+    if refine and J > 1:
+        ev = _SetEvidence(cd, alpha, J + 1)  # slots shaped as the greedy tree's
+        out = _refine(ev, cd, Xh, alpha, children, h1, lr, refine_passes,
+                      _greedy_split(ev, float(np.log(alpha)), _tree_splits(children, J, h1)))
+        if out is not None:
+            children, h1, d, pT, l1, lr, gain = out
+    return _finish(children, J, h1, d, pT, l1, lr, Xh, component, alpha, refine_gain=gain)
 
 
 # ------------------------------------------------------------------------------------------
@@ -817,12 +1332,17 @@ def _views_predict(cd: _Columns, cols, outs, log_alpha, q_view, q_a, q_b, mode: 
 
 
 @jax.jit
-def _views_column_predict(cd: _Columns, cols, outs, log_alpha, Y, ycol):
+def _views_column_predict(cd: _Columns, cols, outs, log_alpha, Y, ycol, sign=1.0, base=1.0):
     """``log p(y | view's row tree)`` ``[B, Q]`` of new columns ``Y [Q, I]`` (prior of column
     ``ycol [Q]``) for every view of ``cols [B, W]``: Eq. 12 summed over the row tree's
     consistent partitions, as the evidence ratio ``p(X_view, y | T_rows) / p(X_view | T_rows)``.
     The new column's statistics are aggregated up each row tree (``O(I Q)``) and the BHC
-    recursion is redone with the per-node ``log p(H1)`` increased by the column's term."""
+    recursion is redone with the per-node ``log p(H1)`` increased by the column's term.
+
+    Generally the recursion runs on ``base * log p(X_view | H1) + sign * (column term)`` and
+    returns its root minus ``base * log p(X_view | T_rows)``: ``sign=-1`` for a column of the
+    view gives ``log p(X_{view - y} | T_rows) - log p(X_view | T_rows)``, ``base=0`` gives
+    ``log p(y | T_rows)`` of the column alone (the refinement's screen, `_column_estimates`)."""
     I = cd.n_rows
     children, out_stats, log_h1, log_d, log_pT, log_r, log_1mr, leaf_h1 = outs
     ycomp = cd.comp(ycol)
@@ -843,9 +1363,9 @@ def _views_column_predict(cd: _Columns, cols, outs, log_alpha, Y, ycol):
 
         yst, _ = jax.lax.scan(agg, _node_stats(yleaf, pad), (jnp.arange(I - 1), ch))
         col_terms = ycomp.column_log_marginal(yst)  # [2I-1, Q]
-        h = jnp.concatenate([lh1_leaf, lh1_inner])[:, None] + col_terms
+        h = base * jnp.concatenate([lh1_leaf, lh1_inner])[:, None] + sign * col_terms
         if I == 1:
-            return h[0] - lh1_leaf[0]
+            return h[0] - base * lh1_leaf[0]
         ld = jnp.concatenate([jnp.full((I,), log_alpha), ld_inner])
         size = jnp.concatenate([jnp.ones(I), jnp.zeros(I - 1)])
 
@@ -861,7 +1381,7 @@ def _views_column_predict(cd: _Columns, cols, outs, log_alpha, Y, ycol):
 
         lp0 = jnp.where((jnp.arange(2 * I - 1) < I)[:, None], h, 0.0)
         (_, lp), _ = jax.lax.scan(up, (size, lp0), (jnp.arange(I - 1), ch))
-        return lp[-1] - lpT_inner[-1]
+        return lp[-1] - base * lpT_inner[-1]
 
     return jax.vmap(one)(children, log_h1, log_d, log_pT, leaf_h1)
 
@@ -970,12 +1490,14 @@ def bhcc_predictive_row(result: BHCCResult, X_new) -> np.ndarray:
     dpm = {int(k): o for k, o in zip(nodes, outs)}
     ch = np.asarray(result.tree.children)
     val = {}
+    zero = np.zeros(len(Xn))
     for k in range(2 * J - 1):
-        if k < J:
-            val[k] = dpm[k]
+        if k < J:  # a leaf inside a group without hypotheses below it has zero weight
+            val[k] = dpm.get(k, zero)
             continue
         a, b = ch[k - J]
-        split = result.log_1mr[k] + val[a] + val[b]
+        l1 = result.log_1mr[k]
+        split = l1 + val[a] + val[b] if np.isfinite(l1) else np.full(len(Xn), -np.inf)
         val[k] = np.logaddexp(lr[k] + dpm[k], split) if k in dpm else split
     return val[2 * J - 2]
 
@@ -1102,8 +1624,44 @@ def _subtree_weights(children, log_r, log_1mr, sizes, top) -> np.ndarray:
     return out
 
 
+def _filter_split(cd: _Columns, Xh: np.ndarray, alpha: float, cols: np.ndarray, rng, subset_size: int):
+    """One filtering level of Algorithm 2: BHCC on a random subset ``V0`` of ``subset_size``
+    columns of ``cols``; the root of its tree splits ``V0`` in two and every other column goes
+    to the side with the larger CRP-weighted new-column predictive (Eq. 11-12). Returns the
+    two sides (column arrays, unsorted)."""
+    m = len(cols)
+    perm = rng.permutation(m)
+    sub, rest = cols[perm[:subset_size]], cols[perm[subset_size:]]
+    ch, h1, d, pT, l1, lr = _bhcc_core(cd, alpha, sub)
+    s = len(sub)
+    sizes = np.concatenate([np.ones(s), np.zeros(s - 1)])
+    for t, (a, b) in enumerate(ch):
+        sizes[s + t] = sizes[a] + sizes[b]
+    top_a, top_b = ch[-1]
+    sets = np.zeros((2 * s - 1, s), bool)
+    sets[np.arange(s), np.arange(s)] = True
+    for t, (a, b) in enumerate(ch):
+        sets[s + t] = sets[a] | sets[b]
+    col_lists = [list(sub[sets[k]]) for k in range(2 * s - 1)]
+    wa = _subtree_weights(ch, lr, l1, sizes, top_a)
+    wb = _subtree_weights(ch, lr, l1, sizes, top_b)
+    nodes = np.flatnonzero(np.isfinite(wa) | np.isfinite(wb))
+    Y = Xh[:, rest].T
+    outs = _node_queries(cd, [col_lists[k] for k in nodes], alpha, "column",
+                         [(Y, rest.astype(np.int32)) for _ in nodes])
+    la_, lb_ = np.full(len(rest), -np.inf), np.full(len(rest), -np.inf)
+    for k, o in zip(nodes, outs):
+        if np.isfinite(wa[k]):
+            la_ = np.logaddexp(la_, wa[k] + o)
+        if np.isfinite(wb[k]):
+            lb_ = np.logaddexp(lb_, wb[k] + o)
+    to_a = np.log(sizes[top_a]) + la_ > np.log(sizes[top_b]) + lb_
+    return np.concatenate([sub[sets[top_a]], rest[to_a]]), np.concatenate([sub[sets[top_b]], rest[~to_a]])
+
+
 def rbhcc(key, X, component: Component, alpha: float = 1.0, *, subset_size: int = 16, threshold: int = 32,
-          levels: Optional[int] = None, progress_bar: Optional[bool] = None) -> BHCCResult:
+          levels: Optional[int] = None, refine: bool = True, refine_passes: int = 10,
+          progress_bar: Optional[bool] = None) -> BHCCResult:
     """Randomized BHCC (Algorithm 2): a column tree in ``O(J log J)`` column comparisons.
 
     At each level: if fewer than ``threshold`` columns remain, plain BHCC (Algorithm 1)
@@ -1121,6 +1679,18 @@ def rbhcc(key, X, component: Component, alpha: float = 1.0, *, subset_size: int 
     binary tree below it is an arbitrary comb whose nodes carry no hypothesis (``log_h1``
     NaN, zero predictive weight). The CDPM bound stays a valid lower bound.
 
+    With ``refine`` (the default) the cut's column partition is then improved by the local
+    search of `bhcc` (same criterion, moves, acceptance and tree rebuild), with two changes
+    that keep a pass at ``O(V)`` row-BHC runs (``V`` views) when ``J >= threshold``:
+    single-column moves are screened as RBHCC places columns: with every view's row tree
+    fixed, a column's gain from joining view ``B`` is estimated by its new-column predictive
+    under ``B`` (Eq. 11-12), from leaving its view ``A`` by its leave-one-out predictive
+    under ``A``, and per pass only the best moves of the ``subset_size`` columns with the
+    highest estimates are evaluated exactly (and accepted only if they improve exactly); and
+    a view of ``threshold`` columns or more that is not a node of the tree is
+    split by one filtering level (as above, same key stream) instead of a BHCC tree over its
+    columns. Below ``threshold`` the refinement is `bhcc`'s.
+
     Args:
       key: a `jax.random` key (the random subsets; the same key gives the same tree).
       X, component, alpha: as in `bhcc`.
@@ -1128,6 +1698,7 @@ def rbhcc(key, X, component: Component, alpha: float = 1.0, *, subset_size: int 
         about 30 s on a 2-core CPU; larger subsets decide the top splits on more columns.
       threshold: groups with fewer columns are clustered by plain BHCC (>= subset_size).
       levels: number of filtering levels kept (None: no truncation).
+      refine, refine_passes: the local search after the tree (see `bhcc`).
       progress_bar: tqdm bar over columns placed (default ``J >= 500``).
 
     Returns:
@@ -1143,6 +1714,7 @@ def rbhcc(key, X, component: Component, alpha: float = 1.0, *, subset_size: int 
         raise ValueError(f"threshold must be an integer >= subset_size={subset_size}, got {threshold!r}")
     if levels is not None and not (isinstance(levels, (int, np.integer)) and levels >= 0):
         raise ValueError(f"levels must be None or a non-negative integer, got {levels!r}")
+    _check_refine(refine, refine_passes)
     from ..datasets import _check_key, _numpy_rng
 
     rng = _numpy_rng(_check_key(key, "key"))
@@ -1198,34 +1770,7 @@ def rbhcc(key, X, component: Component, alpha: float = 1.0, *, subset_size: int 
             return plain(cols)
         if levels is not None and depth >= levels:
             return truncated(cols)
-        perm = rng.permutation(m)
-        sub, rest = cols[perm[:subset_size]], cols[perm[subset_size:]]
-        ch, h1, d, pT, l1, lr = _bhcc_core(cd, alpha, sub)
-        s = len(sub)
-        sizes = np.concatenate([np.ones(s), np.zeros(s - 1)])
-        for t, (a, b) in enumerate(ch):
-            sizes[s + t] = sizes[a] + sizes[b]
-        top_a, top_b = ch[-1]
-        sets = np.zeros((2 * s - 1, s), bool)
-        sets[np.arange(s), np.arange(s)] = True
-        for t, (a, b) in enumerate(ch):
-            sets[s + t] = sets[a] | sets[b]
-        col_lists = [list(sub[sets[k]]) for k in range(2 * s - 1)]
-        wa = _subtree_weights(ch, lr, l1, sizes, top_a)
-        wb = _subtree_weights(ch, lr, l1, sizes, top_b)
-        nodes = np.flatnonzero(np.isfinite(wa) | np.isfinite(wb))
-        Y = Xh[:, rest].T
-        outs = _node_queries(cd, [col_lists[k] for k in nodes], alpha, "column",
-                             [(Y, rest.astype(np.int32)) for _ in nodes])
-        la_, lb_ = np.full(len(rest), -np.inf), np.full(len(rest), -np.inf)
-        for k, o in zip(nodes, outs):
-            if np.isfinite(wa[k]):
-                la_ = np.logaddexp(la_, wa[k] + o)
-            if np.isfinite(wb[k]):
-                lb_ = np.logaddexp(lb_, wb[k] + o)
-        to_a = np.log(sizes[top_a]) + la_ > np.log(sizes[top_b]) + lb_
-        side_a = np.concatenate([sub[sets[top_a]], rest[to_a]])
-        side_b = np.concatenate([sub[sets[top_b]], rest[~to_a]])
+        side_a, side_b = _filter_split(cd, Xh, alpha, cols, rng, subset_size)
         ka = rec(np.sort(side_a), depth + 1)
         kb = rec(np.sort(side_b), depth + 1)
         h = _group_evidence(cd, cols, log_alpha)
@@ -1241,5 +1786,22 @@ def rbhcc(key, X, component: Component, alpha: float = 1.0, *, subset_size: int 
         if bar is not None:
             bar.close()
     assert root == N - 1
-    return _finish(np.asarray(children, np.int64).reshape(-1, 2), J, node_h1, node_d, node_pT, node_1mr, node_r,
-                   Xh, component, alpha)
+    children = np.asarray(children, np.int64).reshape(-1, 2)
+    gain = 0.0
+    if refine and J > 1:
+        ev = _SetEvidence(cd, alpha, (subset_size if J >= threshold else J) + 1)  # slots of its BHCC runs
+        small = _greedy_split(ev, la, _tree_splits(children, J, node_h1))
+
+        def propose(view):
+            key = frozenset(view)
+            if len(view) < threshold or key in small.cache:
+                return small(view)
+            a, b = _filter_split(cd, Xh, alpha, np.asarray(view), rng, subset_size)
+            small.cache[key] = (tuple(sorted(a.tolist())), tuple(sorted(b.tolist())))
+            return small.cache[key]
+
+        out = _refine(ev, cd, Xh, alpha, children, node_h1, node_r, refine_passes, propose,
+                      screen=subset_size if J >= threshold else None)
+        if out is not None:
+            children, node_h1, node_d, node_pT, node_1mr, node_r, gain = out
+    return _finish(children, J, node_h1, node_d, node_pT, node_1mr, node_r, Xh, component, alpha, refine_gain=gain)
