@@ -18,13 +18,16 @@ Method (also in the JSON under ``"method"``):
   the defaults). Reported per seed: the bound (``log_evidence``), the number of root children,
   the ARI of the root's children partition (each point labelled by the root child above it)
   against the four clusters, wall time.
-* **Configurations.** ``paper`` = the paper's search only (random detach / re-attach, EM on
-  the 3 best, K-best list of 10; ``moves=("reattach",)``, ``num_restarts=1``: today's
-  algorithm, and with the code before issue 15 part 3 simply the defaults). ``default`` =
-  ``pydt_em``'s defaults (the search with the collapse and best-regraft moves).
-  ``restarts`` = the defaults with ``num_restarts=4``. The JSON of the run before the change
-  (``results/pydt_search_baseline.json``, the ``paper`` configuration measured on the code as
-  it was) is read back for the "before" column.
+* **Configurations.** ``before`` = ``pydt_em`` of commit ``BEFORE_REF`` (the code before issue
+  15 part 3: the paper's search, random detach / re-attach, EM on the 3 best, K-best list of
+  10), loaded from git into the same process. ``paper`` = today's code with the paper's move
+  only (``moves=("reattach",)``). ``default`` = ``pydt_em``'s defaults (the paper's move, best
+  regraft and collapse in rotation). ``restarts`` = the defaults with ``num_restarts=4`` of
+  ``num_iters / 4`` iterations each (the same iteration budget as one search).
+  ``results/pydt_search_baseline.json`` is the first measurement of ``before``, made before
+  the change (its own process, under other load), read back for the table.
+* **Ceiling.** The ARI of labelling each point by its nearest true centre (what knowing the
+  centres gives): below 1 where a point lies nearer another cluster's centre.
 * **Time per iteration.** A warm-up call per configuration (seed 0, a few iterations) compiles
   the programs first; then, seed by seed, every configuration runs in turn (so they share the
   load of the shared 2-core VM, which varies; the 1-minute load average is recorded per row).
@@ -55,15 +58,15 @@ from _harness import machine  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_OUT = os.path.join(HERE, "results", "pydt_search.json")
 BASELINE = os.path.join(HERE, "results", "pydt_search_baseline.json")
+CENTRES = np.array([[1.0, 1.0], [1.0, -1.0], [-1.0, 1.0], [-1.0, -1.0]])
 
 
 def four_clusters(N, seed):
     """Section 6.1: N points, four clusters at (+-1, +-1), variance 1/8; labels shuffled."""
     r = np.random.default_rng(seed)
-    centres = np.array([[1.0, 1.0], [1.0, -1.0], [-1.0, 1.0], [-1.0, -1.0]])
     z = np.arange(N) % 4
     r.shuffle(z)
-    return centres[z] + r.normal(0.0, np.sqrt(1.0 / 8.0), (N, 2)), z
+    return CENTRES[z] + r.normal(0.0, np.sqrt(1.0 / 8.0), (N, 2)), z
 
 
 def root_partition(parent, N):
@@ -77,6 +80,13 @@ def root_partition(parent, N):
             p = par[p]
         part[k] = p
     return part, int(np.sum(par == root))
+
+
+def nearest_centre_ari(s):
+    from jaxhc.metrics import adjusted_rand_index
+
+    X, z = four_clusters(100, s)
+    return float(adjusted_rand_index(z, np.argmin(((X[:, None] - CENTRES[None]) ** 2).sum(-1), 1)))
 
 
 def tree_stats(res, z):
@@ -98,19 +108,58 @@ def has_new_api():
     return "num_restarts" in inspect.signature(E.pydt_em).parameters
 
 
+BEFORE_REF = "03bcf32"  # the last commit before issue 15 part 3 (the search's moves and restarts)
 CONFIGS = {
+    "before": None,  # `pydt_em` of BEFORE_REF (its defaults: the paper's search), same process
     "paper": dict(moves=("reattach",), num_restarts=1),
     "default": dict(),
-    "restarts": dict(num_restarts=4),
+    "restarts": dict(num_restarts=4),  # with num_iters / 4 per restart: the same budget
 }
+_BEFORE = {}
+
+
+def before_module(ref=BEFORE_REF):
+    """``jaxhc/inference/pydt_em.py`` as of ``ref`` (``git show``), imported as a sibling module
+    of the installed one, so today's and the old search run in one process on the same load."""
+    if ref not in _BEFORE:
+        import importlib.util
+        import subprocess
+        import tempfile
+
+        src = subprocess.run(["git", "show", f"{ref}:jaxhc/inference/pydt_em.py"], cwd=os.path.dirname(HERE),
+                             check=True, capture_output=True, text=True).stdout
+        path = os.path.join(tempfile.mkdtemp(), "pydt_em_before.py")
+        with open(path, "w") as fh:
+            fh.write(src)
+        name = "jaxhc.inference._pydt_em_before"
+        spec = importlib.util.spec_from_file_location(name, path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+        _BEFORE[ref] = mod
+    return _BEFORE[ref]
+
+
+def config_module(name):
+    from jaxhc.inference import pydt_em as E
+
+    if name == "before" and has_new_api():
+        return before_module()
+    return E
 
 
 def config_kwargs(name):
     if not has_new_api():
-        if name != "paper":
+        if name not in ("paper", "before"):
             raise SystemExit(f"configuration {name!r} needs the new pydt_em API")
         return {}  # the code before the change: its defaults are the paper's search
-    return dict(CONFIGS[name])
+    return dict(CONFIGS[name] or {})
+
+
+def config_iters(name, iters):
+    """Search iterations per restart: ``restarts`` splits the budget of one search."""
+    R = int(config_kwargs(name).get("num_restarts", 1))
+    return max(iters // R, 1)
 
 
 def _common(learn_ab):
@@ -123,8 +172,8 @@ def _common(learn_ab):
 def warm_up(name, iters, learn_ab):
     """Compile the programs of a configuration (seed-0 data, a few iterations); returns seconds."""
     import jax
-    from jaxhc.inference import pydt_em as E
 
+    E = config_module(name)
     X0, _ = four_clusters(100, 0)
     t0 = time.perf_counter()
     E.pydt_em(jax.random.PRNGKey(0), X0, num_iters=min(iters, 3), **_common(learn_ab), **config_kwargs(name))
@@ -133,8 +182,9 @@ def warm_up(name, iters, learn_ab):
 
 def run_one(name, s, iters, learn_ab):
     import jax
-    from jaxhc.inference import pydt_em as E
 
+    E = config_module(name)
+    iters = config_iters(name, iters)
     kw = config_kwargs(name)
     R = int(kw.get("num_restarts", 1))
     common = _common(learn_ab)
@@ -146,7 +196,7 @@ def run_one(name, s, iters, learn_ab):
     t0 = time.perf_counter()
     res = E.pydt_em(key, X, num_iters=iters, **common, **kw)
     total = time.perf_counter() - t0
-    row = dict(seed=s, **tree_stats(res, z), total_s=total, init_s=init_s,
+    row = dict(seed=s, **tree_stats(res, z), total_s=total, init_s=init_s, iters=iters, restarts=R,
                per_iter_s=max(total - R * init_s, 0.0) / max(R * iters, 1), loadavg=os.getloadavg()[0])
     if getattr(res, "restart_bounds", None) is not None:
         row["restart_bounds"] = [float(b) for b in res.restart_bounds]
@@ -171,7 +221,9 @@ def run_configs(names, seeds, iters, learn_ab):
     for name in names:
         kw = config_kwargs(name)
         blocks[name] = dict(config=name, kwargs={k: list(v) if isinstance(v, tuple) else v for k, v in kw.items()},
-                            learn_alpha_beta=learn_ab, iters=iters, compile_s=warm_up(name, iters, learn_ab), rows=[])
+                            code=f"commit {BEFORE_REF}" if name == "before" else "working tree",
+                            learn_alpha_beta=learn_ab, iters=config_iters(name, iters),
+                            compile_s=warm_up(name, iters, learn_ab), rows=[])
     for s in seeds:
         for name in names:
             blocks[name]["rows"].append(run_one(name, s, iters, learn_ab))
@@ -214,18 +266,28 @@ def summary(block):
 
 def print_table(blocks, baseline):
     print()
-    print("| configuration | hyper | min ARI | seeds ARI >= 0.95 | mean bound | ms / iteration (median) | s / seed |")
-    print("|---|---|---:|---:|---:|---:|---:|")
-    for tag, b in ([("before (baseline JSON)", x) for x in baseline] + [("", x) for x in blocks]):
+    print("| configuration | hyper | min ARI | seeds ARI >= 0.95 | mean bound | ms / iteration (median) | s / seed | "
+          "mean load |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    for tag, b in ([("first run, own process", x) for x in baseline] + [("", x) for x in blocks]):
         sm = summary(b)
-        name = f"{b['config']}" + (f" ({tag})" if tag else "")
+        name = ("before" if tag else b["config"]) + (f" ({tag})" if tag else "")
+        load = np.mean([r.get("loadavg", np.nan) for r in b["rows"]])
         print(f"| {name} | {'learned' if b['learn_alpha_beta'] else 'fixed'} | {sm['min_ari']:.3f} | "
               f"{sm['n_ari_ge_095']}/{len(b['rows'])} | {sm['mean_bound']:.2f} | {sm['median_per_iter_s'] * 1e3:.0f} | "
-              f"{sm['mean_total_s']:.1f} |")
+              f"{sm['mean_total_s']:.1f} | {load:.1f} |")
     print()
-    for b in blocks + baseline:
-        print(f"{b['config']} ({'learned' if b['learn_alpha_beta'] else 'fixed'}) per seed: "
-              + ", ".join(f"{r['seed']}: {r['root_children']} / {r['ari']:.2f} / {r['bound']:.1f}" for r in b["rows"]))
+    print("Per seed: root children / ARI / bound")
+    print()
+    shown = [b for b in blocks if not b["learn_alpha_beta"]] + [b for b in blocks if b["learn_alpha_beta"]]
+    print("| seed | nearest-centre ARI | " + " | ".join(
+        f"{b['config']} ({'learned' if b['learn_alpha_beta'] else 'fixed'})" for b in shown) + " |")
+    print("|---:|---:|" + "---|" * len(shown))
+    for i, r0 in enumerate(shown[0]["rows"]):
+        s = r0["seed"]
+        print(f"| {s} | {nearest_centre_ari(s):.3f} | " + " | ".join(
+            f"{b['rows'][i]['root_children']} / {b['rows'][i]['ari']:.3f} / {b['rows'][i]['bound']:.2f}" for b in shown)
+            + " |")
 
 
 def main(argv=None):
@@ -234,7 +296,7 @@ def main(argv=None):
     ap.add_argument("--seeds", type=str, default=None, help="comma list (default 0..9)")
     ap.add_argument("--iters", type=int, default=None, help="num_iters per search (default 100, the paper's)")
     ap.add_argument("--configs", type=str, default=None,
-                    help="comma list of paper, default, restarts (default: all the installed code supports)")
+                    help="comma list of before, paper, default, restarts (default: all the installed code supports)")
     ap.add_argument("--no-learned", action="store_true", help="skip the learned-hyperparameter runs")
     ap.add_argument("--out", type=str, default=None, help=f"JSON output (default {DEFAULT_OUT}; --quick: none)")
     args = ap.parse_args(argv)
@@ -244,7 +306,8 @@ def main(argv=None):
     seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else ([0, 1] if args.quick else list(range(10)))
     iters = args.iters if args.iters is not None else (5 if args.quick else 100)
     new = has_new_api()
-    configs = args.configs.split(",") if args.configs else (["paper", "default", "restarts"] if new else ["paper"])
+    configs = args.configs.split(",") if args.configs else (["before", "paper", "default", "restarts"] if new
+                                                             else ["paper"])
     t_start = time.perf_counter()
     info = machine()
     print(f"{', '.join(configs)}: fixed alpha = 1, beta = 0.2", flush=True)

@@ -28,13 +28,19 @@ decreases.
 
 Search over structures (section 5.2): the initial tree attaches the data points one by one
 (random order), each at the best of all branch midpoints and branch points; then each
-iteration takes a tree from the K-best list, detaches a random subtree, scores every
-re-attachment point, runs EM on the three best and inserts them into the list. The score of a
-re-attachment is exact at the current times: the likelihood change is the local contribution
-``log N(mu_s; E[x_new | X_rest], (Var[x_new | X_rest] + v_s + sigma2 (t_s - t_new)) I)``
-(``mu_s, v_s`` the subtree's upward message, ``x_new`` the attachment location, whose marginal
-follows from the E-step of the remaining tree, a Brownian bridge on a segment) plus the full
-Eq. 9 + 11 of the candidate tree (exact counts along the root path).
+iteration makes one move and runs EM on the (three) best trees it proposes. The paper's move
+takes a tree from the K-best list, detaches a random subtree, scores every re-attachment
+point and inserts the EM results into the list. The score of a re-attachment is the exact log
+joint of the candidate at its times: ``log p(X_rest) + log Z_s + log N(mu_s; E[x_new | X_rest],
+(Var[x_new | X_rest] + v_s + sigma2 (t_s - t_new)) I)`` (``mu_s, v_s`` the subtree's upward
+message, ``Z_s`` its own normaliser, ``x_new`` the attachment location, whose marginal follows
+from the E-step of the remaining tree, a Brownian bridge on a segment) plus Eq. 9 + 11 of the
+candidate, computed for all candidates at once from the changes along the root path. Two
+greedy moves act on the best tree and are kept only if EM raises the best bound: *regraft*
+(every subtree's best re-attachment elsewhere; EM on the subtrees whose regraft scores
+highest) and *collapse* (a branch point folded into its parent, so sibling branch points merge
+into one multifurcation; scored by the exact bound at the current times). Restarts repeat the
+search from other initial trees and keep the highest bound.
 
 Probit observations (section 5.4, ``likelihood="probit"``): bits ``Y [N, D]`` with ``P(y_nd = 1 |
 x) = Phi(x_nd)`` at the leaf locations (as `pydt_mcmc`: a latent ``x + N(0, 1)`` thresholded at
@@ -62,7 +68,7 @@ sites.
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple, Optional
+from typing import NamedTuple, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -156,11 +162,16 @@ class PYDTEMResult(NamedTuple):
       k_best_hyper: list of dicts ``c, alpha, beta, sigma2`` matching ``k_best``.
       c, alpha, beta, sigma2: hyperparameters of the best tree (``<c>``, ``1/<1/sigma2>``).
       q_c, q_precision: ``(shape, rate)`` of the Gamma posteriors (``None`` if not learned).
-      trace: ``[num_iters + 1]`` best bound after the initial tree and each iteration.
+      trace: ``[num_iters + 1]`` best bound after the initial tree and each iteration, of the
+        returned restart (shorter if a search without ``"reattach"`` stopped early).
       X: the data (for `pydt_predictive_logpdf`; the bits under probit).
       likelihood: ``"gaussian"`` or ``"probit"``.
       k_best_sites: probit: the `EPSites` of each K-best tree (at its final times); else
         ``None``.
+      restart_bounds: ``[num_restarts]`` the best bound each restart reached (``log_evidence``
+        is their maximum).
+      move_trace: the returned restart's moves, one ``(move, best bound before, best bound
+        after)`` per iteration (``trace[i + 1]`` is iteration ``i``'s "after").
     """
 
     tree: object
@@ -179,6 +190,8 @@ class PYDTEMResult(NamedTuple):
     X: np.ndarray
     likelihood: str = "gaussian"
     k_best_sites: Optional[list] = None
+    restart_bounds: Optional[np.ndarray] = None
+    move_trace: Optional[list] = None
 
 
 # ------------------------------------------------------------------------------------------
@@ -346,24 +359,27 @@ def _kl_gamma(a, b, a0, b0):
             + a * (b0 - b) / b)
 
 
-def _bound_terms(parent, times, active, N, D, cnt, loglik, hyper, priors, learn, learn_sigma2=True):
+def _bound_extra(n_edges, n_int, D, hyper, priors, learn, learn_sigma2=True):
+    """The terms of ``L`` beyond ``log p(X | T, t) + log P(T, t)`` (module docstring): with Gamma
+    ``q(1/sigma2)``, ``q(c)`` the ``<log>`` - ``log <>`` corrections (``n_edges`` edges, origin ->
+    root included; ``n_int`` branch points) and the KL terms; 0 with point masses."""
     c = hyper.c_mean
-    lp = _prior_from_counts(parent, times, active, cnt, N, c, hyper.alpha, hyper.beta)
-    L = loglik + lp
-    if learn and learn_sigma2:
-        n_edges = jnp.sum(active)
-        n_int = jnp.sum(active & (jnp.arange(parent.shape[0]) >= N))
+    out = jnp.zeros((), hyper.c_shape.dtype)
+    if learn:
+        elog_c = digamma(hyper.c_shape) - jnp.log(hyper.c_rate)
+        out = out + n_int * (elog_c - jnp.log(c)) - _kl_gamma(hyper.c_shape, hyper.c_rate, priors.c[0], priors.c[1])
+    if learn and learn_sigma2:  # probit: 1/sigma2 a fixed point mass
         elog_lam = digamma(hyper.prec_shape) - jnp.log(hyper.prec_rate)
-        elog_c = digamma(hyper.c_shape) - jnp.log(hyper.c_rate)
-        L = (L + 0.5 * D * n_edges * (elog_lam - jnp.log(hyper.prec_shape / hyper.prec_rate))
-             + n_int * (elog_c - jnp.log(c))
-             - _kl_gamma(hyper.c_shape, hyper.c_rate, priors.c[0], priors.c[1])
-             - _kl_gamma(hyper.prec_shape, hyper.prec_rate, priors.precision[0], priors.precision[1]))
-    elif learn:  # probit: q(c) Gamma, 1/sigma2 a fixed point mass
-        n_int = jnp.sum(active & (jnp.arange(parent.shape[0]) >= N))
-        elog_c = digamma(hyper.c_shape) - jnp.log(hyper.c_rate)
-        L = L + n_int * (elog_c - jnp.log(c)) - _kl_gamma(hyper.c_shape, hyper.c_rate, priors.c[0], priors.c[1])
-    return L
+        out = (out + 0.5 * D * n_edges * (elog_lam - jnp.log(hyper.prec_shape / hyper.prec_rate))
+               - _kl_gamma(hyper.prec_shape, hyper.prec_rate, priors.precision[0], priors.precision[1]))
+    return out
+
+
+def _bound_terms(parent, times, active, N, D, cnt, loglik, hyper, priors, learn, learn_sigma2=True):
+    lp = _prior_from_counts(parent, times, active, cnt, N, hyper.c_mean, hyper.alpha, hyper.beta)
+    n_edges = jnp.sum(active)
+    n_int = jnp.sum(active & (jnp.arange(parent.shape[0]) >= N))
+    return loglik + lp + _bound_extra(n_edges, n_int, D, hyper, priors, learn, learn_sigma2)
 
 
 @functools.partial(jax.jit, static_argnames=("learn",))
@@ -664,20 +680,24 @@ def m_step(parent, times, X, est: EStep, hyper: EMHyper, priors: PYDTPriors = PY
         c_shape = priors.c[0] + jnp.sum(internal)
         c_rate = priors.c[1] - jnp.sum(jnp.where(internal, J * jnp.log1p(-tb), 0.0))
         hyper = hyper._replace(c_shape=jnp.asarray(c_shape, f), c_rate=jnp.asarray(c_rate, f))
-    if True:  # computed always; ``learn_alpha_beta`` (traced) selects
-        c = hyper.c_mean
+    c = hyper.c_mean
 
-        def h_ab(a, bt):
-            v = _prior_from_counts(parent, times, active, cnt, N, c, a, bt)
-            return jnp.where(jnp.isnan(v), -jnp.inf, v)
+    def h_ab(a, bt):
+        v = _prior_from_counts(parent, times, active, cnt, N, c, a, bt)
+        return jnp.where(jnp.isnan(v), -jnp.inf, v)
 
-        cur = h_ab(hyper.alpha, hyper.beta)
-        a_new, va = _golden(lambda a: h_ab(a, hyper.beta), -2.0 * hyper.beta + 1e-9, jnp.asarray(alpha_max, f))
-        alpha = jnp.where((va > cur) & learn_alpha_beta, a_new, hyper.alpha)
+    def golden_ab(h):
+        cur = h_ab(h.alpha, h.beta)
+        a_new, va = _golden(lambda a: h_ab(a, h.beta), -2.0 * h.beta + 1e-9, jnp.asarray(alpha_max, f))
+        alpha = jnp.where(va > cur, a_new, h.alpha)
         cur = jnp.maximum(va, cur)
         b_new, vb = _golden(lambda bt: h_ab(alpha, bt), jnp.maximum(0.0, -alpha / 2.0), jnp.asarray(0.99, f))
-        beta = jnp.where((vb > cur) & learn_alpha_beta, b_new, hyper.beta)
-        hyper = hyper._replace(alpha=alpha, beta=beta)
+        return alpha, jnp.where(vb > cur, b_new, h.beta)
+
+    # ``learn_alpha_beta`` is traced (one program serves PYDT and DDT); a `cond` so that fixed
+    # alpha, beta skip the two golden-section searches (about half an M-step's time)
+    alpha, beta = jax.lax.cond(jnp.asarray(learn_alpha_beta), golden_ab, lambda h: (h.alpha, h.beta), hyper)
+    hyper = hyper._replace(alpha=alpha, beta=beta)
     return times, hyper
 
 
@@ -724,50 +744,126 @@ def _em_probit(parent, times, hyper, S, sites, priors, learn, learn_ab, max_em, 
 # ------------------------------------------------------------------------------------------
 # scoring attachment points
 # ------------------------------------------------------------------------------------------
-def _ancestors(parent, times, active):
-    """``anc[k, j]``: ``j`` is ``k`` or an ancestor of ``k`` (active nodes)."""
+def _path_sums(parent, active, d):
+    """``sum of d[a]`` over the strict ancestors ``a`` of every node (pointer jumping:
+    ``ceil(log2 m)`` vectorised rounds, no ``[m, m]`` ancestor matrix)."""
     m = parent.shape[0]
-    order = _order(parent, times, active)
-    eye = jnp.eye(m, dtype=bool)
+    jump = jnp.where(active & (parent >= 0), parent, -1)
+    val = jnp.where(jump >= 0, d[jnp.maximum(jump, 0)], 0.0)
+    for _ in range(max(1, int(np.ceil(np.log2(m))))):
+        ok = jump >= 0
+        js = jnp.maximum(jump, 0)
+        val = val + jnp.where(ok, val[js], 0.0)
+        jump = jnp.where(ok, jump[js], -1)
+    return val
 
-    def body(i, anc):
-        k = order[m - 1 - i]
-        p = parent[k]
-        row = jnp.where(p >= 0, anc[jnp.maximum(p, 0)], False) | eye[k]
-        return anc.at[jnp.where(active[k], k, m)].set(row, mode="drop")
 
-    return jax.lax.fori_loop(0, m, body, jnp.zeros((m, m), bool))
+def _seg_times(par_r, times, t_s):
+    """Attachment time on the edge into each node: the middle of ``[t_p, min(t_k, t_s)]``."""
+    tp = jnp.where(par_r >= 0, times[jnp.maximum(par_r, 0)], 0.0)
+    return 0.5 * (tp + jnp.minimum(times, t_s))
+
+
+def _build(par_r, times, slot, s, j):
+    """The tree with the subtree of ``s`` attached at candidate ``j`` of `_attach` (``j < m``: a
+    new node in slot ``slot`` at the middle of the edge into ``j``; else a new child of branch
+    point ``j - m``). Returns ``(parent, times)``."""
+    m = par_r.shape[0]
+    seg = j < m
+    k = jnp.where(seg, j, j - m).astype(jnp.int32)
+    t_new = _seg_times(par_r, times, times[s])[k]
+    par_seg = par_r.at[slot].set(par_r[k]).at[k].set(slot).at[s].set(slot)
+    par_bp = par_r.at[s].set(k)
+    return jnp.where(seg, par_seg, par_bp), jnp.where(seg, times.at[slot].set(t_new), times)
+
+
+def _attach_prior(par_r, times, act_r, insub, cnt_sub, cnt_r, s, t_seg, c, alpha, beta, N):
+    """Eq. 9 + 11 of every candidate tree of `_attach` (``[2m]``), in ``O(m log m)``: the prior of
+    the remaining tree and the subtree's inner terms (computed once), plus the change each
+    attachment makes. Attaching ``n_s`` leaves below node ``a`` changes only ``a``'s terms and
+    those of its ancestors (``Gamma(n + alpha)``, Eq. 11's harmonic sum, the ``Gamma(n - beta)``
+    of the parent); at a segment a new binary node appears; at a branch point its ``K`` grows
+    by one. Equals `_prior_from_counts` of each candidate (tested)."""
+    m = par_r.shape[0]
+    f = times.dtype
+    slots = jnp.arange(m)
+    is_leaf = slots < N
+    n_s = cnt_sub[s]
+    t_s = times[s]
+    s_branch = s >= N
+    H = _harmonic_table(m, alpha, beta)
+    Hn = lambda n: H[jnp.clip(n - 1, 0, m)]  # noqa: E731
+    g = lambda n: gammaln(jnp.maximum(n, 1).astype(f) - beta)  # noqa: E731
+    r = lambda n: gammaln(jnp.maximum(n, 1).astype(f) + alpha)  # noqa: E731
+    A = lambda t: -c * jnp.log1p(-t)  # noqa: E731
+    lg1mb = gammaln(1.0 - beta)
+    # the remaining tree and the subtree (as a second root), less Eq. 11 of the edge into s
+    ts_safe = jnp.where(s_branch, t_s, 0.0)
+    eq11_s_root = jnp.where(s_branch, -A(ts_safe) * Hn(n_s), 0.0)
+    base = _prior_from_counts(par_r.at[s].set(-1), times, act_r | insub, jnp.where(insub, cnt_sub, cnt_r), N, c,
+                              alpha, beta) - eq11_s_root
+    branch = act_r & ~is_leaf
+    has_p = act_r & (par_r >= 0)
+    pp = jnp.maximum(par_r, 0)
+    tpar = jnp.where(par_r >= 0, times[pp], 0.0)
+    tb = jnp.where(branch, times, 0.0)
+    n = cnt_r
+    nu = n + n_s
+    K = jax.ops.segment_sum(has_p.astype(jnp.int32), jnp.where(has_p, par_r, m), num_segments=m + 1)[:m]
+    child = jnp.where(has_p, g(nu) - g(n), 0.0)  # the parent's Gamma(n - beta) of this child
+    d_anc = jnp.where(branch, r(n) - r(nu) + (A(tpar) - A(tb)) * (Hn(nu) - Hn(n)) + child, 0.0)
+    S = _path_sums(par_r, act_r, d_anc)
+    # segment k: new node u at t_seg[k] with children k and s
+    tu = jnp.where(act_r, t_seg, 0.0)
+    eq9_u = jnp.log(c) - jnp.log1p(-tu) + g(n) + g(n_s) - lg1mb - r(nu)
+    eq11_u = (A(tpar) - A(tu)) * Hn(nu)
+    eq11_k = jnp.where(branch, (A(tu) - A(tpar)) * Hn(n), 0.0)
+    eq11_s_seg = jnp.where(s_branch, (A(tu) - A(ts_safe)) * Hn(n_s), 0.0)
+    seg = S + child + eq9_u + eq11_u + eq11_k + eq11_s_seg
+    # branch point k: s becomes its (K + 1)-th child
+    eq11_s_bp = jnp.where(s_branch, (A(tb) - A(ts_safe)) * Hn(n_s), 0.0)
+    bp = (S + d_anc + _log_branch_prod(K + 1, alpha, beta) - _log_branch_prod(K, alpha, beta) + g(n_s) - lg1mb
+          + eq11_s_bp)
+    return base + jnp.concatenate([seg, bp])
 
 
 def _attach(par_r, times, act_r, insub, cnt_sub, s, mu_s, v_s, slot, X, hyper, allow_bp, V=None):
     """Scores of attaching the subtree rooted at ``s`` (upward message ``N(mu_s, v_s)``) to a
-    remaining tree, at each segment (index ``k``: on the edge into ``k``) and each branch point
-    (index ``m + k``). Returns ``(scores [2m], build)`` where ``build(j) -> (parent, times)``.
-    With leaf noise variances ``V [N, D]`` (probit pseudo-observations ``X``) the variances are
-    per dimension (``v_s [D]``)."""
+    remaining tree, at each segment (index ``k``: a new node at the middle of the edge into
+    ``k``) and each branch point (index ``m + k``). The score is the log joint ``log p(X | T, t)
+    + log P(T, t)`` of the candidate tree at its times (``-inf`` where not allowed): ``log p(X_R)
+    + log Z_s + log N(mu_s; E[x_a | X_R], (Var[x_a | X_R] + v_s + sigma2 (t_s - t_a)) I)`` (``X_R``
+    the remaining data, ``Z_s`` the subtree's own normaliser, ``x_a`` the attachment location,
+    a Brownian bridge on a segment) plus `_attach_prior`. Returns ``(scores [2m], build)`` with
+    ``build(j) -> (parent, times)``. With leaf noise variances ``V [N, D]`` (probit
+    pseudo-observations ``X``) the variances are per dimension (``v_s [D]``) and the likelihood
+    is the surrogate ``log N(X; 0, K + diag V)``."""
     m = par_r.shape[0]
     N, D = X.shape
     slots = jnp.arange(m)
     sigma2 = hyper.sigma2
-    c = hyper.c_mean
     t_s = times[s]
-    n_s = cnt_sub[s]
     diag = V is not None
     ex = (lambda a: a[:, None]) if diag else (lambda a: a)  # noqa: E731  per-node -> per-node-dim
+    order_r = _order(par_r, times, act_r)
+    par_s = par_r.at[s].set(-1)  # the subtree alone (its root closed against the origin)
     if diag:
-        mean, var, cross, _, _ = _marginals_diag(par_r, times, act_r, X, V, sigma2)
+        mean, var, cross, _, ll_r = _marginals_diag(par_r, times, act_r, X, V, sigma2, order_r)
+        ll_s = _messages_diag(par_s, times, insub, X, V, sigma2, _order(par_s, times, insub))[2]
+        vroot = v_s + sigma2 * t_s
+        ll_s = ll_s + 0.5 * jnp.sum(jnp.log(2 * jnp.pi * vroot) + mu_s ** 2 / vroot)
     else:
-        mean, var, cross, _, _ = _marginals(par_r, times, act_r, X, sigma2)
+        mean, var, cross, _, ll_r = _marginals(par_r, times, act_r, X, sigma2)
+        ll_s = _messages(par_s, times, insub, X, sigma2)[3]
+        vroot = v_s + sigma2 * t_s
+        ll_s = ll_s + 0.5 * (D * jnp.log(2 * jnp.pi * vroot) + jnp.sum(mu_s ** 2) / vroot)
     cnt_r = _counts(par_r, times, act_r, N)
-    anc = _ancestors(par_r, times, act_r)
     has_p = par_r >= 0
     pp = jnp.maximum(par_r, 0)
     tp = jnp.where(has_p, times[pp], 0.0)
     mp = jnp.where(has_p[:, None], mean[pp], 0.0)
     Pp = jnp.where(ex(has_p), var[pp], 0.0)
-    # segments: a new node at the middle of [t_p, min(t_k, t_s)]
-    t_hi = jnp.minimum(times, t_s)
-    t_new = 0.5 * (tp + t_hi)
+    t_new = _seg_times(par_r, times, t_s)
     dk = jnp.where(times - tp > 0, times - tp, 1.0)
     w2 = (t_new - tp) / dk
     w1 = 1.0 - w2
@@ -786,30 +882,11 @@ def _attach(par_r, times, act_r, insub, cnt_sub, s, mu_s, v_s, slot, X, hyper, a
         loc = -0.5 * jnp.sum(jnp.log(2 * jnp.pi * s2) + (mu_s - att_mean) ** 2 / s2, axis=1)
     else:
         loc = -0.5 * (D * jnp.log(2 * jnp.pi * s2) + jnp.sum((mu_s - att_mean) ** 2, axis=1) / s2)
-
-    def build(j):
-        seg = j < m
-        k = jnp.where(seg, j, j - m).astype(jnp.int32)
-        par_seg = par_r.at[slot].set(par_r[k]).at[k].set(slot).at[s].set(slot)
-        par_bp = par_r.at[s].set(k)
-        par = jnp.where(seg, par_seg, par_bp)
-        tim = jnp.where(seg, times.at[slot].set(att_t[j]), times)
-        return par, tim
-
-    def prior_of(j):
-        seg = j < m
-        k = jnp.where(seg, j, j - m)
-        par, tim = build(j)
-        act = par != FREE
-        up = anc[k] & ~(seg & (slots == k))
-        cnt = jnp.where(insub, cnt_sub, cnt_r + n_s * up.astype(cnt_r.dtype))
-        cnt = jnp.where(seg, cnt.at[slot].set(cnt_r[k] + n_s), cnt)
-        return _prior_from_counts(par, tim, act, cnt, N, c, hyper.alpha, hyper.beta)
-
-    lp = jax.vmap(prior_of)(jnp.arange(2 * m))
-    scores = jnp.where(ok, loc + lp, -jnp.inf)
+    lp = _attach_prior(par_r, times, act_r, insub, cnt_sub, cnt_r, s, t_new, hyper.c_mean, hyper.alpha, hyper.beta,
+                       N)
+    scores = jnp.where(ok, ll_r + ll_s + loc + lp, -jnp.inf)
     scores = jnp.where(jnp.isnan(scores), -jnp.inf, scores)
-    return scores, build
+    return scores, functools.partial(_build, par_r, times, slot, s)
 
 
 def _detach(parent, times, s):
@@ -833,43 +910,139 @@ def _detach(parent, times, s):
 def _subtree_message(parent, times, active, X, sigma2, s, V=None):
     """Upward message ``N(mu, v)`` of the subtree at ``s`` (a leaf: its observation); with leaf
     noise ``V [N, D]`` the variance is per dimension."""
+    mu, v = _all_subtree_messages(parent, times, active, X, sigma2, V)
+    return mu[s], v[s]
+
+
+def _all_subtree_messages(parent, times, active, X, sigma2, V=None):
+    """Upward messages ``N(mu [m, D], v)`` of every node's subtree (leaves: their observation,
+    variance 0 or ``V``); ``v [m]`` isotropic or ``[m, D]`` with ``V``."""
     N = X.shape[0]
-    order = _order(parent, times, active)
-    leaf = s < N
-    sl = jnp.minimum(s, N - 1)
+    m = parent.shape[0]
+    leaf = jnp.arange(m) < N
+    Xp = jnp.concatenate([X, jnp.zeros((m - N, X.shape[1]), X.dtype)])
     if V is not None:
-        mu, v, _ = _messages_diag(parent, times, active, X, V, sigma2, order)
-        return jnp.where(leaf, X[sl], mu[s]), jnp.where(leaf, V[sl], v[s])
-    mu, v, _, _ = _messages(parent, times, active, X, sigma2, order)
-    return jnp.where(leaf, X[sl], mu[s]), jnp.where(leaf, 0.0, v[s])
+        mu, v, _ = _messages_diag(parent, times, active, X, V, sigma2, _order(parent, times, active))
+        Vp = jnp.concatenate([V, jnp.ones((m - N, X.shape[1]), X.dtype)])
+        return jnp.where(leaf[:, None], Xp, mu), jnp.where(leaf[:, None], Vp, v)
+    mu, v, _, _ = _messages(parent, times, active, X, sigma2)
+    return jnp.where(leaf[:, None], Xp, mu), jnp.where(leaf, 0.0, v)
 
 
-@functools.partial(jax.jit, static_argnames=("learn", "n_em", "max_em", "max_lbfgs", "conf"))
-def _search_step(key, parent, times, hyper, X, priors, learn, learn_ab, allow_bp, n_em, max_em, tol_em, max_lbfgs,
-                 sigma2_max, sites=None, conf=None):
-    """One detach / re-attach step; EM on the ``n_em`` best re-attachments. Gaussian: ``X`` the
-    data, ``sites=None``. Probit: ``X`` the signs ``2 Y - 1`` and ``sites`` the tree's EP sites,
-    whose means / variances are the leaf data of the attachment scores (candidates' EP starts
-    from them). Returns ``(parents, times, hypers, sites or None, bounds)`` over candidates."""
+# ------------------------------------------------------------------------------------------
+# search moves: each proposes n_em candidate trees; `_em_batch` runs EM on them
+# ------------------------------------------------------------------------------------------
+def _pseudo_data(X, sites):
+    """Leaf data of the scores: ``X`` (Gaussian) or the EP site means / variances (probit)."""
+    return (X, None) if sites is None else (sites.mean, sites.var)
+
+
+def _top_candidates(scores, pars, tims, parent, times, n_em):
+    """The ``n_em`` best-scoring candidates: ``(parents, times, scores)`` ``[n_em, m]``,
+    ``[n_em]``. Where the score is ``-inf`` (fewer valid candidates) the rows hold the source
+    tree: invalid candidates can hold parent cycles, on which the tree walks of `pydt_mcmc`
+    never end."""
+    top_scores, top = jax.lax.top_k(scores, n_em)
+    ok = jnp.isfinite(top_scores)
+    pars = jnp.where(ok[:, None], pars[top], parent[None, :])
+    tims = jnp.where(ok[:, None], tims[top], times[None, :])
+    return pars, tims, top_scores
+
+
+@functools.partial(jax.jit, static_argnames=("n_em",))
+def _propose_reattach(key, parent, times, hyper, X, sites, allow_bp, n_em):
+    """The paper's move (section 5.2): detach a random subtree and re-attach it at the ``n_em``
+    best-scoring places (`_attach`: the log joint at the candidate's times). Returns
+    ``(parents, times, scores)`` as `_top_candidates`."""
     N = X.shape[0]
     active = parent != FREE
     cand = active & (parent >= 0)
     s = jax.random.categorical(key, jnp.where(cand, 0.0, -jnp.inf)).astype(jnp.int32)
     cnt = _counts(parent, times, active, N)
-    M, V = (X, None) if sites is None else (sites.mean, sites.var)
+    M, V = _pseudo_data(X, sites)
     mu_s, v_s = _subtree_message(parent, times, active, M, hyper.sigma2, s, V)
     par_r, act_r, insub, slot = _detach(parent, times, s)
     scores, build = _attach(par_r, times, act_r, insub, jnp.where(insub, cnt, 0), s, mu_s, v_s, slot, M, hyper,
                             allow_bp, V)
     top_scores, top = jax.lax.top_k(scores, n_em)
     pars, tims = jax.vmap(build)(top)
-    # invalid re-attachments (score -inf, e.g. fewer than n_em valid places) can hold parent
-    # cycles, on which the tree walks of `pydt_mcmc` never end: EM runs on the source tree
-    # instead and the bound is discarded below
-    valid = jnp.isfinite(top_scores)[:, None]
-    pars = jnp.where(valid, pars, parent[None, :])
-    tims = jnp.where(valid, tims, times[None, :])
+    ok = jnp.isfinite(top_scores)
+    return jnp.where(ok[:, None], pars, parent[None, :]), jnp.where(ok[:, None], tims, times[None, :]), top_scores
 
+
+@functools.partial(jax.jit, static_argnames=("learn", "learn_sigma2", "n_em"))
+def _propose_regraft(parent, times, hyper, X, sites, priors, learn, learn_sigma2, allow_bp, n_em):
+    """Best regraft: for every subtree, its best re-attachment elsewhere (`_attach` scores plus
+    the bound's count terms: the exact bound of the candidate at its times); the ``n_em``
+    subtrees whose best regraft scores highest. Returns ``(parents, times, scores)`` as
+    `_top_candidates` (``scores``: the bound of each candidate at its times)."""
+    N, D = X.shape
+    m = parent.shape[0]
+    slots = jnp.arange(m)
+    active = parent != FREE
+    cnt = _counts(parent, times, active, N)
+    M, V = _pseudo_data(X, sites)
+    mu_all, v_all = _all_subtree_messages(parent, times, active, M, hyper.sigma2, V)
+    nonroot = active & (parent >= 0)
+
+    def best_for(s):
+        par_r, act_r, insub, slot = _detach(parent, times, s)
+        scores, build = _attach(par_r, times, act_r, insub, jnp.where(insub, cnt, 0), s, mu_all[s], v_all[s], slot,
+                                M, hyper, allow_bp, V)
+        p = parent[s]
+        sib = nonroot & (parent == p) & (slots != s)
+        binary = jnp.sum(sib) == 1
+        same = jnp.where(binary, jnp.argmax(sib), m + p)  # the place s was taken from: no move
+        scores = scores.at[same].set(-jnp.inf)
+        act = act_r | insub
+        n_act = jnp.sum(act)
+        n_int = jnp.sum(act & (slots >= N))
+        extra = jnp.concatenate([
+            jnp.full(m, _bound_extra(n_act + 1, n_int + 1, D, hyper, priors, learn, learn_sigma2)),
+            jnp.full(m, _bound_extra(n_act, n_int, D, hyper, priors, learn, learn_sigma2))])
+        scores = scores + extra
+        j = jnp.argmax(scores)
+        par, tim = build(j)
+        return jnp.where(nonroot[s], scores[j], -jnp.inf), par, tim
+
+    best, pars, tims = jax.vmap(best_for)(slots)
+    return _top_candidates(best, pars, tims, parent, times, n_em)
+
+
+@functools.partial(jax.jit, static_argnames=("learn", "learn_sigma2", "n_em"))
+def _propose_collapse(parent, times, hyper, X, sites, priors, learn, learn_sigma2, n_em):
+    """Multifurcation merge: every non-root branch point ``k`` folded into its parent ``p`` (the
+    children of ``k`` become children of ``p``, ``t_p`` kept), scored by the exact bound at the
+    current times; the ``n_em`` best. Returns ``(parents, times, scores)`` as `_top_candidates`
+    (``scores``: the bound of each candidate at its times)."""
+    N, D = X.shape
+    m = parent.shape[0]
+    slots = jnp.arange(m)
+    active = parent != FREE
+    cand = active & (parent >= 0) & (slots >= N)
+    M, V = _pseudo_data(X, sites)
+
+    def collapse(k):
+        par = jnp.where(active & (parent == k), parent[k], parent).at[k].set(FREE)
+        act = par != FREE
+        if V is None:
+            ll = _messages(par, times, act, M, hyper.sigma2)[3]
+        else:
+            ll = _messages_diag(par, times, act, M, V, hyper.sigma2, _order(par, times, act))[2]
+        cnt = _counts(par, times, act, N)
+        L = _bound_terms(par, times, act, N, D, cnt, ll, hyper, priors, learn, learn_sigma2)
+        return jnp.where(cand[k] & ~jnp.isnan(L), L, -jnp.inf), par
+
+    scores, pars = jax.vmap(collapse)(slots)
+    return _top_candidates(scores, pars, jnp.broadcast_to(times, pars.shape), parent, times, n_em)
+
+
+@functools.partial(jax.jit, static_argnames=("learn", "max_em", "max_lbfgs", "conf"))
+def _em_batch(pars, tims, ok, hyper, X, sites, priors, learn, learn_ab, max_em, tol_em, max_lbfgs, sigma2_max,
+              conf=None):
+    """EM on each candidate tree (vmapped), all from the source tree's hyperparameters (and EP
+    sites). Gaussian: ``X`` the data, ``sites=None``; probit: ``X`` the signs ``2 Y - 1``.
+    Returns ``(times, hypers, sites or None, bounds)``; ``bounds`` is ``-inf`` where not ``ok``."""
     if sites is None:
         def run(par, tim):
             return _em(par, tim, hyper, X, priors, learn, learn_ab, max_em, tol_em, max_lbfgs, sigma2_max)
@@ -881,16 +1054,14 @@ def _search_step(key, parent, times, hyper, X, priors, learn, learn_ab, allow_bp
             return _em_probit(par, tim, hyper, X, sites, priors, learn, learn_ab, max_em, tol_em, max_lbfgs, conf)
 
         tims, hypers, out_sites, Ls = jax.vmap(run)(pars, tims)
-    Ls = jnp.where(jnp.isfinite(top_scores), Ls, -jnp.inf)
-    return pars, tims, hypers, out_sites, Ls
+    return tims, hypers, out_sites, jnp.where(ok, Ls, -jnp.inf)
 
 
-@functools.partial(jax.jit, static_argnames=("learn", "max_em", "max_lbfgs", "conf"))
-def _initial_tree(key, X, hyper, priors, learn, learn_ab, allow_bp, max_em, tol_em, max_lbfgs, sigma2_max, conf=None):
-    """Sequential attachment of the points (random order) at the best-scoring place, then EM.
-    ``conf=None``: Gaussian ``X``; else probit with ``X`` the signs ``2 Y - 1``: the points are
-    attached as the pseudo-observations of EP sites matched to the prior leaf marginals.
-    Returns ``(parent, times, hyper, sites or None, bound)``."""
+@jax.jit
+def _initial_structure(key, X, hyper, allow_bp, sites=None):
+    """Sequential attachment of the points (random order), each at its best-scoring place
+    (times: segment midpoints). ``sites=None``: Gaussian ``X``; else probit (``X`` the signs,
+    the points attached as the pseudo-observations of ``sites``). Returns ``(parent, times)``."""
     N = X.shape[0]
     m = 2 * N - 1
     f = X.dtype
@@ -898,12 +1069,7 @@ def _initial_tree(key, X, hyper, priors, learn, learn_ab, allow_bp, max_em, tol_
     perm = jax.random.permutation(key, N)
     parent = jnp.full(m, FREE, jnp.int32).at[perm[0]].set(N).at[perm[1]].set(N).at[N].set(-1)
     times = jnp.zeros(m, f).at[:N].set(1.0).at[N].set(0.5)
-
-    if conf is None:
-        M, V, sites = X, None, None
-    else:
-        sites = _ep_prior_sites(X, hyper.sigma2)
-        M, V = sites.mean, sites.var
+    M, V = _pseudo_data(X, sites)
 
     def body(i, carry):
         parent, times = carry
@@ -916,13 +1082,7 @@ def _initial_tree(key, X, hyper, priors, learn, learn_ab, allow_bp, max_em, tol_
                                 slot, M, hyper, allow_bp, V)
         return build(jnp.argmax(scores))
 
-    parent, times = jax.lax.fori_loop(2, N, body, (parent, times))
-    if conf is None:
-        times, hyper, L = _em(parent, times, hyper, X, priors, learn, learn_ab, max_em, tol_em, max_lbfgs, sigma2_max)
-    else:
-        times, hyper, sites, L = _em_probit(parent, times, hyper, X, sites, priors, learn, learn_ab, max_em, tol_em,
-                                            max_lbfgs, conf)
-    return parent, times, hyper, sites, L
+    return jax.lax.fori_loop(2, N, body, (parent, times))
 
 
 # ------------------------------------------------------------------------------------------
@@ -966,12 +1126,75 @@ def _check_likelihood(X, likelihood):
         raise ValueError("likelihood='probit' needs binary X (entries 0 or 1)")
 
 
+MOVES = ("reattach", "regraft", "collapse")
+
+
+def _check_init(init, N):
+    """``init = (parent, times)`` as fixed-capacity ``[2N - 1]`` arrays (a `PYDTEMResult`'s
+    ``parent, times``) or compact ones (leaves ``0..N-1`` first, e.g. a `ParentTree`'s ``parent``
+    and ``heights``), checked to be a PYDT tree; returns the fixed-capacity arrays."""
+    try:
+        parent, times = init
+    except (TypeError, ValueError):
+        raise ValueError("init must be a pair (parent, times)") from None
+    parent = np.asarray(parent)
+    times = np.asarray(times, dtype=jnp.result_type(float))
+    m = 2 * N - 1
+    if parent.ndim != 1 or times.shape != parent.shape or not N < parent.size + 1 <= m + 1:
+        raise ValueError(f"init: parent and times must be 1-D of equal length in [N + 1, 2N - 1] = [{N + 1}, {m}], "
+                         f"got shapes {parent.shape}, {times.shape}")
+    if not np.issubdtype(parent.dtype, np.integer):
+        raise ValueError("init: parent must hold integers")
+    parent = np.concatenate([parent.astype(np.int32), np.full(m - parent.size, FREE, np.int32)])
+    times = np.concatenate([times, np.zeros(m - times.size, times.dtype)])
+    act = parent != FREE
+    if not np.all(act[:N]):
+        raise ValueError("init: every leaf 0..N-1 needs a parent")
+    if np.sum(parent[act] == -1) != 1:
+        raise ValueError("init: the tree needs exactly one root (parent -1)")
+    bad = act & (parent >= 0) & ((parent >= m) | ~act[np.clip(parent, 0, m - 1)] | (parent < N))
+    if np.any(bad) or np.any(parent[act] < -1):
+        raise ValueError("init: parents must be active internal nodes (indices N..2N-2) or -1")
+    if not np.allclose(times[:N], 1.0):
+        raise ValueError("init: leaf times must be 1")
+    kids = np.bincount(parent[act & (parent >= 0)], minlength=m)
+    internal = act & (np.arange(m) >= N)
+    if np.any(kids[internal] < 2):
+        raise ValueError("init: every internal node needs at least two children")
+    if not np.all((times[internal] > 0) & (times[internal] < 1)):
+        raise ValueError("init: internal times must lie in (0, 1)")
+    tp = np.where(parent >= 0, times[np.clip(parent, 0, m - 1)], 0.0)
+    if not np.all(times[act] > tp[act]):
+        raise ValueError("init: times must increase from parent to child")
+    return parent, times
+
+
 def pydt_em(key, X, *, c=1.0, alpha=0.5, beta=0.2, sigma2=None, likelihood: str = "gaussian", num_iters: int = 100,
             k_best: int = 10, learn_hyper: bool = True, learn_alpha_beta: Optional[bool] = None,
             priors: PYDTPriors = PYDTPriors(), num_em_candidates: int = 3, max_em: int = 20, tol_em: float = 1e-4,
             max_lbfgs: int = 100, sigma2_max: Optional[float] = None, ep: EPConfig = EPConfig(),
+            moves: Sequence[str] = MOVES, num_restarts: int = 1, init=None,
             progress_bar: bool = True) -> PYDTEMResult:
     """Greedy Bayesian EM search over PYDT trees (section 5.2), Gaussian or probit observations.
+
+    Each search starts from a tree built by sequential attachment of the points (random order,
+    each at its best-scoring place) and runs ``num_iters`` iterations; each iteration makes one
+    move and runs EM on the ``num_em_candidates`` best trees it proposes:
+
+    * ``"reattach"`` (the paper's move): detach a random subtree of a random tree of the
+      K-best list, re-attach it at the best-scoring places; all candidates enter the K-best
+      list (which keeps the ``k_best`` highest bounds).
+    * ``"regraft"``: on the best tree, every subtree's best re-attachment elsewhere (scored by
+      the exact bound at the current times); the subtrees whose regraft scores highest.
+    * ``"collapse"``: on the best tree, fold a branch point into its parent (its children join
+      the parent's: sibling branch points merge into one multifurcation), scored by the exact
+      bound at the current times.
+
+    ``"regraft"`` and ``"collapse"`` are accepted only when EM takes a candidate above the best
+    bound (by more than ``tol_em``). They are deterministic, so each runs once per best tree:
+    iteration ``i`` tries the moves in the order of ``moves`` rotated by ``i`` and makes the
+    first that is ``"reattach"`` or has not yet been tried on the current best tree. With
+    ``"reattach"`` left out the search stops early once neither greedy move improves.
 
     Args:
       key: ``jax.random`` key (subtree choices and the order of the initial attachments).
@@ -988,16 +1211,16 @@ def pydt_em(key, X, *, c=1.0, alpha=0.5, beta=0.2, sigma2=None, likelihood: str 
         strict bound, and it may move either way between EM iterations (the M-step is exact EM
         on the surrogate Gaussian model of the EP sites). ``sigma2`` stays fixed (the scale
         of the latent locations is set by the unit probit noise); ``q(c)``, ``alpha``, ``beta``
-        are learned as in the Gaussian case. The search scores re-attachments with the site
+        are learned as in the Gaussian case. The search scores candidates with the site
         means / variances as the leaf data.
-      num_iters: detach / re-attach search iterations.
+      num_iters: search iterations per restart (one move each).
       k_best: length of the K-best list.
       learn_hyper: learn ``q(c)``, ``q(1/sigma2)`` (variational Gamma; not under probit) and,
         unless DDT, ``alpha``, ``beta`` (golden-section search).
       learn_alpha_beta: override for ``alpha, beta`` alone (default: ``learn_hyper``; never
         for the DDT).
       priors: Gamma priors on ``c`` and ``1/sigma2``.
-      num_em_candidates: re-attachments per iteration that get EM (the paper: 3).
+      num_em_candidates: candidate trees per iteration that get EM (the paper: 3).
       max_em, tol_em, max_lbfgs: EM iterations per tree, its stopping tolerance on the bound,
         L-BFGS iterations per M-step.
       sigma2_max: upper limit of the learned ``sigma2`` (Gaussian; default: the mean column
@@ -1007,6 +1230,18 @@ def pydt_em(key, X, *, c=1.0, alpha=0.5, beta=0.2, sigma2=None, likelihood: str 
         (``<c> J_b < 1``) and loses only ``D/2 log(1/eps)`` at the root edge, so MAP times
         collapse; the clip is the constrained coordinate maximum, so the bound stays monotone.
       ep: `EPConfig` (probit only): sweeps, tolerance, damping.
+      moves: the moves the search makes, a non-empty subset of ``("reattach", "regraft",
+        "collapse")`` (default: all; ``("reattach",)`` is the paper's search). The DDT never
+        collapses (its trees are binary).
+      num_restarts: independent searches, each from its own initial tree (restart 0 from
+        ``key``, restart ``r`` from ``jax.random.fold_in(key, r)``), each of ``num_iters``
+        iterations (the cost grows linearly); the result is the restart with the highest
+        bound, its K-best list merged with the others'. Default 1: a single search, as in the
+        paper.
+      init: optional start tree ``(parent, times)`` for restart 0 instead of sequential
+        attachment: fixed-capacity ``[2N - 1]`` arrays (a result's ``parent, times``) or compact
+        ones with leaves ``0..N-1`` first (a `ParentTree`'s ``parent`` and ``heights``). EM runs
+        on it first, so ``num_iters=0`` fits times and hyperparameters to a given structure.
       progress_bar: tqdm bar over iterations.
 
     Returns:
@@ -1023,71 +1258,60 @@ def pydt_em(key, X, *, c=1.0, alpha=0.5, beta=0.2, sigma2=None, likelihood: str 
     N, D = X.shape
     if N < 3:
         raise ValueError(f"pydt_em needs N >= 3 points, got {N}")
-    num_iters, k_best = int(num_iters), int(k_best)
+    num_iters, k_best, num_restarts = int(num_iters), int(k_best), int(num_restarts)
     if num_iters < 0 or k_best < 1:
         raise ValueError("num_iters must be >= 0 and k_best >= 1")
+    if num_restarts < 1:
+        raise ValueError(f"num_restarts must be >= 1, got {num_restarts}")
+    if isinstance(moves, str):
+        moves = (moves,)
+    moves = tuple(moves)
+    if not moves or any(mv not in MOVES for mv in moves) or len(set(moves)) != len(moves):
+        raise ValueError(f"moves must be a non-empty subset of {MOVES}, got {moves}")
+    init_tree = None if init is None else _check_init(init, N)
     conf = None
     if probit:
         conf = EPConfig(int(ep.max_sweeps), float(ep.tol), float(ep.damping))
         if conf.max_sweeps < 1 or not conf.tol >= 0 or not 0.0 < conf.damping <= 1.0:
             raise ValueError(f"ep needs max_sweeps >= 1, tol >= 0 and damping in (0, 1], got {ep}")
     ddt = alpha == 0.0 and beta == 0.0
+    if ddt:
+        moves = tuple(mv for mv in moves if mv != "collapse") or ("reattach",)
     learn = bool(learn_hyper)
     learn_ab = (learn if learn_alpha_beta is None else bool(learn_alpha_beta)) and not ddt
     allow_bp = not ddt
     pri = PYDTPriors(*(tuple(float(v) for v in p) for p in priors))
     Xj = jnp.asarray(2.0 * X - 1.0) if probit else jnp.asarray(X)  # probit: the signs
-    hyper = em_init_hyper(X, c, alpha, beta, sigma2)
+    hyper0 = em_init_hyper(X, c, alpha, beta, sigma2)
     if probit:
-        s2max = float(hyper.sigma2)  # unused: sigma2 is fixed
+        s2max = float(hyper0.sigma2)  # unused: sigma2 is fixed
     else:
         s2max = float(sigma2_max) if sigma2_max is not None else max(float(np.mean(np.var(X, axis=0))),
-                                                                       float(hyper.sigma2))
-    k_init, k_search = jax.random.split(key)
-    parent, times, hyper, sites, L = _initial_tree(k_init, Xj, hyper, pri, learn, learn_ab, allow_bp, int(max_em),
-                                                   float(tol_em), int(max_lbfgs), s2max, conf)
-    entries = {}  # signature -> (L, parent, times, hyper, sites)
+                                                                       float(hyper0.sigma2))
+    n_em = int(num_em_candidates)
+    em_args = (pri, learn, learn_ab, int(max_em), float(tol_em), int(max_lbfgs), s2max, conf)
+    ctx = _SearchContext(Xj, N, n_em, k_best, float(tol_em), pri, learn, not probit, allow_bp, em_args)
 
-    def insert(L, par, tim, hyp, sit):
-        L = float(L)
-        if not np.isfinite(L):
-            return
-        sig = _signature(par, N)
-        if sig in entries and entries[sig][0] >= L:
-            return
-        entries[sig] = (L, np.asarray(par), np.asarray(tim), jax.device_get(hyp), jax.device_get(sit))
-        if len(entries) > k_best:
-            worst = min(entries, key=lambda k: entries[k][0])
-            del entries[worst]
-
-    insert(L, parent, times, hyper, sites)
-    trace = [max(e[0] for e in entries.values())]
-    k_search, k_pick = jax.random.split(k_search)
-    rng = np.random.default_rng(int(jax.random.randint(k_pick, (), 0, 2 ** 31 - 1)))
     bar = None
     if progress_bar:
         from tqdm.auto import tqdm
-        bar = tqdm(total=num_iters, desc="pydt_em")
+        bar = tqdm(total=num_iters * num_restarts, desc="pydt_em")
+    runs = []
     try:
-        for it in range(num_iters):
-            items = sorted(entries.values(), key=lambda e: -e[0])
-            _, par, tim, hyp, sit = items[int(rng.integers(len(items)))]
-            pars, tims, hyps, sits, Ls = _search_step(
-                jax.random.fold_in(k_search, it), jnp.asarray(par), jnp.asarray(tim),
-                jax.tree_util.tree_map(jnp.asarray, hyp), Xj, pri, learn, learn_ab, allow_bp, int(num_em_candidates),
-                int(max_em), float(tol_em), int(max_lbfgs), s2max, jax.tree_util.tree_map(jnp.asarray, sit), conf)
-            pars, tims, hyps, sits, Ls = jax.device_get((pars, tims, hyps, sits, Ls))
-            for j in range(len(Ls)):
-                pick = lambda a: a[j]  # noqa: E731
-                insert(Ls[j], pars[j], tims[j], jax.tree_util.tree_map(pick, hyps), jax.tree_util.tree_map(pick, sits))
-            trace.append(max(e[0] for e in entries.values()))
-            if bar is not None:
-                bar.update(1)
-                bar.set_postfix(bound=f"{trace[-1]:.2f}")
+        for r in range(num_restarts):
+            kr = key if r == 0 else jax.random.fold_in(key, r)
+            runs.append(_search(kr, ctx, hyper0, probit, moves, num_iters, init_tree if r == 0 else None, bar))
     finally:
         if bar is not None:
             bar.close()
-    items = sorted(entries.values(), key=lambda e: -e[0])
+    restart_bounds = np.array([max(e[0] for e in run["entries"].values()) for run in runs])
+    best_run = runs[int(np.argmax(restart_bounds))]
+    merged = dict(best_run["entries"])
+    for run in runs:  # the K-best list over all restarts (highest bounds, one entry per structure)
+        for sig, e in run["entries"].items():
+            if sig not in merged or merged[sig][0] < e[0]:
+                merged[sig] = e
+    items = sorted(merged.values(), key=lambda e: -e[0])[:k_best]
     Lb, par, tim, hyp, _ = items[0]
 
     def hdict(h):
@@ -1101,8 +1325,116 @@ def pydt_em(key, X, *, c=1.0, alpha=0.5, beta=0.2, sigma2=None, likelihood: str 
         c=best["c"], alpha=best["alpha"], beta=best["beta"], sigma2=best["sigma2"],
         q_c=(float(hyp.c_shape), float(hyp.c_rate)) if learn else None,
         q_precision=(float(hyp.prec_shape), float(hyp.prec_rate)) if learn and not probit else None,
-        trace=np.asarray(trace), X=np.asarray(X), likelihood=likelihood,
-        k_best_sites=[e[4] for e in items] if probit else None)
+        trace=np.asarray(best_run["trace"]), X=np.asarray(X), likelihood=likelihood,
+        k_best_sites=[e[4] for e in items] if probit else None,
+        restart_bounds=restart_bounds, move_trace=best_run["move_trace"])
+
+
+class _SearchContext(NamedTuple):
+    X: jax.Array  # the data (probit: the signs)
+    N: int
+    n_em: int
+    k_best: int
+    tol: float
+    priors: PYDTPriors
+    learn: bool
+    learn_sigma2: bool
+    allow_bp: bool
+    em_args: tuple  # the static tail of `_em_batch`'s arguments
+
+
+def _search(key, ctx: _SearchContext, hyper, probit, moves, num_iters, init_tree, bar):
+    """One restart: initial tree, EM, then ``num_iters`` moves. Returns the K-best entries
+    (``signature -> (L, parent, times, hyper, sites)``), the best-bound trace and the moves."""
+    N, n_em = ctx.N, ctx.n_em
+    jt = lambda t: jax.tree_util.tree_map(jnp.asarray, t)  # noqa: E731
+    k_init, k_search = jax.random.split(key)
+    sites = _ep_prior_sites(ctx.X, hyper.sigma2) if probit else None
+    if init_tree is None:
+        parent, times = _initial_structure(k_init, ctx.X, hyper, ctx.allow_bp, sites)
+    else:
+        parent, times = jnp.asarray(init_tree[0]), jnp.asarray(init_tree[1], ctx.X.dtype)
+    # EM on the start tree: `_em_batch` on n_em copies (one compiled EM program for the search)
+    pars = jnp.broadcast_to(parent, (n_em,) + parent.shape)
+    tims = jnp.broadcast_to(times, (n_em,) + times.shape)
+    ok = jnp.arange(n_em) == 0
+    tims, hyps, sits, Ls = jax.device_get(_em_batch(pars, tims, ok, hyper, ctx.X, sites, *ctx.em_args))
+    first = lambda a: a[0]  # noqa: E731
+    entries = {}
+
+    def insert(L, par, tim, hyp, sit):
+        L = float(L)
+        if not np.isfinite(L):
+            return
+        sig = _signature(par, N)
+        if sig in entries and entries[sig][0] >= L:
+            return
+        entries[sig] = (L, np.asarray(par), np.asarray(tim), jax.device_get(hyp), jax.device_get(sit))
+        if len(entries) > ctx.k_best:
+            worst = min(entries, key=lambda k: entries[k][0])
+            del entries[worst]
+
+    def best_entry():
+        return max(entries.values(), key=lambda e: e[0])
+
+    insert(Ls[0], np.asarray(parent), tims[0], jax.tree_util.tree_map(first, hyps),
+           None if sits is None else jax.tree_util.tree_map(first, sits))
+    if not entries:
+        raise FloatingPointError("pydt_em: the EM bound of the start tree is not finite")
+    trace = [best_entry()[0]]
+    move_trace = []
+    k_search, k_pick = jax.random.split(k_search)
+    rng = np.random.default_rng(int(jax.random.randint(k_pick, (), 0, 2 ** 31 - 1)))
+    tried = set()  # greedy moves already made on the current best tree (deterministic: no retry)
+    best_id = (_signature(best_entry()[1], N), best_entry()[0])
+    for it in range(num_iters):
+        rot = it % len(moves)
+        order = moves[rot:] + moves[:rot]
+        move = next((mv for mv in order if mv == "reattach" or mv not in tried), None)
+        if move is None:  # greedy moves only, and none improves the best tree: a local optimum
+            break
+        before = trace[-1]
+        if move == "reattach":
+            items = sorted(entries.values(), key=lambda e: -e[0])
+            _, par, tim, hyp, sit = items[int(rng.integers(len(items)))]
+            sit = None if sit is None else jt(sit)
+            pars, tims, scores = _propose_reattach(jax.random.fold_in(k_search, it), jnp.asarray(par), jnp.asarray(tim),
+                                               jt(hyp), ctx.X, sit, ctx.allow_bp, n_em)
+        else:
+            _, par, tim, hyp, sit = best_entry()
+            sit = None if sit is None else jt(sit)
+            if move == "regraft":
+                pars, tims, scores = _propose_regraft(jnp.asarray(par), jnp.asarray(tim), jt(hyp), ctx.X, sit, ctx.priors,
+                                                  ctx.learn, ctx.learn_sigma2, ctx.allow_bp, n_em)
+            else:
+                pars, tims, scores = _propose_collapse(jnp.asarray(par), jnp.asarray(tim), jt(hyp), ctx.X, sit,
+                                                   ctx.priors, ctx.learn, ctx.learn_sigma2, n_em)
+        ok = jnp.isfinite(scores)
+        if bool(jnp.any(ok)):
+            tims, hyps, sits, Ls = jax.device_get(_em_batch(pars, tims, ok, jt(hyp), ctx.X, sit, *ctx.em_args))
+            pars = np.asarray(pars)
+            pick = lambda j: (lambda a: a[j])  # noqa: E731
+            if move == "reattach":
+                for j in range(len(Ls)):
+                    insert(Ls[j], pars[j], tims[j], jax.tree_util.tree_map(pick(j), hyps),
+                           None if sits is None else jax.tree_util.tree_map(pick(j), sits))
+            else:
+                j = int(np.argmax(Ls))
+                if np.isfinite(Ls[j]) and Ls[j] > before + ctx.tol:
+                    insert(Ls[j], pars[j], tims[j], jax.tree_util.tree_map(pick(j), hyps),
+                           None if sits is None else jax.tree_util.tree_map(pick(j), sits))
+        if move != "reattach":
+            tried.add(move)
+        trace.append(best_entry()[0])
+        move_trace.append((move, float(before), float(trace[-1])))
+        now = (_signature(best_entry()[1], N), best_entry()[0])
+        if now != best_id:  # a new best tree: the greedy moves may improve it again
+            best_id = now
+            tried.clear()
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(bound=f"{trace[-1]:.2f}")
+    return dict(entries=entries, trace=trace, move_trace=move_trace)
 
 
 # ------------------------------------------------------------------------------------------
