@@ -355,7 +355,7 @@ def test_local_search_reaches_local_optima_brute_force():
 
     X, u, _ = _views_table(2, view_sizes=(2, 3, 3))
     J = X.shape[1]
-    ev = _SetEvidence(_column_model(_BERN, X), 1.0, J + 1)
+    ev = _SetEvidence(_column_model(_BERN, X), 1.0)
     ev([s for k in range(1, J + 1) for s in itertools.combinations(range(J), k)])
     scores = {}
     for p in _partitions(list(range(J))):

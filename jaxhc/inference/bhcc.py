@@ -25,6 +25,14 @@ batched with ``vmap`` over views of one padded width (widths are powers of two, 
 padded to a power of two, so only a few programs compile). Missing entries (NaN) are
 supported throughout: they are skipped by the statistics and can be predicted (Eq. 13).
 
+Refinement (not in the paper). The greedy merges, and the cut at ``r < 0.5``, can leave a
+column partition that a single move improves under the model. `bhcc` and `rbhcc` therefore
+refine the cut's partition by a bounded, deterministic local search (single-column moves,
+merges and splits of views; strict improvements only) under the CDPM criterion of one
+column partition ``u``, ``log CRP(u; alpha) + sum_v log p(X_v | BHC)`` (the terms whose sum
+over the tree-consistent partitions is ``p(X | T) d_root``, Theorem 5.5), then rebuild the
+tree above the refined views so that its cut is that partition (see `bhcc`).
+
 Predictives (section 6) use the same padded views: `bhcc_predictive_row` (Eq. 10: a new row,
 each view by its BHC predictive), `bhcc_predictive_column` (Eq. 11-12: a new column, each
 view's DPM predictive of the column through its row tree), `bhcc_predictive_cell` (Eq. 13 /
@@ -738,61 +746,21 @@ def _bhcc_core(cd: _Columns, alpha: float, col_ids: Sequence[int], progress=None
 _REFINE_TOL = 1e-8  # nats: criterion gains up to this are ties (numerical noise), not improvements
 
 
-@partial(jax.jit, static_argnames=("n_slots",))
-def _set_tables(cd: _Columns, cols, n_slots: int):
-    """Pair tables ``P [n_slots, I, I]`` and leaf log marginals ``L [n_slots, I]`` whose first
-    ``B`` slots belong to the padded column sets ``cols [B, W]`` (the rest zero): ``P[q, i,
-    i']`` is the log marginal of rows ``i, i'`` merged over the columns of set ``q``, as the
-    slots of `_Slots` (row by row, ``O(I W)`` memory)."""
-    I = cd.n_rows
-
-    def one(c):
-        comp, leaf = cd.view(c)
-
-        def row(i):
-            si = jax.tree_util.tree_map(lambda x: x[i][None], leaf)
-            return comp.log_marginal(comp.merge(si, leaf))
-
-        return jax.lax.map(row, jnp.arange(I)), comp.log_marginal(leaf)
-
-    P, L = jax.lax.map(one, cols)
-    pad = n_slots - cols.shape[0]
-    return (jnp.concatenate([P, jnp.zeros((pad,) + P.shape[1:], P.dtype)]),
-            jnp.concatenate([L, jnp.zeros((pad,) + L.shape[1:], L.dtype)]))
-
-
-def _set_width(m: int) -> int:
-    """Padded width of a column set in the refinement: `_width` (powers of 4, the widths of
-    the greedy tree's programs) up to 32 columns, powers of 2 above (the refinement evaluates
-    many sets of about one size, views plus or minus a column, whose cost grows with the
-    padded width)."""
-    return _width(m) if m <= 32 else 1 << int(np.ceil(np.log2(m)))
-
-
 class _SetEvidence:
-    """``log p(X[:, S] | BHC)`` (BHC's DPM bound over the rows) of column sets ``S``, cached
-    by ``frozenset``, so that every set has one value and the criterion is one function of
-    the partition. Sets not yet cached are evaluated together by `_pairs_evidence` (the
-    greedy tree's programs: ``n_slots`` slots of pair tables from `_set_tables`, each set
-    the union of its slot and the empty last slot; ``n_slots - 1`` sets per call, at most
-    `_CHUNK_VIEWS`), grouped by padded width (`_set_width`), chunks on the thread pool.
-    `seed` adds known values (a tree's ``log_h1``)."""
+    """``log p(X[:, S] | BHC)`` (BHC's DPM lower bound over the rows) of column sets ``S``,
+    cached by ``frozenset``. Every set is evaluated by the program that gives a view its row
+    BHC (`_views_full` at `_width`, `_VIEW_CHUNK` sets per call, as `_view_rows`) and the
+    bound is formed as `BHCResult.dpm_lower_bound` is, so the value of a set is bitwise the
+    ``dpm_lower_bound`` of the view a result reports for it (ties among rows make a row BHC
+    sensitive to rounding: another evaluation order could pick another row tree). Sets not
+    yet cached are evaluated together, grouped by padded width, chunks on the thread pool."""
 
-    def __init__(self, cd: _Columns, alpha: float, n_slots: int):
+    def __init__(self, cd: _Columns, alpha: float):
         self.cd = cd
+        self.alpha = float(alpha)
         self.log_alpha = jnp.log(jnp.asarray(alpha, jnp.result_type(float)))
-        self.n_slots = int(n_slots)
         self.cache: dict = {}
         self.n_evaluated = 0
-
-    def seed(self, children, J: int, node_h1):
-        """Caches the finite ``log_h1`` of every node of a column tree (its columns' set)."""
-        sets = [(c,) for c in range(J)]
-        for a, b in np.asarray(children).reshape(-1, 2):
-            sets.append(sets[a] + sets[b])
-        for st, h in zip(sets, np.asarray(node_h1)):
-            if np.isfinite(h):
-                self.cache.setdefault(frozenset(st), float(h))
 
     def __call__(self, sets) -> np.ndarray:
         keys = [s if isinstance(s, frozenset) else frozenset(int(c) for c in s) for s in sets]
@@ -802,36 +770,29 @@ class _SetEvidence:
         return np.array([self.cache[k] for k in keys], float)
 
     def _evaluate(self, keys):
-        cd = self.cd
+        cd, alpha, I = self.cd, self.alpha, self.cd.n_rows
         lists = [sorted(k) for k in keys]
         self.n_evaluated += len(keys)
-        if cd.n_rows == 1:
-            for k, c in zip(keys, lists):
-                comp, leaf = cd.view(jnp.asarray(np.asarray(c, np.int32)))
-                self.cache[k] = float(comp.log_marginal(leaf)[0])
-            return
-        B = min(_CHUNK_VIEWS, self.n_slots - 1)
-        ia = jnp.asarray(np.minimum(np.arange(_CHUNK_VIEWS), B - 1).astype(np.int32))
-        ib = jnp.full(_CHUNK_VIEWS, self.n_slots - 1, jnp.int32)
+        const = gammaln(alpha), gammaln(I + alpha)  # as in `_assemble` (bhc.py)
         jobs = []
-        widths = np.array([_set_width(len(c)) for c in lists])
-        for W in np.unique(widths):
-            idx = np.flatnonzero(widths == W)
-            for s0 in range(0, len(idx), B):
-                sub = idx[s0 : s0 + B]
-                jobs.append((sub, _pad_views([lists[i] for i in sub], int(W), cd.n_cols, _CHUNK_VIEWS)))
+        for idx, W in _grouped(lists):
+            for s0 in range(0, len(idx), _VIEW_CHUNK):
+                sub = idx[s0 : s0 + _VIEW_CHUNK]
+                jobs.append((sub, _pad_views([lists[i] for i in sub], W, cd.n_cols, _VIEW_CHUNK)))
 
         def run(job):
             sub, cols = job
-            cols = jnp.asarray(cols)
-            P, L = _set_tables(cd, cols[:B], self.n_slots)
-            out = _pairs_evidence(cd, cols, P, L, ia, ib, jnp.int32(len(sub)), self.log_alpha)
-            return np.asarray(out)[: len(sub)]
+            outs = _views_full(cd, jnp.asarray(cols), self.log_alpha)
+            if I > 1:
+                lp, ld = np.asarray(outs[4])[: len(sub), -1], np.asarray(outs[3])[: len(sub), -1]
+            else:
+                lp, ld = np.asarray(outs[7])[: len(sub), 0], np.full(len(sub), np.log(alpha))
+            return [float(p + d + const[0] - const[1]) for p, d in zip(lp, ld)]
 
         results = list(_thread_pool().map(run, jobs)) if len(jobs) > 1 else [run(j) for j in jobs]
         for (sub, _), r in zip(jobs, results):
             for i, v in zip(sub, r):
-                self.cache[keys[i]] = float(v)
+                self.cache[keys[i]] = v
 
 
 class _Partition:
@@ -1132,7 +1093,6 @@ def _refine(ev: _SetEvidence, cd: _Columns, X: np.ndarray, alpha: float, childre
     increase from the input tree's cut to the new tree's cut (nats)."""
     J = X.shape[1]
     la = float(np.log(alpha))
-    ev.seed(children, J, node_h1)
     views0 = _tree_views(children, J, node_r)
     P = _Partition(ev, alpha, views0)
     start = P.score()
@@ -1185,10 +1145,11 @@ def bhcc(X, component: Component, alpha: float = 1.0, *, refine: bool = True, re
 
     The greedy merges can leave the model's optimum: a column merged early into the wrong
     view stays there. With ``refine`` (the default) the cut of the greedy tree at ``r < 0.5``
-    is improved under the criterion the greedy search itself uses, the CDPM lower bound of
-    one column partition ``u``: ``log CRP(u; alpha) + sum_v log p(X_v | BHC)``
-    (`BHCCResult.views_log_joint`; ``p(X_v | BHC)`` is the DPM lower bound of the view's row
-    BHC, cached per column set). Each pass, in a fixed order: every column (in index order)
+    is improved under the CDPM lower bound of one column partition ``u``, ``log CRP(u; alpha)
+    + sum_v log p(X_v | BHC)`` (`BHCCResult.views_log_joint`; ``p(X_v | BHC)`` is the DPM
+    lower bound of the view's row BHC, the greedy's ``p(X_v | H1)``, cached per column set;
+    the greedy's ``p(X | T) d_root`` sums these terms over the tree-consistent partitions,
+    Theorem 5.5). Each pass, in a fixed order: every column (in index order)
     moves to the other view, or a new view of its own, that raises the criterion most;
     the pair of views whose merge raises it most is merged, repeatedly; every view is split
     in two where that raises it, the split being the top split of Algorithm 1's tree over
@@ -1246,7 +1207,7 @@ def bhcc(X, component: Component, alpha: float = 1.0, *, refine: bool = True, re
             bar.close()
     gain = 0.0
     if refine and J > 1:
-        ev = _SetEvidence(cd, alpha, J + 1)  # slots shaped as the greedy tree's
+        ev = _SetEvidence(cd, alpha)
         out = _refine(ev, cd, Xh, alpha, children, h1, lr, refine_passes,
                       _greedy_split(ev, float(np.log(alpha)), _tree_splits(children, J, h1)))
         if out is not None:
@@ -1789,7 +1750,7 @@ def rbhcc(key, X, component: Component, alpha: float = 1.0, *, subset_size: int 
     children = np.asarray(children, np.int64).reshape(-1, 2)
     gain = 0.0
     if refine and J > 1:
-        ev = _SetEvidence(cd, alpha, (subset_size if J >= threshold else J) + 1)  # slots of its BHCC runs
+        ev = _SetEvidence(cd, alpha)
         small = _greedy_split(ev, la, _tree_splits(children, J, node_h1))
 
         def propose(view):
