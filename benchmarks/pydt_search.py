@@ -255,6 +255,72 @@ def compare_4way_binary(fixed, learned, seeds):
     return out
 
 
+def outlier_check(s, iters, max_size=3):
+    """The search's tree for seed ``s`` (``default`` configuration, alpha, beta fixed) against the
+    same tree with every small root child (<= ``max_size`` points) regrafted into the root child
+    that holds most of its points' cluster (at the best-scoring place there, then EM on the
+    structure): is a root with more than four children the model's choice or the search's?"""
+    import jax
+    import jax.numpy as jnp
+    from jaxhc.inference import pydt_em as E
+    from jaxhc.inference.pydt_mcmc import FREE
+
+    X, z = four_clusters(100, s)
+    N = z.size
+    common = dict(alpha=1.0, beta=0.2, learn_alpha_beta=False, progress_bar=False)
+    res = E.pydt_em(jax.random.PRNGKey(s), X, num_iters=iters, **common)
+    refit = E.pydt_em(jax.random.PRNGKey(s), X, num_iters=0, init=(res.parent, res.times), **common)
+    out = dict(seed=s, found=tree_stats(res, z), found_refit_bound=float(refit.log_evidence), moved=[])
+    cur = refit
+    while True:
+        par = np.asarray(cur.parent)
+        part, _ = root_partition(par, N)
+        kids = np.unique(part)
+        home = {g: np.bincount(part[z == g], minlength=par.size).argmax() for g in range(4)}
+        small = [k for k in kids if np.sum(part == k) <= max_size and k not in home.values()]
+        if not small:
+            break
+        c = int(small[0])
+        g = int(np.bincount(z[part == c], minlength=4).argmax())
+        tim = jnp.asarray(cur.times)
+        parj = jnp.asarray(par)
+        hyper = E.em_init_hyper(X, cur.c, 1.0, 0.2, cur.sigma2)
+        act = parj != FREE
+        cnt = E._counts(parj, tim, act, N)
+        mu, v = E._subtree_message(parj, tim, act, jnp.asarray(X), hyper.sigma2, jnp.int32(c))
+        par_r, act_r, insub, slot = E._detach(parj, tim, jnp.int32(c))
+        sc, build = E._attach(par_r, tim, act_r, insub, jnp.where(insub, cnt, 0), jnp.int32(c), mu, v, slot,
+                              jnp.asarray(X), hyper, True)
+        sc = np.asarray(sc)
+        m = par.size
+        pr = np.asarray(par_r)
+
+        def inside(k, a=int(home[g])):
+            while k >= 0:
+                if k == a:
+                    return True
+                k = int(pr[k])
+            return False
+
+        cands = [j for j in np.argsort(-sc) if np.isfinite(sc[j]) and inside(j if j < m else j - m)][:3]
+        best = None
+        for j in cands:
+            p2, t2 = build(int(j))
+            r = E.pydt_em(jax.random.PRNGKey(s), X, num_iters=0, init=(np.asarray(p2), np.asarray(t2)), **common)
+            if best is None or r.log_evidence > best.log_evidence:
+                best = r
+        if best is None:  # no place inside the cluster's subtree
+            break
+        out["moved"].append(dict(points=int(np.sum(part == c)), cluster=g, bound_after=float(best.log_evidence)))
+        cur = best
+    out["moved_tree"] = tree_stats(cur, z)
+    print(f"  seed {s}: found L = {out['found']['bound']:.2f} (refit {out['found_refit_bound']:.2f}), root "
+          f"{out['found']['root_children']}, ARI {out['found']['ari']:.3f}; small root children moved into their "
+          f"clusters: L = {out['moved_tree']['bound']:.2f}, root {out['moved_tree']['root_children']}, "
+          f"ARI {out['moved_tree']['ari']:.3f}", flush=True)
+    return out
+
+
 def summary(block):
     rows = block["rows"]
     a = np.array([r["ari"] for r in rows])
@@ -298,6 +364,8 @@ def main(argv=None):
     ap.add_argument("--configs", type=str, default=None,
                     help="comma list of before, paper, default, restarts (default: all the installed code supports)")
     ap.add_argument("--no-learned", action="store_true", help="skip the learned-hyperparameter runs")
+    ap.add_argument("--outliers", type=str, default=None,
+                    help="only the outlier check for these seeds (comma list; JSON: results/pydt_search_outliers.json)")
     ap.add_argument("--out", type=str, default=None, help=f"JSON output (default {DEFAULT_OUT}; --quick: none)")
     args = ap.parse_args(argv)
     import jax
@@ -306,6 +374,14 @@ def main(argv=None):
     seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else ([0, 1] if args.quick else list(range(10)))
     iters = args.iters if args.iters is not None else (5 if args.quick else 100)
     new = has_new_api()
+    if args.outliers:
+        rows = [outlier_check(int(x), iters) for x in args.outliers.split(",")]
+        out = args.out or os.path.join(HERE, "results", "pydt_search_outliers.json")
+        with open(out, "w") as fh:
+            json.dump(dict(date=_dt.datetime.now().isoformat(timespec="seconds"), iters=iters, method=outlier_check.__doc__,
+                           rows=rows), fh, indent=1)
+        print(f"wrote {out}")
+        return
     configs = args.configs.split(",") if args.configs else (["before", "paper", "default", "restarts"] if new
                                                              else ["paper"])
     t_start = time.perf_counter()
