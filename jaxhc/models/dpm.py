@@ -283,7 +283,10 @@ def _partition_log_marginal(component, leaf_stats, labels):
     into ``n`` cluster slots by ``merge`` (empty slots have log marginal 0). One compiled
     program per family and ``n``, whatever the partition."""
     n = labels.shape[0]
-    slots = component.empty_stats((n,))
+    # a family whose dimension is unknown from scalar hyperparameters reports ``dim = 1``:
+    # its empty statistics broadcast to the rows' own statistic shapes
+    slots = jax.tree_util.tree_map(lambda e, l: jnp.broadcast_to(e, l.shape).astype(l.dtype),
+                                   component.empty_stats((n,)), leaf_stats)
 
     def step(slots, i):
         c = labels[i]
