@@ -121,6 +121,12 @@ class Component(eqx.Module):
     def _check_domain(self, arr, name):
         pass
 
+    def prior_scale(self):
+        """Typical within-cluster standard deviation of each feature under the prior (a host
+        array ``[d]``), or ``None`` for families without one (counts). Used in error
+        messages that compare the prior's scale with the data's."""
+        return None
+
     def count_cache(self, n_max: int):
         """Optional lookup tables indexed by point counts ``0 .. n_max`` that make
         ``log_marginal(s, cache)`` cheaper (lgamma terms depend only on counts). ``None``
@@ -223,20 +229,26 @@ if _XLA_LOGDET:
 
 
 def _logdet_elimination_loop(A):
-    """log-determinant of positive definite ``[..., d, d]`` by Gaussian elimination in a
+    """``(log-determinant, pivots)`` of positive definite ``[..., d, d]`` by Gaussian elimination in a
     ``fori_loop`` of XLA ops (no LAPACK call, so no jaxlib 0.10 deadlock; ~3x the time of a
     batched Cholesky at d = 30)."""
     d = A.shape[-1]
     io = jnp.arange(d)
 
     def body(k, carry):
-        A, out = carry
+        A, out, pivs = carry
         piv = A[..., k, k]
         col = jnp.where(io > k, A[..., :, k], 0.0)
         A = A - col[..., :, None] * (col[..., None, :] / piv[..., None, None])
-        return A, out + jnp.log(piv)
+        return A, out + jnp.log(piv), jnp.where(io == k, piv[..., None], pivs)
 
-    return jax.lax.fori_loop(0, d, body, (A, jnp.zeros(A.shape[:-2], A.dtype)))[1]
+    _, out, piv = jax.lax.fori_loop(
+        0, d, body, (A, jnp.zeros(A.shape[:-2], A.dtype), jnp.zeros(A.shape[:-1], A.dtype)))
+    return out, piv
+
+
+# `_logdet_pd` returns NaN where a pivot is below ``_PIVOT_TOL * eps`` times its diagonal entry
+_PIVOT_TOL = 4.0
 
 
 def _logdet_pd(A):
@@ -246,18 +258,29 @@ def _logdet_pd(A):
     batched LAPACK call on CPU); otherwise a Cholesky factorisation (an elimination loop
     on jaxlib 0.10, see `_jaxlib_deadlocks`)."""
     d = A.shape[-1]
+    tol = _PIVOT_TOL * jnp.finfo(A.dtype).eps
+    diag = jnp.diagonal(A, axis1=-2, axis2=-1)
     if d > 10 and _XLA_LOGDET:
-        return _logdet_elimination_loop(A)
-    if d <= 10:
+        out, piv = _logdet_elimination_loop(A)
+    elif d <= 10:
         out = jnp.zeros(A.shape[:-2], A.dtype)
+        pivs = []
         for _ in range(d):
             piv = A[..., 0, 0]
+            pivs.append(piv)
             out = out + jnp.log(piv)
             col = A[..., 1:, 0]
             A = A[..., 1:, 1:] - col[..., :, None] * (col[..., None, :] / piv[..., None, None])
-        return out
-    L = jnp.linalg.cholesky(A)
-    return 2.0 * jnp.sum(jnp.log(jnp.diagonal(L, axis1=-2, axis2=-1)), axis=-1)
+        piv = jnp.stack(pivs, -1)
+    else:
+        L = jnp.linalg.cholesky(A)
+        ld = jnp.diagonal(L, axis1=-2, axis2=-1)
+        out, piv = 2.0 * jnp.sum(jnp.log(ld), axis=-1), ld * ld
+    # a pivot below eps * its diagonal entry has lost every digit to cancellation (condition
+    # number beyond ~1 / eps, e.g. data 1e8 times the prior's scale): NaN, never a finite
+    # value made of rounding error (callers turn it into an error that names the cause)
+    lost = jnp.any(~(piv > tol * diag), axis=-1)
+    return jnp.where(lost, jnp.nan, out)
 
 
 def _lookup(table, n):
@@ -391,6 +414,12 @@ class NormalInverseWishart(Component):
     def merge(self, s1, s2) -> GaussianStats:
         return _gauss_merge(s1, s2)
 
+    def prior_scale(self):
+        """``sqrt(diag(scale) / (dof - d - 1))`` (the prior mean of ``Sigma``; ``dof - d - 1``
+        floored at 1 where that mean does not exist)."""
+        d = self.dim
+        return np.sqrt(np.diagonal(np.asarray(self.scale)) / max(float(self.dof) - d - 1.0, 1.0))
+
     def count_cache(self, n_max: int):
         m = jnp.arange(n_max + 1, dtype=self.mean.dtype)
         return {"mgl": multigammaln(0.5 * (self.dof + m), self.dim), "log_kn": jnp.log(self.kappa + m)}
@@ -513,6 +542,10 @@ class NormalKnownCov(Component):
     def merge(self, s1, s2) -> GaussianStats:
         return _gauss_merge(s1, s2)
 
+    def prior_scale(self):
+        """``sqrt(diag(noise_cov))``, the within-cluster standard deviations."""
+        return np.sqrt(np.diagonal(np.asarray(self.noise_cov)))
+
     def log_marginal(self, s: GaussianStats, cache=None):
         """``-nd/2 log 2pi - (n-1)/2 log|S| - d/2 log n - tr(S^-1 scatter)/2
         + log N(xbar | m0, S0 + S/n) + d/2 log 2pi`` (0 for the empty set)."""
@@ -629,6 +662,11 @@ class NormalGamma(Component):
         diff = s1.mean - s2.mean
         ss = s1.ss + s2.ss + (s1.n * s2.n / safe)[..., None] * diff * diff
         return DiagGaussianStats(n, mean, ss)
+
+    def prior_scale(self):
+        """``sqrt(b / (a - 1))`` (the prior mean of ``1 / tau``; ``a - 1`` floored at 1 where
+        that mean does not exist)."""
+        return np.sqrt(np.asarray(self.b) / max(float(self.a) - 1.0, 1.0))
 
     def count_cache(self, n_max: int):
         m = jnp.arange(n_max + 1, dtype=self.mean.dtype)

@@ -426,3 +426,45 @@ def test_m_step_backtracks_instead_of_raising():
     assert float(fit.result.log_evidence) >= fit.trace[0] - 1e-9
     for t in fit.m_step_traces:
         assert np.all(np.isfinite(t))
+
+
+# ------------------------------------------------------------------------------------------
+# extreme scales: fail fast with the cause, never spin
+# ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("scale", [1e10, 1e300])
+def test_prior_data_scale_mismatch_raises_with_both_scales(scale):
+    """Data 1e10 times the scale the NIW prior was fitted on used to hang the merge loop
+    (NaN scores kept a stale row on top); it now raises a ValueError that names the prior,
+    the two scales and the remedy."""
+    from jaxhc.components import NormalInverseWishart
+
+    X = np.random.default_rng(0).normal(size=(12, 3))
+    with pytest.raises(ValueError, match=r"prior does not fit the data's scale.*from_data"):
+        jaxhc.bhc(X * scale, NormalInverseWishart.from_data(X))
+
+
+def test_prior_data_scale_mismatch_normal_gamma_still_exact():
+    """The per-feature family has no cancellation: at 1e10 it still returns, with the same
+    tree as the data at unit scale under a prior rescaled alike."""
+    from jaxhc.components import NormalGamma
+
+    X = np.random.default_rng(1).normal(size=(12, 3))
+    res = jaxhc.bhc(X * 1e10, NormalGamma.from_data(X * 1e10))
+    ref = jaxhc.bhc(X, NormalGamma.from_data(X))
+    assert np.isfinite(float(res.log_evidence))
+    np.testing.assert_array_equal(res.tree.children, ref.tree.children)
+    # the evidence of rescaled data shifts by -n d log(1e10) (a change of variables)
+    np.testing.assert_allclose(float(res.log_evidence), float(ref.log_evidence) - 36 * np.log(1e10), rtol=1e-9)
+
+
+def test_merge_loop_terminates_on_nan_scores():
+    """The lazy best-partner rescans are bounded: NaN initial pair scores give NaN merge
+    log-odds after n - 1 merges, not an endless loop."""
+    from jaxhc.components import NormalInverseWishart
+    from jaxhc.inference.bhc import _bhc_core
+
+    X = np.random.default_rng(2).normal(size=(8, 2))
+    comp = NormalInverseWishart.from_data(X)
+    S0 = jnp.full((8, 8), jnp.nan)
+    out = _bhc_core(comp, jnp.log(jnp.asarray(1.0, jnp.float64)), comp.leaf_stats(jnp.asarray(X)), jnp.asarray(8, jnp.int32), S0=S0)
+    assert out[0].shape == (7, 2)

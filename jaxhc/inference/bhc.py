@@ -147,7 +147,10 @@ def _argmax(x):
     """First index of the maximum along the last axis (as ``jnp.argmax``; a max reduction
     and a min over indices, several times faster than XLA's argmax on CPU)."""
     io = jnp.arange(x.shape[-1])
-    return jnp.min(jnp.where(x == jnp.max(x, axis=-1, keepdims=True), io, x.shape[-1]), axis=-1)
+    # a NaN maximum matches nothing: clip to a valid index, so loops driven by it terminate
+    # (callers check the scores for NaN afterwards)
+    i = jnp.min(jnp.where(x == jnp.max(x, axis=-1, keepdims=True), io, x.shape[-1]), axis=-1)
+    return jnp.minimum(i, x.shape[-1] - 1)
 
 
 def _top2(x):
@@ -217,17 +220,19 @@ def _bhc_core(comp, log_alpha, leaf_stats, n_valid, progress_every=0, row_batch=
 
     def body(t, st: _State):
         # lazy selection: rescan stale rows while one of them is on top (bounds are upper
-        # bounds, so the first exact row on top is the exact maximum)
+        # bounds, so the first exact row on top is the exact maximum). Each rescan makes one
+        # stale row exact, so there are at most n of them; the counter makes that bound
+        # explicit (NaN scores cannot make the loop spin).
         def cond(c):
-            return c[3][_argmax(c[0])]
+            return c[3][_argmax(c[0])] & (c[4] < n)
 
         def rescan(c):
             k = _argmax(c[0])
             vals = st.S[k] if keep_matrix else row(k, st.stats, st.cnt, st.log_d, st.log_pT, st.active)
-            return exact_row(k, vals, *c)
+            return (*exact_row(k, vals, *c[:4]), c[4] + 1)
 
-        best_val, best_idx, second, stale = jax.lax.while_loop(
-            cond, rescan, (st.best_val, st.best_idx, st.second, st.stale)
+        best_val, best_idx, second, stale, _ = jax.lax.while_loop(
+            cond, rescan, (st.best_val, st.best_idx, st.second, st.stale, jnp.int32(0))
         )
         i = _argmax(best_val)
         j = best_idx[i]
@@ -405,6 +410,46 @@ def _row_batch(leaf_stats, n):
     return int(max(1, min(n, (1 << 22) // max(per_row, 1))))
 
 
+def check_finite_scores(comp, leaf_stats, n, leaf_log_h1=None, merge_terms=()):
+    """Raises a ``ValueError`` naming the likely cause when a leaf log marginal or a merge
+    score is not finite: BHC's merge scores are differences of log marginals, and a NaN
+    there would make the greedy search meaningless. For the Gaussian families the cause is
+    almost always a prior whose scale does not fit the data's (data in other units than the
+    prior was fitted on): the message gives both scales."""
+    bad = None
+    if leaf_log_h1 is not None:
+        v = np.asarray(leaf_log_h1)
+        if not np.all(np.isfinite(v)):
+            bad = f"the log marginal likelihood of {int(np.sum(~np.isfinite(v)))} of the {n} single points"
+    for v in merge_terms:
+        v = np.asarray(v)
+        if bad is None and np.any(np.isnan(v) | (v == np.inf)):
+            bad = f"{int(np.sum(np.isnan(v) | (v == np.inf)))} of the {n - 1} merge scores"
+    if bad is None:
+        return
+    family = type(comp).__name__
+    scale = comp.prior_scale()
+    mean = getattr(leaf_stats, "mean", None)
+    if scale is not None and mean is not None:
+        with np.errstate(over="ignore", invalid="ignore"):
+            m = np.asarray(mean)[:n]
+            data_sd = np.nanstd(m, axis=0) if n > 1 else np.zeros(m.shape[-1])
+            dev = np.nanmax(np.abs(m - np.asarray(comp.mean)), axis=0)
+            ratio = float(np.max(np.maximum(data_sd, dev) / scale))
+        raise ValueError(
+            f"bhc: {bad} is not finite (NaN or inf): the {family} prior does not fit the data's scale. "
+            f"The data's largest per-feature standard deviation is {float(np.max(data_sd)):.3g} and its largest "
+            f"distance from the prior mean {float(np.max(dev)):.3g}, against a prior within-cluster scale of "
+            f"{float(np.min(scale)):.3g} to {float(np.max(scale)):.3g} ({family}.prior_scale()), a ratio up to "
+            f"{ratio:.3g}: the log marginals lose every digit of precision. Fit the prior to these data "
+            f"({family}.from_data(X)) or rescale X (e.g. standardise its columns)."
+        )
+    raise ValueError(
+        f"bhc: {bad} is not finite (NaN or inf) under {family}: check the data for extreme values "
+        f"(e.g. counts near 1e300 overflow) and the component's hyperparameters."
+    )
+
+
 def bhc_from_stats(comp, alpha, leaf_stats, n_valid: Optional[int] = None, progress_bar: bool = False):
     """BHC on precomputed leaf statistics (leading axis ``n_max``), the first ``n_valid``
     of which are real points; the rest are padding and never merged. Node ids of the
@@ -417,6 +462,7 @@ def bhc_from_stats(comp, alpha, leaf_stats, n_valid: Optional[int] = None, progr
         empty = jax.tree_util.tree_map(lambda y: y[:0], leaf_stats)
         z = np.zeros(0)
         return _assemble(comp, alpha, 1, leaf, comp.log_marginal(leaf), np.zeros((0, 2), np.int64), empty, z, z, z, z, z)
+    check_finite_scores(comp, leaf_stats, n, leaf_log_h1=comp.log_marginal(jax.tree_util.tree_map(lambda y: y[:n], leaf_stats)))
     every = max(1, n // 200) if progress_bar else 0
     out = _bhc_core(
         comp, jnp.log(jnp.asarray(alpha, dtype=jnp.result_type(float))), leaf_stats, jnp.asarray(n, jnp.int32),
@@ -424,6 +470,7 @@ def bhc_from_stats(comp, alpha, leaf_stats, n_valid: Optional[int] = None, progr
     )
     children, out_stats, log_h1, log_d, log_pT, log_r, log_1mr, leaf_log_h1 = out
     k = n - 1
+    check_finite_scores(comp, leaf_stats, n, merge_terms=(np.asarray(log_h1)[:k], np.asarray(log_pT)[:k], np.asarray(log_r)[:k]))
     ch = np.asarray(children)[:k].astype(np.int64)
     if n_max != n:  # remap padded node ids n_max + t -> n + t
         ch = np.where(ch >= n_max, ch - n_max + n, ch)
@@ -474,7 +521,6 @@ class TreeTerms(NamedTuple):
     log_1mr: jax.Array
 
 
-@jax.jit
 @jax.jit
 def node_stats_of_tree(comp: Component, leaf_stats, children):
     """Sufficient statistics of every node ``[2n-1, ...]`` of a tree given as ``children``."""

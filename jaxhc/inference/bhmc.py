@@ -167,8 +167,8 @@ def _new_component(key, st: BHMCState, x, leaf, cfg, use_x, need=True):
     K = st.logb.shape[1] - 1
     kt, kloop = jax.random.split(key)
 
-    def cond(c):
-        return need & ~c[1] & ~c[3]
+    def cond(c):  # each untaken try fills a dead slot: at most K + 1 tries (capped explicitly)
+        return need & ~c[1] & ~c[3] & (c[2] <= K)
 
     def body(c):
         logb, taken, i, full, slot, theta = c
