@@ -396,8 +396,8 @@ def test_bhmc_bad_input_and_capacity_errors():
         jaxhc.bhmc(key, X, init=jaxhc.Tree.from_linkage(linkage(X[:10], "ward")), progress_bar=False)
     with pytest.raises(ValueError, match="init_levels"):
         jaxhc.bhmc(key, X, depth=2, init_levels=[5, 2], progress_bar=False)
-    with pytest.raises(ValueError, match="sigma2_max"):
-        jaxhc.bhmc(key, X, sigma2=1e6, progress_bar=False)
+    with pytest.raises(ValueError, match="sigma2_max"):  # both given, contradicting each other
+        jaxhc.bhmc(key, X, sigma2=1e6, sigma2_max=2.0, progress_bar=False)
 
 
 def test_loggamma_sampler_has_the_gamma_law():
@@ -561,6 +561,11 @@ def test_defaults_recover_a_two_level_hierarchy_and_are_scale_invariant():
     # standardised data under the defaults (sigma2 sampled below sigma2_max): no error
     Z = (X - X.mean(0)) / X.std(0)
     out = jaxhc.bhmc(jax.random.key(2), Z, **kw)
+    assert np.all(out.trace["sigma2"] < float(out.config.sigma2_max))
+    # sigma2 = 1 on standardised data is the default prior's upper end: a warning and a start
+    # just inside the prior, not an error
+    with pytest.warns(UserWarning, match="sigma2_max"):
+        out = jaxhc.bhmc(jax.random.key(2), Z, sigma2=1.0, **kw)
     assert np.all(out.trace["sigma2"] < float(out.config.sigma2_max))
 
 

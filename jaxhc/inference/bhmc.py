@@ -1146,8 +1146,19 @@ def bhmc(key, X, depth: int = 4, *, alpha=1.0, gamma0=1.0, gamma=0.5, sigma2=Non
         raise ValueError(f"init tree has {init.n_leaves} leaves, expected N={N}")
     cfg = make_config(X, mu0=mu0, prior_var=prior_var, sigma2_max=sigma2_max)
     if sample_hyper and sigma2 is not None and sigma2 >= float(cfg.sigma2_max):
-        raise ValueError(f"sigma2={sigma2} must be < sigma2_max={float(cfg.sigma2_max)} when sample_hyper=True "
-                         f"(leave sigma2=None to start from the data)")
+        if sigma2_max is not None:  # both given by the user: they contradict each other
+            raise ValueError(f"sigma2={sigma2} must be < sigma2_max={float(cfg.sigma2_max)} when sample_hyper=True "
+                             f"(leave sigma2=None to start from the data)")
+        # sigma2 = 1 on standardised data sits on the default prior's upper end (the data's
+        # own variance): start just inside the prior's support instead of refusing
+        import warnings
+
+        start = 0.99 * float(cfg.sigma2_max)
+        warnings.warn(f"bhmc: sigma2={sigma2} is not below the default sigma2_max={float(cfg.sigma2_max):.4g} "
+                      f"(the data's mean per-feature variance, the upper end of sigma2's prior when "
+                      f"sample_hyper=True); starting from sigma2={start:.4g}. Pass sigma2_max to widen the prior.",
+                      UserWarning, stacklevel=2)
+        sigma2 = start
     Xj = jnp.asarray(X)
     k_init, k_run = jax.random.split(key)
     hyper = dict(alpha=alpha, gamma0=gamma0, gamma=gamma)
