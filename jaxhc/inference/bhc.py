@@ -125,24 +125,6 @@ def _set(tree, i, val):
     return jax.tree_util.tree_map(lambda x, v: x.at[i].set(v), tree, val)
 
 
-def _progress_callback(total):
-    from tqdm.auto import tqdm
-
-    bars = {}
-
-    def cb(t):
-        t = int(t)
-        if "bar" not in bars:
-            bars["bar"] = tqdm(total=total, desc="BHC merges", leave=False)
-        bar = bars["bar"]
-        bar.update(t - bar.n)
-        if t >= total:
-            bar.close()
-            bars.clear()
-
-    return cb
-
-
 def _argmax(x):
     """First index of the maximum along the last axis (as ``jnp.argmax``; a max reduction
     and a min over indices, several times faster than XLA's argmax on CPU)."""
@@ -165,22 +147,12 @@ def _top2(x):
     return jnp.stack([v1, v2], -1), jnp.stack([i, j], -1)
 
 
-@partial(jax.jit, static_argnames=("progress_every", "row_batch", "keep_matrix", "evidence_only"))
-def _bhc_core(comp, log_alpha, leaf_stats, n_valid, progress_every=0, row_batch=1, S0=None, keep_matrix=True,
-              evidence_only=False):
-    """The greedy search. ``S0`` optionally gives the initial pair log-odds ``[n, n]``
-    (-inf on the diagonal and for padding); with ``keep_matrix=False`` the score matrix is
-    not kept: a row whose cached best partner is gone is recomputed instead of read (the
-    same values; ``O(n)`` memory per step instead of ``O(n^2)``, but rescans cost ``O(n d)``).
-    With ``evidence_only`` no per-merge outputs are recorded and the result is ``(log p(D|T),
-    log d)`` of the root (slot 0 always holds the root: a merge keeps the smaller slot)."""
-    n = jax.tree_util.tree_leaves(leaf_stats)[0].shape[0]
-    dtype = jnp.result_type(log_alpha, jnp.float32)
+def _loop_parts(comp, log_alpha, n, dtype, keep_matrix, evidence_only):
+    """The pieces of the greedy search over ``n`` slots: ``row(i, stats, cnt, log_d, log_pT,
+    active)`` (the pair log-odds of slot ``i`` against every slot) and ``body(t, state)``
+    (merge ``t``). Shared by the one-call search `_bhc_core` and the chunked driver
+    `_bhc_chunked`."""
     idx = jnp.arange(n)
-    active = idx < n_valid
-    cnt = active.astype(dtype)
-    log_d = jnp.full((n,), log_alpha, dtype)
-    log_pT = jnp.where(active, comp.log_marginal(leaf_stats), 0.0).astype(dtype)
     neg_inf = jnp.array(-jnp.inf, dtype)
     cache = comp.count_cache(n)
     lgam = gammaln(jnp.arange(n + 1, dtype=dtype))
@@ -192,25 +164,6 @@ def _bhc_core(comp, log_alpha, leaf_stats, n_valid, progress_every=0, row_batch=
         )
         ok = active & active[i] & (idx != i)
         return jnp.where(ok, m.logit, neg_inf)
-
-    if S0 is None:
-        S = jax.lax.map(lambda i: row(i, leaf_stats, cnt, log_d, log_pT, active), idx, batch_size=row_batch)
-    else:
-        ok = active[:, None] & active[None, :] & (idx[:, None] != idx[None, :])
-        S = jnp.where(ok, S0.astype(dtype), neg_inf)
-    top2, top2_idx = _top2(S) if n >= 2 else (jnp.full((n, 2), neg_inf), jnp.zeros((n, 2), jnp.int32))
-    best_val, best_idx, second = top2[:, 0], top2_idx[:, 0].astype(jnp.int32), top2[:, 1]
-
-    n_out = 0 if evidence_only else max(n - 1, 0)
-    empty_stats = jax.tree_util.tree_map(lambda x: jnp.zeros((n_out,) + x.shape[1:], x.dtype), leaf_stats)
-    zeros = jnp.zeros((n_out,), dtype)
-    if not keep_matrix:
-        S = jnp.zeros((0, n), dtype)
-    state = _State(
-        leaf_stats, cnt, log_d, log_pT, idx, active, S, best_val, best_idx, second, jnp.zeros((n,), bool),
-        jnp.zeros((n_out, 2), jnp.int32), empty_stats, zeros, zeros, zeros, zeros, zeros,
-    )
-    cb = _progress_callback(n_valid) if progress_every else None
 
     def exact_row(k, vals, bv, bi, sec, stl):
         t2, t2i = _top2(vals)
@@ -288,12 +241,6 @@ def _bhc_core(comp, log_alpha, leaf_stats, n_valid, progress_every=0, row_batch=
         best_val, best_idx, second, stale = exact_row(a, r, best_val, best_idx, second, stale)
         best_val = jnp.where(at_b, neg_inf, best_val)
         stale = stale & ~at_b
-        if cb is not None:
-            jax.lax.cond(
-                ((t + 1) % progress_every == 0) | (t + 2 == n_valid),
-                lambda: jax.debug.callback(cb, t + 2, ordered=True),
-                lambda: None,
-            )
         if evidence_only:
             return _State(stats, cnt, log_d, log_pT, node, active, S, best_val, best_idx, second, stale,
                           *st[11:])
@@ -308,14 +255,135 @@ def _bhc_core(comp, log_alpha, leaf_stats, n_valid, progress_every=0, row_batch=
             st.out_log_1mr.at[t].set(m.log_1mr),
         )
 
+    return row, body
+
+
+def _initial_state(comp, log_alpha, leaf_stats, n_valid, S, keep_matrix, evidence_only) -> _State:
+    """The search state before the first merge, from the pair log-odds ``S [n, n]`` (entries
+    on the diagonal and of padding slots are ignored)."""
+    n = jax.tree_util.tree_leaves(leaf_stats)[0].shape[0]
+    dtype = jnp.result_type(log_alpha, jnp.float32)
+    idx = jnp.arange(n)
+    active = idx < n_valid
+    neg_inf = jnp.array(-jnp.inf, dtype)
+    ok = active[:, None] & active[None, :] & (idx[:, None] != idx[None, :])
+    S = jnp.where(ok, S.astype(dtype), neg_inf)
+    top2, top2_idx = _top2(S) if n >= 2 else (jnp.full((n, 2), neg_inf), jnp.zeros((n, 2), jnp.int32))
+    n_out = 0 if evidence_only else max(n - 1, 0)
+    empty_stats = jax.tree_util.tree_map(lambda x: jnp.zeros((n_out,) + x.shape[1:], x.dtype), leaf_stats)
+    zeros = jnp.zeros((n_out,), dtype)
+    return _State(
+        leaf_stats, active.astype(dtype), jnp.full((n,), log_alpha, dtype),
+        jnp.where(active, comp.log_marginal(leaf_stats), 0.0).astype(dtype), idx, active,
+        S if keep_matrix else jnp.zeros((0, n), dtype),
+        top2[:, 0], top2_idx[:, 0].astype(jnp.int32), top2[:, 1], jnp.zeros((n,), bool),
+        jnp.zeros((n_out, 2), jnp.int32), empty_stats, zeros, zeros, zeros, zeros, zeros,
+    )
+
+
+def _pair_rows(comp, log_alpha, leaf_stats, n_valid, rows, row_batch):
+    """Pair log-odds of the slots ``rows`` against every slot, ``[len(rows), n]``."""
+    n = jax.tree_util.tree_leaves(leaf_stats)[0].shape[0]
+    dtype = jnp.result_type(log_alpha, jnp.float32)
+    active = jnp.arange(n) < n_valid
+    row, _ = _loop_parts(comp, log_alpha, n, dtype, True, False)
+    cnt = active.astype(dtype)
+    log_d = jnp.full((n,), log_alpha, dtype)
+    log_pT = jnp.where(active, comp.log_marginal(leaf_stats), 0.0).astype(dtype)
+    return jax.lax.map(lambda i: row(i, leaf_stats, cnt, log_d, log_pT, active), rows, batch_size=row_batch)
+
+
+@partial(jax.jit, static_argnames=("row_batch", "keep_matrix", "evidence_only"))
+def _bhc_core(comp, log_alpha, leaf_stats, n_valid, row_batch=1, S0=None, keep_matrix=True, evidence_only=False):
+    """The greedy search in one compiled call. ``S0`` optionally gives the initial pair
+    log-odds ``[n, n]`` (-inf on the diagonal and for padding); with ``keep_matrix=False`` the
+    score matrix is not kept: a row whose cached best partner is gone is recomputed instead of
+    read (the same values; ``O(n)`` memory per step instead of ``O(n^2)``, but rescans cost
+    ``O(n d)``). With ``evidence_only`` no per-merge outputs are recorded and the result is
+    ``(log p(D|T), log d)`` of the root (slot 0 always holds the root: a merge keeps the
+    smaller slot). Otherwise ``(children, out_stats, log_h1, log_d, log_pT, log_r, log_1mr,
+    leaf_log_h1)`` per merge."""
+    n = jax.tree_util.tree_leaves(leaf_stats)[0].shape[0]
+    dtype = jnp.result_type(log_alpha, jnp.float32)
+    S = _pair_rows(comp, log_alpha, leaf_stats, n_valid, jnp.arange(n), row_batch) if S0 is None else S0
+    state = _initial_state(comp, log_alpha, leaf_stats, n_valid, S, keep_matrix, evidence_only)
+    _, body = _loop_parts(comp, log_alpha, n, dtype, keep_matrix, evidence_only)
     state = jax.lax.fori_loop(0, n_valid - 1, body, state)
     if evidence_only:
         return state.log_pT[0], state.log_d[0]
-    leaf_log_h1 = jnp.where(active, comp.log_marginal(leaf_stats), 0.0)
+    leaf_log_h1 = jnp.where(jnp.arange(n) < n_valid, comp.log_marginal(leaf_stats), 0.0)
     return (
         state.children, state.out_stats, state.out_log_h1, state.out_log_d, state.out_log_pT,
         state.out_log_r, state.out_log_1mr, leaf_log_h1,
     )
+
+
+@partial(jax.jit, static_argnames=("row_batch",))
+def _rows_chunk(comp, log_alpha, leaf_stats, n_valid, rows, row_batch=1):
+    return _pair_rows(comp, log_alpha, leaf_stats, n_valid, rows, row_batch)
+
+
+@jax.jit
+def _start_chunked(comp, log_alpha, leaf_stats, n_valid, S):
+    return _initial_state(comp, log_alpha, leaf_stats, n_valid, S, True, False)
+
+
+@partial(jax.jit, donate_argnames=("state",))
+def _merges_chunk(comp, log_alpha, state, n_valid, t0, t1):
+    n = state.cnt.shape[0]
+    _, body = _loop_parts(comp, log_alpha, n, state.cnt.dtype, True, False)
+    return jax.lax.fori_loop(t0, t1, body, state)
+
+
+def _bhc_chunked(comp, log_alpha, leaf_stats, n_valid: int, row_batch: int, progress_bar: bool,
+                 chunk_seconds: float = 1.0):
+    """The same search as `_bhc_core` (bitwise: the same compiled pieces), driven from the
+    host in chunks of about ``chunk_seconds``: first the pair matrix, ``row_batch``-row
+    blocks at a time, then the merges, the number per call adapted to the measured time.
+    Between chunks Python runs, so Ctrl-C stops a long run within about a chunk's time, and
+    a tqdm bar (``progress_bar``) shows real progress."""
+    import time
+
+    n = jax.tree_util.tree_leaves(leaf_stats)[0].shape[0]
+    nv = jnp.asarray(n_valid, jnp.int32)
+    bar = None
+    if progress_bar:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=2 * n_valid - 1, desc="BHC", unit="step", leave=False)
+    try:
+        # the pair matrix, one block of rows per call (the last block padded with row 0)
+        block = max(1, min(n_valid, row_batch))
+        parts = []
+        for lo in range(0, n_valid, block):
+            rows = np.minimum(np.arange(lo, lo + block), n_valid - 1)
+            parts.append(_rows_chunk(comp, log_alpha, leaf_stats, nv, jnp.asarray(rows, jnp.int32), row_batch=block))
+            jax.block_until_ready(parts[-1])
+            if bar is not None:
+                bar.update(min(block, n_valid - lo))
+        S = jnp.concatenate(parts, axis=0)[:n_valid]
+        if n > n_valid:
+            S = jnp.concatenate([S, jnp.full((n - n_valid, n), -jnp.inf, S.dtype)], axis=0)
+        state = _start_chunked(comp, log_alpha, leaf_stats, nv, S)
+        t, step = 0, 1
+        while t < n_valid - 1:
+            t1 = min(n_valid - 1, t + step)
+            tic = time.perf_counter()
+            state = _merges_chunk(comp, log_alpha, state, nv, jnp.int32(t), jnp.int32(t1))
+            jax.block_until_ready(state.best_val)
+            el = time.perf_counter() - tic
+            if bar is not None:
+                bar.update(t1 - t)
+            # aim at chunk_seconds a call (the first call includes compilation: grow slowly)
+            rate = (t1 - t) / max(el, 1e-6)
+            step = int(max(1, min(4 * step, rate * chunk_seconds)))
+            t = t1
+    finally:
+        if bar is not None:
+            bar.close()
+    leaf_log_h1 = jnp.where(jnp.arange(n) < n_valid, comp.log_marginal(leaf_stats), 0.0)
+    return (state.children, state.out_stats, state.out_log_h1, state.out_log_d, state.out_log_pT,
+            state.out_log_r, state.out_log_1mr, leaf_log_h1)
 
 
 # ------------------------------------------------------------------------------------------
@@ -450,10 +518,28 @@ def check_finite_scores(comp, leaf_stats, n, leaf_log_h1=None, merge_terms=()):
     )
 
 
-def bhc_from_stats(comp, alpha, leaf_stats, n_valid: Optional[int] = None, progress_bar: bool = False):
+# searches whose estimated work (`_work_estimate`) is above this run in host-driven chunks
+# (interruptible, with a progress bar by default); smaller ones in one compiled call
+_CHUNKED_WORK = 5e9
+
+
+def _work_estimate(leaf_stats, n: int) -> float:
+    """Rough floating-point work of a greedy search: ``n^2`` pair scores, each costing about
+    ``s^1.5`` for ``s`` numbers of statistics per point (``d^3`` for a full-covariance
+    Gaussian, ``d`` for per-feature families)."""
+    s = sum(int(np.prod(x.shape[1:])) for x in jax.tree_util.tree_leaves(leaf_stats))
+    return float(n) ** 2 * max(s, 1) ** 1.5
+
+
+def bhc_from_stats(comp, alpha, leaf_stats, n_valid: Optional[int] = None, progress_bar: bool = False,
+                   chunked: Optional[bool] = None):
     """BHC on precomputed leaf statistics (leading axis ``n_max``), the first ``n_valid``
     of which are real points; the rest are padding and never merged. Node ids of the
-    result refer to the ``n_valid`` real points. Returns a `BHCResult`."""
+    result refer to the ``n_valid`` real points. Returns a `BHCResult`.
+
+    ``chunked`` runs the search from the host in chunks of about a second (Ctrl-C stops it
+    between chunks; the progress bar counts real work); default: when ``progress_bar`` is
+    on or the estimated work is large."""
     n_max = jax.tree_util.tree_leaves(leaf_stats)[0].shape[0]
     n = n_max if n_valid is None else int(n_valid)
     alpha = check_alpha(alpha)
@@ -463,11 +549,13 @@ def bhc_from_stats(comp, alpha, leaf_stats, n_valid: Optional[int] = None, progr
         z = np.zeros(0)
         return _assemble(comp, alpha, 1, leaf, comp.log_marginal(leaf), np.zeros((0, 2), np.int64), empty, z, z, z, z, z)
     check_finite_scores(comp, leaf_stats, n, leaf_log_h1=comp.log_marginal(jax.tree_util.tree_map(lambda y: y[:n], leaf_stats)))
-    every = max(1, n // 200) if progress_bar else 0
-    out = _bhc_core(
-        comp, jnp.log(jnp.asarray(alpha, dtype=jnp.result_type(float))), leaf_stats, jnp.asarray(n, jnp.int32),
-        progress_every=every, row_batch=_row_batch(leaf_stats, n_max),
-    )
+    log_alpha = jnp.log(jnp.asarray(alpha, dtype=jnp.result_type(float)))
+    if chunked is None:
+        chunked = progress_bar or _work_estimate(leaf_stats, n) > _CHUNKED_WORK
+    if chunked:
+        out = _bhc_chunked(comp, log_alpha, leaf_stats, n, _row_batch(leaf_stats, n_max), bool(progress_bar))
+    else:
+        out = _bhc_core(comp, log_alpha, leaf_stats, jnp.asarray(n, jnp.int32), row_batch=_row_batch(leaf_stats, n_max))
     children, out_stats, log_h1, log_d, log_pT, log_r, log_1mr, leaf_log_h1 = out
     k = n - 1
     check_finite_scores(comp, leaf_stats, n, merge_terms=(np.asarray(log_h1)[:k], np.asarray(log_pT)[:k], np.asarray(log_r)[:k]))
@@ -490,7 +578,9 @@ def bhc(X, component: Component, alpha: float = 1.0, *, progress_bar: Optional[b
         components with ``supports_missing``; otherwise it is an error).
       component: a `jaxhc.components.Component`, e.g. ``NormalInverseWishart.from_data(X)``.
       alpha: DPM concentration (> 0).
-      progress_bar: show a tqdm bar of merges (default: only for n >= 3000).
+      progress_bar: show a tqdm bar of the pair scores and merges (default: for n >= 3000
+        or a large estimated work, e.g. n = 50 at d = 500 under a full covariance). Such
+        runs go from the host in chunks of about a second, so Ctrl-C stops them promptly.
 
     Returns:
       `BHCResult` with ``tree``, ``log_evidence`` (log p(D|T)), ``log_r`` per merge,
@@ -502,7 +592,7 @@ def bhc(X, component: Component, alpha: float = 1.0, *, progress_bar: Optional[b
     n = Xh.shape[0]
     leaf = component.leaf_stats(jnp.asarray(Xh))
     if progress_bar is None:
-        progress_bar = n >= 3000
+        progress_bar = n >= 3000 or _work_estimate(leaf, n) > _CHUNKED_WORK
     return bhc_from_stats(component, alpha, leaf, progress_bar=progress_bar)
 
 
