@@ -705,6 +705,20 @@ class NormalGamma(Component):
 # ==========================================================================================
 # Count families (per-column Beta priors; Dirichlet over categories)
 # ==========================================================================================
+# lookup tables of `count_cache` larger than this (entries) are not built
+_MAX_CACHE_ENTRIES = 1 << 22
+
+
+def _check_exact_counts(counts, name, family):
+    """Counts beyond the float dtype's exact integers (2^53 in float64, 2^24 in float32)
+    cannot be represented, and their log-gamma differences would be rounding noise."""
+    limit = 2.0 ** (np.finfo(_float_dtype()).nmant + 1)
+    c = np.asarray(counts, dtype=float)
+    if np.any(c[np.isfinite(c)] > limit):
+        raise ValueError(f"{name} must be at most 2^{np.finfo(_float_dtype()).nmant + 1} = {limit:.3g} for {family} "
+                         f"(larger counts are not exact in {np.dtype(_float_dtype()).name}), got up to {np.nanmax(c):.3g}")
+
+
 class CountStats(NamedTuple):
     """Per-column statistics of Bernoulli / Binomial data: observed count ``[..., d]``,
     successes ``[..., d]``, failures ``[..., d]``, summed log binomial coefficients ``[...]``."""
@@ -771,6 +785,8 @@ class _BetaCounts(Component):
 
     def count_cache(self, n_max: int):
         size = int(n_max) * int(np.max(np.asarray(self._trials()))) + 1
+        if size * self.dim > _MAX_CACHE_ENTRIES:  # large trials: lgamma directly, no table
+            return None
         if jnp.ndim(self.a) == 0 and jnp.ndim(self.b) == 0 and jnp.ndim(self._trials()) == 0:
             m = jnp.arange(size, dtype=self.a.dtype)  # shared by every column
             a, b = self.a, self.b
@@ -858,6 +874,7 @@ class BetaBinomial(_BetaCounts):
         if isinstance(trials, jax.core.Tracer) or t.ndim > 1 or t.size == 0 or not np.all(np.isfinite(t)) \
                 or np.any(t < 1) or np.any(t != np.round(t)):
             raise ValueError(f"trials must be positive integers (scalar or [d]), got {trials!r}")
+        _check_exact_counts(t, "trials", "BetaBinomial")
         self.trials = int(t) if t.ndim == 0 else tuple(int(v) for v in t)
 
     @property
@@ -939,6 +956,7 @@ class DirichletMultinomial(Component):
     def _check_domain(self, arr, name):
         if np.any(arr < 0) or np.any(arr != np.round(arr)):
             raise ValueError(f"{name} must hold non-negative integer counts for DirichletMultinomial")
+        _check_exact_counts(np.sum(arr, axis=1), f"{name}'s row totals", "DirichletMultinomial")
 
     def stats(self, X) -> MultinomialStats:
         X = jnp.asarray(X, dtype=jnp.result_type(X, _float_dtype()))

@@ -785,3 +785,26 @@ def test_normal_gamma_in_bhc_equals_niw_per_feature():
     X3 = np.random.default_rng(6).normal(size=(10, 3))
     res = jaxhc.bhc(X3, NormalGamma.from_data(X3), progress_bar=False)
     assert np.isfinite(float(res.log_evidence)) and res.tree.n_leaves == 10
+
+
+def test_extreme_counts_exact_or_refused():
+    """Count families at extreme sizes: a BetaBinomial with 1e12 trials builds no lookup
+    table (it used to allocate n * trials entries and fail with an XLA out-of-memory error)
+    and agrees with the closed form; counts beyond the dtype's exact integers are refused."""
+    from scipy.special import betaln
+
+    import jaxhc
+    from jaxhc.components import BetaBinomial, DirichletMultinomial
+
+    T = 10**12
+    comp = BetaBinomial(2.0, 3.0, trials=T)
+    assert comp.count_cache(8) is None
+    X = np.array([[3.0, T - 5.0], [T / 2, 7.0]])
+    s = comp.stats(jnp.asarray(X))
+    want = sum(betaln(2.0 + X[:, j].sum(), 3.0 + 2 * T - X[:, j].sum()) - betaln(2.0, 3.0) for j in range(2))
+    got = float(comp.log_marginal(s)) - float(jnp.sum(s.logc))
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    with pytest.raises(ValueError, match="trials must be at most 2\\^53"):
+        BetaBinomial(1.0, 1.0, trials=2**60)
+    with pytest.raises(ValueError, match="row totals must be at most 2\\^53"):
+        jaxhc.bhc(np.full((4, 3), 1e300), DirichletMultinomial(np.ones(3)))
