@@ -145,6 +145,10 @@ def test_normal_known_cov_and_independent_normal_agree():
     a = bhcc(X, jaxhc.NormalKnownCov(np.zeros(3), np.eye(3), 0.5 * np.eye(3)), 1.0)
     b = bhcc(X, IndependentNormal(np.zeros(3), np.ones(3), 0.5 * np.ones(3)), 1.0)
     np.testing.assert_allclose(a.log_evidence, b.log_evidence, rtol=1e-12)
+    # the new-column predictive too (its validation once built a singular NormalKnownCov from
+    # the repeated column and raised "prior_cov must be positive definite")
+    Y = rng.normal(size=(2, 8))
+    np.testing.assert_allclose(bhcc_predictive_column(a, Y), bhcc_predictive_column(b, Y), rtol=1e-10)
     # one column: IndependentNormal's marginal is NormalKnownCov's
     c = IndependentNormal(0.3, 2.0, 0.5)
     s = c.stats(X[:, :1])

@@ -319,30 +319,68 @@ def _column_model(component: Component, X: np.ndarray) -> _Columns:
     return _Columns(False, False, J, comp.mean, comp.prior_var, comp.noise_var, s, None)
 
 
-def _validate(X, component) -> np.ndarray:
-    """Host float array ``[I, J]`` after checking shape, domain and missing values."""
+def _real_array(X, name: str) -> np.ndarray:
+    """``X`` as a host float array after checking that it is real and numeric (strings,
+    objects and complex numbers raise a ``TypeError`` naming ``name``; ragged rows a
+    ``ValueError``). NaN entries are kept (they mark missing values)."""
     if isinstance(X, (list, tuple)):
         lens = {len(r) if hasattr(r, "__len__") else -1 for r in X}
         if len(lens) > 1:
-            raise ValueError("X is ragged: every row must have the same number of columns")
-    arr = np.asarray(X, dtype=float) if not isinstance(X, np.ndarray) else X.astype(float)
+            raise ValueError(f"{name} is ragged: every row must have the same number of columns")
+    if isinstance(X, (str, bytes)):
+        raise TypeError(f"{name} must be a real numeric array [rows, columns], got {type(X).__name__}")
+    try:
+        arr = np.asarray(X)
+    except ValueError as e:
+        raise ValueError(f"{name} must be a rectangular numeric array [rows, columns]: {e}") from None
+    if arr.dtype == object or np.iscomplexobj(arr) or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
+        raise TypeError(f"{name} must be a real numeric array [rows, columns], got dtype {arr.dtype}")
+    return arr.astype(float)
+
+
+def _check_gaussian_scale(arr: np.ndarray, mean, prior_var, noise_var, name: str):
+    """Raises a ``ValueError`` when the Normal column marginals of ``arr`` (all rows in one
+    cluster: the largest sums the algorithms form) overflow float64, which would make every
+    score NaN: values near 1e155 and above square to infinity."""
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        obs = ~np.isnan(arr)
+        x = np.where(obs, arr, 0.0)
+        n, sx, sxx = obs.sum(0), x.sum(0), (x * x).sum(0)
+        m0, t2, s2 = (np.broadcast_to(np.asarray(v, float), (arr.shape[1],)) for v in (mean, prior_var, noise_var))
+        prec = 1.0 / t2 + n / s2
+        lin = m0 / t2 + sx / s2
+        val = -0.5 * sxx / s2 - 0.5 * m0 * m0 / t2 + 0.5 * lin * lin / prec
+    if not np.all(np.isfinite(val)):
+        big = float(np.nanmax(np.abs(arr))) if np.any(obs) else float("nan")
+        raise ValueError(
+            f"{name}: entries up to {big:.3g} are too large for the Normal model's sums of squares in "
+            f"float64 (they overflow, and every score would be NaN); rescale {name} (e.g. standardise its "
+            f"columns) and the component's prior with it")
+
+
+def _validate(X, component, name: str = "X") -> np.ndarray:
+    """Host float array ``[I, J]`` after checking dtype, shape, domain and missing values."""
+    arr = _real_array(X, name)
     if arr.ndim != 2:
-        raise ValueError(f"X must be a 2-D array [rows, columns], got shape {arr.shape}")
+        raise ValueError(f"{name} must be a 2-D array [rows, columns], got shape {arr.shape}")
     if arr.shape[0] == 0 or arr.shape[1] == 0:
-        raise ValueError(f"X must have at least one row and one column, got shape {arr.shape}")
+        raise ValueError(f"{name} must have at least one row and one column, got shape {arr.shape}")
     if isinstance(component, NormalKnownCov):
         if component.dim != arr.shape[1]:
-            raise ValueError(f"X has {arr.shape[1]} columns but the component was built for {component.dim}")
+            raise ValueError(f"{name} has {arr.shape[1]} columns but the component was built for {component.dim}")
         if np.any(np.isinf(arr)):
-            raise ValueError("X must be finite (NaN marks a missing entry)")
+            raise ValueError(f"{name} must be finite (NaN marks a missing entry)")
+        _check_gaussian_scale(arr, component.mean, np.diag(np.asarray(component.prior_cov)),
+                              np.diag(np.asarray(component.noise_cov)), name)
         return arr
     if isinstance(component, IndependentNormal):
         if np.ndim(component.mean) and component.dim != arr.shape[1]:
-            raise ValueError(f"X has {arr.shape[1]} columns but the component was built for {component.dim}")
+            raise ValueError(f"{name} has {arr.shape[1]} columns but the component was built for {component.dim}")
         if np.any(np.isinf(arr)):
-            raise ValueError("X must be finite (NaN marks a missing entry)")
+            raise ValueError(f"{name} must be finite (NaN marks a missing entry)")
+        _check_gaussian_scale(arr, component.mean, component.prior_var, component.noise_var, name)
         return arr
-    return component.validate_data(arr, "X")
+    return component.validate_data(arr, name)
 
 
 # ------------------------------------------------------------------------------------------
@@ -1438,10 +1476,10 @@ def bhcc_predictive_row(result: BHCCResult, X_new) -> np.ndarray:
     view's DPM predictive the BHC predictive of its row tree (`jaxhc.bhc_predictive`).
     Returns ``[m]``."""
     _check_result(result)
-    Xn = np.asarray(X_new, dtype=float)
+    Xn = _real_array(X_new, "X_new")
     if Xn.ndim != 2 or Xn.shape[1] != result.n_columns:
         raise ValueError(f"X_new must have shape [m, {result.n_columns}], got {Xn.shape}")
-    _validate(np.concatenate([result.X[:1] * np.nan, Xn]), result.component)
+    _validate(np.concatenate([result.X[:1] * np.nan, Xn]), result.component, "X_new")
     J = result.n_columns
     lr = result.node_log_r()
     nodes = _live_nodes(result, lr)
@@ -1481,14 +1519,16 @@ def bhcc_predictive_column(result: BHCCResult, Y, column: Optional[int] = None) 
     Returns ``[m]``.
     """
     _check_result(result)
-    Yn = np.asarray(Y, dtype=float)
+    Yn = _real_array(Y, "Y")
     I = result.X.shape[0]
     if Yn.ndim != 2 or Yn.shape[1] != I:
         raise ValueError(f"Y must have shape [m, {I}] (one new column per row of Y), got {Yn.shape}")
+    if column is not None and (isinstance(column, bool) or not isinstance(column, (int, np.integer))):
+        raise TypeError(f"column must be None or an integer column index, got {column!r}")
     c = 0 if column is None else int(column)
     if not 0 <= c < result.n_columns:
         raise ValueError(f"column must be in [0, {result.n_columns}), got {column}")
-    _validate(np.concatenate([result.X[:, [c]], Yn.T], axis=1), _restrict(result.component, [c] * (len(Yn) + 1)))
+    _validate(np.concatenate([result.X[:, [c]], Yn.T], axis=1), _restrict(result.component, [c] * (len(Yn) + 1)), "Y")
     lw = result.log_omega(size_weighted=True)
     nodes = _live_nodes(result, lw)
     qs = [(Yn, np.full(len(Yn), c, np.int32)) for _ in nodes]
@@ -1503,7 +1543,21 @@ def _restrict(component, cols):
     if isinstance(component, IndependentNormal):
         g = lambda x: x if np.ndim(x) == 0 else np.asarray(x)[np.asarray(cols)]
         return IndependentNormal(g(component.mean), g(component.prior_var), g(component.noise_var))
+    if isinstance(component, NormalKnownCov):
+        # diagonal covariances (BHCC checks this): the columns' own variances, so repeated
+        # columns (one per new column checked) do not make a singular covariance
+        cols = np.asarray(cols)
+        return IndependentNormal(np.asarray(component.mean)[cols], np.diag(np.asarray(component.prior_cov))[cols],
+                                 np.diag(np.asarray(component.noise_cov))[cols])
     return restrict_columns(component, cols)
+
+
+def _index_array(x, name: str) -> np.ndarray:
+    """``x`` as a flat int64 array after checking it holds integers (no silent truncation)."""
+    arr = np.asarray(x)
+    if arr.size and (arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer)):
+        raise TypeError(f"{name} must hold integer cell indices, got dtype {arr.dtype}")
+    return arr.astype(np.int64).reshape(-1)
 
 
 def bhcc_predictive_cell(result: BHCCResult, rows, cols, values) -> np.ndarray:
@@ -1522,9 +1576,9 @@ def bhcc_predictive_cell(result: BHCCResult, rows, cols, values) -> np.ndarray:
     Returns ``log p`` with the shape of ``values``.
     """
     _check_result(result)
-    rows = np.asarray(rows, np.int64).reshape(-1)
-    cols = np.asarray(cols, np.int64).reshape(-1)
-    vals = np.asarray(values, dtype=float)
+    rows = _index_array(rows, "rows")
+    cols = _index_array(cols, "cols")
+    vals = _real_array(values, "values")
     squeeze = vals.ndim == 1
     vals2 = vals[:, None] if squeeze else vals
     I, J = result.X.shape
@@ -1532,6 +1586,13 @@ def bhcc_predictive_cell(result: BHCCResult, rows, cols, values) -> np.ndarray:
         raise ValueError(f"rows, cols must be [Q] and values [Q] or [Q, K]; got {rows.shape}, {cols.shape}, {vals.shape}")
     if np.any((rows < 0) | (rows >= I)) or np.any((cols < 0) | (cols >= J)):
         raise ValueError(f"cell coordinates out of range for X of shape {(I, J)}")
+    if not np.all(np.isfinite(vals2)):
+        raise ValueError("values must be finite (the candidate values of each cell)")
+    Q, K = vals2.shape
+    if Q * K:  # each candidate in its column's domain (e.g. 0 / 1 for BetaBernoulli)
+        Xq = np.full((Q * K, J), np.nan)
+        Xq[np.arange(Q * K), np.repeat(cols, K)] = vals2.reshape(-1)
+        _validate(Xq, result.component, "values")
     lw = result.log_omega()
     nodes = _live_nodes(result, lw)
     sets = result.tree.leaf_sets()
