@@ -23,6 +23,25 @@ def _as_host(x):
     return None if x is None else np.asarray(x)
 
 
+def _int_array(x, name: str) -> np.ndarray:
+    """``x`` as an int64 array after checking it holds integers (integral floats, as in a
+    scipy linkage matrix, are accepted; fractions, NaN, strings are not)."""
+    if isinstance(x, (str, bytes)):
+        raise TypeError(f"{name} must hold integer ids, got {type(x).__name__}")
+    try:
+        arr = np.asarray(x)
+    except ValueError as e:
+        raise ValueError(f"{name} must be a rectangular array of integer ids: {e}") from None
+    if arr.size == 0:
+        return arr.astype(np.int64)
+    if arr.dtype == bool or not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
+        raise TypeError(f"{name} must hold integer ids, got dtype {arr.dtype}")
+    if np.issubdtype(arr.dtype, np.floating) and not np.all(np.isfinite(arr) & (arr == np.round(arr))):
+        raise ValueError(f"{name} must hold integer ids, got non-integer values such as "
+                         f"{float(arr[~(np.isfinite(arr) & (arr == np.round(arr)))].ravel()[0])!r}")
+    return arr.astype(np.int64)
+
+
 @jax.tree_util.register_pytree_node_class
 class Tree:
     """A binary hierarchy over ``n`` leaves (scipy-linkage layout).
@@ -69,6 +88,8 @@ class Tree:
     def validate(self) -> "Tree":
         """Checks the linkage layout; returns self or raises ``ValueError``."""
         ch = np.asarray(self.children)
+        if ch.size and (ch.dtype == bool or not np.issubdtype(ch.dtype, np.integer)):
+            raise TypeError(f"children must hold integer node ids, got dtype {ch.dtype}")
         if ch.ndim != 2 or ch.shape[1] != 2:
             raise ValueError(f"children must have shape [n-1, 2], got {ch.shape}")
         n = ch.shape[0] + 1
@@ -80,6 +101,12 @@ class Tree:
             raise ValueError("children: every node except the root must appear exactly once")
         if self.heights is not None and np.shape(self.heights) != (n - 1,):
             raise ValueError(f"heights must have shape [{n - 1}], got {np.shape(self.heights)}")
+        if self.heights is not None:
+            h = np.asarray(self.heights)
+            if h.size and (h.dtype == object or np.iscomplexobj(h) or not np.issubdtype(h.dtype, np.number)):
+                raise TypeError(f"heights must be real numbers, got dtype {h.dtype}")
+            if np.any(np.isnan(h)):
+                raise ValueError("heights must not be NaN")
         return self
 
     # ---- traversals -------------------------------------------------------------------
@@ -168,6 +195,12 @@ class Tree:
         """
         n = self.n_leaves
         ch = np.asarray(self.children)
+        try:
+            bad_threshold = np.ndim(threshold) != 0 or np.isnan(float(threshold))
+        except (TypeError, ValueError):
+            raise TypeError(f"threshold must be a number, got {threshold!r}") from None
+        if bad_threshold:
+            raise ValueError(f"threshold must be a number (not NaN), got {threshold!r}")
         if scores is None:
             h = np.asarray(self.heights) if self.heights is not None else np.arange(1, n, dtype=float)
             split = h > threshold
@@ -210,9 +243,13 @@ class Tree:
     def from_linkage(cls, Z) -> "Tree":
         """Tree from a scipy linkage matrix ``[n-1, 4]`` (heights from column 2)."""
         Z = np.asarray(Z)
+        if Z.dtype == object or np.iscomplexobj(Z) or not (np.issubdtype(Z.dtype, np.number) or Z.size == 0):
+            raise TypeError(f"Z must be a real numeric linkage matrix [n-1, 4], got dtype {Z.dtype}")
         if Z.ndim != 2 or Z.shape[1] != 4:
             raise ValueError(f"Z must be a linkage matrix [n-1, 4], got shape {Z.shape}")
-        return cls(Z[:, :2].astype(np.int64), heights=Z[:, 2].astype(float)).validate()
+        if np.any(np.isnan(Z[:, 2])):
+            raise ValueError("Z: the merge heights (column 2) must not be NaN")
+        return cls(_int_array(Z[:, :2], "Z[:, :2] (the merged node ids)"), heights=Z[:, 2].astype(float)).validate()
 
     def to_newick(self, labels: Optional[Sequence[Any]] = None, branch_lengths: bool = False) -> str:
         """Newick string; leaf names from ``labels`` (default: leaf ids).
@@ -255,9 +292,16 @@ class Tree:
 
     @classmethod
     def from_dict(cls, d: dict) -> "Tree":
+        if not isinstance(d, dict) or "children" not in d:
+            raise ValueError(f"a Tree dict needs a 'children' entry (rows [left, right]), got "
+                             f"{sorted(d) if isinstance(d, dict) else type(d).__name__}")
         h = d.get("heights")
         vals = {k: np.asarray(v) for k, v in d.get("values", {}).items()}
-        children = np.asarray(d["children"], np.int64).reshape(-1, 2)
+        children = _int_array(d["children"], "children")
+        if children.size == 0:
+            children = children.reshape(0, 2)
+        if children.ndim != 2 or children.shape[1] != 2:
+            raise ValueError(f"children must have shape [n-1, 2], got {children.shape}")
         return cls(children, None if h is None else np.asarray(h, float), vals).validate()
 
     @classmethod
@@ -278,8 +322,10 @@ class Tree:
                 if len(x) != 2:
                     raise ValueError(f"from_nested: every inner node needs 2 children, got {x!r}")
                 count(x[0]); count(x[1])
-            else:
+            elif isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)):
                 leaves.append(int(x))
+            else:
+                raise TypeError(f"from_nested: leaves must be integer ids, got {x!r}")
 
         count(nested)
         n = len(leaves)
@@ -320,7 +366,7 @@ class Tree:
 
     def relabel_leaves(self, perm) -> "Tree":
         """Tree whose leaf ``perm[i]`` plays the role of leaf ``i`` in this tree."""
-        perm = np.asarray(perm, np.int64)
+        perm = _int_array(perm, "perm")
         n = self.n_leaves
         if sorted(perm.tolist()) != list(range(n)):
             raise ValueError("perm must be a permutation of 0..n-1")
@@ -394,7 +440,9 @@ class ParentTree:
 
     def validate(self) -> "ParentTree":
         par = np.asarray(self.parent)
-        m = par.shape[0]
+        if par.dtype == bool or not np.issubdtype(par.dtype, np.integer):
+            raise TypeError(f"parent must hold integer node ids, got dtype {par.dtype}")
+        m = par.shape[0] if par.ndim else 0
         if par.ndim != 1:
             raise ValueError(f"parent must be 1-D, got shape {par.shape}")
         if self.n_leaves < 1 or self.n_leaves > m:
