@@ -156,6 +156,12 @@ def learn_hyperparameters(
         raise ValueError(f"steps must be a positive integer, got {steps!r}")
     if not (isinstance(max_rounds, (int, np.integer)) and max_rounds >= 1):
         raise ValueError(f"max_rounds must be a positive integer, got {max_rounds!r}")
+    try:
+        tol_ok = np.ndim(tol) == 0 and np.isfinite(float(tol)) and float(tol) >= 0
+    except (TypeError, ValueError):
+        tol_ok = False
+    if not tol_ok:
+        raise ValueError(f"tol must be a finite number >= 0, got {tol!r}")
     obj = _objective(objective)
     opt = optimizer if optimizer is not None else _DEFAULT_OPT
 

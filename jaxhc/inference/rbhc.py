@@ -120,7 +120,9 @@ def rbhc(
         raise ValueError(f"balance must be in [0, 0.5), got {balance!r}")
     if not (isinstance(leaf_size, (int, np.integer)) and leaf_size >= subset_size):
         raise ValueError(f"leaf_size must be an integer >= subset_size={subset_size}, got {leaf_size!r}")
-    key = jnp.asarray(key) if not isinstance(key, jax.Array) else key
+    from ..datasets import _check_key
+
+    key = _check_key(key, "key")
     leaf_all = component.leaf_stats(jnp.asarray(Xh))
     leaf_np = jax.tree_util.tree_map(np.asarray, leaf_all)
     Xj = jnp.asarray(Xh)
