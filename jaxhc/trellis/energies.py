@@ -64,8 +64,16 @@ class Energy(eqx.Module):
         return int(np.shape(leaves)[0])
 
     def validate_leaves(self, leaves, name: str = "leaves") -> np.ndarray:
-        """Eager checks (shape, finiteness); returns a host float array."""
-        arr = np.asarray(leaves, dtype=np.float64)
+        """Eager checks (dtype, shape, finiteness); returns a host float array."""
+        if isinstance(leaves, (str, bytes)):
+            raise TypeError(f"{name} must be a real numeric array, got {type(leaves).__name__}")
+        try:
+            raw = np.asarray(leaves)
+        except ValueError as e:
+            raise ValueError(f"{name} must be a rectangular numeric array: {e}") from None
+        if raw.dtype == object or np.iscomplexobj(raw) or not (np.issubdtype(raw.dtype, np.number) or raw.dtype == bool):
+            raise TypeError(f"{name} must be a real numeric array, got dtype {raw.dtype}")
+        arr = raw.astype(np.float64)
         if arr.ndim < 1 or arr.shape[0] == 0:
             raise ValueError(f"{name} must be a non-empty array with one row per element, got shape {arr.shape}")
         if not np.all(np.isfinite(arr)):
@@ -116,6 +124,12 @@ class _AffinityEnergy(Energy):
 
     def __init__(self, beta=1.0):
         self.beta = jnp.asarray(beta, dtype=_float())
+
+    def __check_init__(self):
+        if not isinstance(self.beta, jax.core.Tracer):
+            b = np.asarray(self.beta)
+            if not np.all(np.isfinite(b)):
+                raise ValueError(f"beta must be finite, got {b}")
 
     def subset_features(self, leaves, masks):
         return _affinity_features(leaves, masks)
@@ -261,6 +275,13 @@ class GinkgoEnergy(Energy):
             raise ValueError(f"{name} must be four-momenta [N, 4] (E, px, py, pz), got shape {arr.shape}")
         if np.any(arr[:, 0] <= 0):
             raise ValueError(f"{name}: every energy E (column 0) must be positive")
+        # the splitting terms take squares of masses squared (the Kallen function): E^4 of
+        # the whole jet must stay finite
+        with np.errstate(over="ignore"):
+            ok = bool(np.isfinite(np.float64(np.sum(np.abs(arr))) ** 4 * 64.0))
+        if not ok:
+            raise ValueError(f"{name}: four-momenta up to {float(np.max(np.abs(arr))):.3g} are too large: the squared "
+                             f"invariant masses overflow float64; rescale the momenta (and t_cut with them)")
         return arr
 
     def pad_leaves(self, leaves, n_max: int):

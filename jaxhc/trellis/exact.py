@@ -298,6 +298,9 @@ def _solve_impl(energy, leaves, n, marginals=True, root=None):
     if marginals:
         # P(S in H) = outside(S) Z(S) / Z (Sec. 2.4 / App. A.4.2 of the trellis paper)
         log_m = _outside(energy, feats, n, log_z, root) + log_z - log_z[root]
+        # Z = 0 (every hierarchy impossible, e.g. jets below the cut): no cluster has
+        # positive probability; -inf rather than the NaN of -inf - (-inf)
+        log_m = jnp.where(log_z[root] == -jnp.inf, -jnp.inf, log_m)
         log_m = log_m.at[0].set(-jnp.inf)
     return log_z[root], best[root], log_m, log_z, best, bp
 
@@ -322,6 +325,9 @@ def solve(energy: Energy, leaves, *, marginals: bool = True, max_leaves: Optiona
     """
     leaves, n = _prepare(energy, leaves, max_leaves, max_bytes)
     log_z, map_v, log_m, tz, tb, bp = _solve_core(energy, leaves, n, marginals=marginals)
+    if float(log_z) == np.inf or np.isnan(float(log_z)):
+        raise ValueError(f"log Z is {float(log_z)}: the energy's log potentials of these leaves overflow float64; "
+                         "rescale the leaves or the energy's parameters (e.g. beta)")
     tree = _tree_from_backpointers(np.asarray(bp), n)
     return TrellisSolution(log_z, map_v, tree, log_m, tz, tb, bp, n)
 
@@ -408,9 +414,12 @@ def _validate_batch(energy: Energy, leaves_padded, n_leaves):
         raise TypeError("leaves_padded and n_leaves must be concrete arrays (validated on the host); "
                         "inside jit, call prepare_batch outside and log_partition_prepared inside")
     try:
-        lp = np.asarray(leaves_padded, dtype=np.float64)
+        raw = np.asarray(leaves_padded)
     except (TypeError, ValueError) as e:
         raise ValueError(f"leaves_padded must be a numeric array [B, N_max, ...]: {e}") from None
+    if raw.dtype == object or np.iscomplexobj(raw) or not (np.issubdtype(raw.dtype, np.number) or raw.dtype == bool):
+        raise TypeError(f"leaves_padded must be a real numeric array [B, N_max, ...], got dtype {raw.dtype}")
+    lp = raw.astype(np.float64)
     nl = np.asarray(n_leaves)
     if lp.ndim < 2 or lp.shape[0] == 0:
         raise ValueError(f"leaves_padded must be [B, N_max, ...] with B >= 1, got shape {lp.shape}")
@@ -898,9 +907,16 @@ def sample(key, energy: Energy, leaves, num_samples: int) -> SampledTrees:
     """
     if not (isinstance(num_samples, (int, np.integer)) and num_samples >= 1):
         raise ValueError(f"num_samples must be a positive integer, got {num_samples!r}")
+    from ..datasets import _check_key
+
+    _check_key(key, "key")
     leaves, n = _prepare(energy, leaves, None, None)
     if n == 1:
         z = jnp.zeros((num_samples, 0), jnp.int32)
         return SampledTrees(z, z, z, jnp.zeros((num_samples,)), 1)
     S, L, R, lp = _sample_core(key, energy, leaves, n, int(num_samples))
+    if not np.all(np.isfinite(np.asarray(lp))):
+        raise ValueError("leaves: cannot sample, log Z is not finite: no hierarchy of these leaves has positive "
+                         "probability under the energy (log Z = -inf; for Ginkgo, jets whose masses are below "
+                         "t_cut), or the potentials overflow")
     return SampledTrees(S, L, R, lp, n)

@@ -243,6 +243,7 @@ def _sparse_dp(energy, leaves, masks, sizes, sp, sl, sr, split_ok, root, n):
 
     log_o = jax.lax.fori_loop(0, n - 1, outside, out0)
     log_m = log_o + log_z - log_z[root]
+    log_m = jnp.where(log_z[root] == -jnp.inf, -jnp.inf, log_m)  # Z = 0: no cluster is possible
     return log_z, best, bp, log_m
 
 
