@@ -94,7 +94,24 @@ def prepare_jets(leaves_padded, n_leaves, t_cut, likelihood: str = "exact") -> P
     lp = leaves_padded if isinstance(leaves_padded, jax.core.Tracer) else np.asarray(leaves_padded)
     if isinstance(lp, np.ndarray) and (lp.ndim != 3 or lp.shape[-1] != 4):
         raise ValueError(f"leaves_padded must be four-momenta [B, N_max, 4], got shape {lp.shape}")
-    return prepare_batch(GinkgoEnergy(1.0, tc, likelihood), leaves_padded, n_leaves)
+    batch = prepare_batch(GinkgoEnergy(1.0, tc, likelihood), leaves_padded, n_leaves)
+    if isinstance(lp, np.ndarray):
+        _check_jets_split(lp.astype(np.float64), np.asarray(n_leaves), tc)
+    return batch
+
+
+def _check_jets_split(lp: np.ndarray, nl: np.ndarray, t_cut: float):
+    """Every split needs its parent's mass squared above ``t_cut``: a jet of two or more
+    leaves whose total mass squared is not has ``log Z = -inf`` for every ``lambda``."""
+    real = np.arange(lp.shape[1])[None, :] < nl[:, None]
+    p = np.sum(np.where(real[..., None], lp, 0.0), axis=1)
+    m2 = p[:, 0] ** 2 - np.sum(p[:, 1:] ** 2, axis=1)
+    bad = np.flatnonzero((nl >= 2) & ~(m2 > t_cut))
+    if bad.size:
+        b = int(bad[0])
+        raise ValueError(f"t_cut={t_cut:g} is not below the mass squared {m2[b]:.4g} of jet {b} ({bad.size} of "
+                         f"{len(nl)} jets): no split is possible there (log Z = -inf for every lambda); lower "
+                         f"t_cut or check the units of the momenta")
 
 
 def _warn_float32():
@@ -211,12 +228,18 @@ def fit_lambda(
     if optimizer is not None and not isinstance(optimizer, optax.GradientTransformation):
         raise TypeError(f"optimizer must be an optax GradientTransformation, got {type(optimizer).__name__}")
     batch = prepare_jets(leaves_padded, n_leaves, tc, likelihood)
+    if not isinstance(leaves_padded, PreparedBatch) and np.all(np.asarray(n_leaves) <= 1):
+        raise ValueError("n_leaves: every jet has a single leaf, whose likelihood does not depend on lambda "
+                         "(log Z = 0): there is nothing to fit")
     _warn_float32()
     opt = optax.adam(lr) if optimizer is None else optimizer
 
     u = jnp.asarray(np.log(lam0), jnp.result_type(float))
     opt_state = opt.init(u)
     value, grad, hess = (float(x) for x in _derivatives(u, batch, tc, likelihood))
+    if not (np.isfinite(value) and np.isfinite(grad)):
+        raise ValueError(f"fit_lambda: the mean log Z per jet is {value} at lam_init={lam0:g} (gradient {grad}): "
+                         f"some jet has no possible hierarchy, or lam_init is too extreme; check the jets and t_cut")
     trace = [value]
     converged = abs(grad) <= tol and hess < 0
     bar = None

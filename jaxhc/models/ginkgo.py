@@ -417,6 +417,14 @@ def simulate(key, params: GinkgoParams = GinkgoParams(), num_jets: int = 1, *, m
                          f"(needs 2 * max_leaves - 1 = {2 * max_leaves - 1})")
     if float(params.root_mass2) <= float(params.t_cut) and min_leaves > 1:
         raise ValueError(f"root_mass2={params.root_mass2} <= t_cut={params.t_cut}: every jet is a single leaf")
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1:
+        raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
+    if max_draws is not None and (isinstance(max_draws, bool) or not isinstance(max_draws, (int, np.integer))
+                                  or max_draws < 1):
+        raise ValueError(f"max_draws must be None or a positive integer, got {max_draws!r}")
+    from ..datasets import _check_key
+
+    _check_key(key, "key")
     chunk_size = int(chunk_size)
     max_draws = 1000 * num_jets + 10 * chunk_size if max_draws is None else int(max_draws)
     f = _float()
