@@ -69,6 +69,7 @@ from ..components import (
     MultinomialStats,
     NormalKnownCov,
 )
+from ..datasets import _check_key
 from .bhc import check_alpha, check_component
 from .mh import mh_accept, tree_select
 
@@ -195,6 +196,31 @@ def _validate(X, component, alpha, name="X"):
     Xa = component.validate_data(X, name)
     _check_stats_type(component, Xa)
     return jnp.asarray(Xa, _float()), alpha
+
+
+def _check_leaf_scores(component, Xa, who):
+    """Raises a ``ValueError`` (as `jaxhc.bhc` does) when a single row's log marginal is not
+    finite, e.g. for data at a scale the prior was not fitted on; the sampler's scores would
+    be NaN."""
+    leaf = component.leaf_stats(Xa)
+    lm = np.asarray(component.log_marginal(leaf))
+    if np.all(np.isfinite(lm)):
+        return
+    from .bhc import check_finite_scores
+
+    try:
+        check_finite_scores(component, leaf, Xa.shape[0], leaf_log_h1=lm)
+    except ValueError as e:
+        msg = str(e)
+        raise ValueError(f"{who}{msg[3:]}" if msg.startswith("bhc:") else msg) from None
+
+
+def _check_no_nan(log_joint, who, X):
+    if np.any(np.isnan(np.asarray(log_joint))):
+        raise ValueError(
+            f"{who}: the log joint of the samples became NaN; X's entries reach "
+            f"{float(np.nanmax(np.abs(np.asarray(X)))):.3g}: check that the component's prior fits the data's "
+            f"scale (refit it with from_data(X), or standardise X's columns)")
 
 
 def _check_labels(labels, n, name="labels"):
@@ -623,6 +649,8 @@ def dpm_gibbs(key, X, component: Component, alpha, num_samples: int, num_warmup:
     num_samples, num_warmup, thin = _check_run(num_samples, num_warmup, thin)
     num_split_merge = _check_int(num_split_merge, "num_split_merge", 0)
     num_restricted_scans = _check_int(num_restricted_scans, "num_restricted_scans", 0)
+    _check_key(key, "key")
+    _check_leaf_scores(component, Xa, "dpm_gibbs")
     k_init, k_run = jax.random.split(key)
     state = dpm_gibbs_init(k_init, Xa, component, alpha, init_labels)
     a, sweep = jnp.asarray(alpha, Xa.dtype), jnp.asarray(bool(gibbs_sweep))
@@ -635,6 +663,7 @@ def dpm_gibbs(key, X, component: Component, alpha, num_samples: int, num_warmup:
         return _run_chunks(chunk, k_run, state, num_warmup, num_samples, thin, size)
 
     state, (labels, lj, info) = _with_bar(progress_bar, num_warmup + num_samples * thin, "DPM Gibbs", run)
+    _check_no_nan(lj, "dpm_gibbs", Xa)
     rate = jnp.sum(info.split_merge_accepted) / max(num_samples * num_split_merge, 1)
     return DPMGibbsSamples(labels, lj, info.num_clusters, rate, state)
 
@@ -1058,6 +1087,8 @@ def cdpm_mcmc(key, X, component: Component, alpha, num_samples: int, num_warmup:
     """
     Xa, alpha, comps, heat, num_aux = _cdpm_validate(X, component, alpha, heat, num_aux)
     num_samples, num_warmup, thin = _check_run(num_samples, num_warmup, thin)
+    _check_key(key, "key")
+    _check_leaf_scores(component, Xa, "cdpm_mcmc")
     f = Xa.dtype
     k_init, k_run = jax.random.split(key)
     state = cdpm_mcmc_init(k_init, Xa, component, alpha, init_column_views, init_row_labels)
@@ -1070,6 +1101,7 @@ def cdpm_mcmc(key, X, component: Component, alpha, num_samples: int, num_warmup:
         return _run_chunks(chunk, k_run, state, num_warmup, num_samples, thin, size)
 
     state, (u, Z, lj, info) = _with_bar(progress_bar, num_warmup + num_samples * thin, "CDPM MCMC", run)
+    _check_no_nan(lj, "cdpm_mcmc", Xa)
     return CDPMSamples(u, Z, lj, info.num_views, jnp.mean(info.swap_accepted), state)
 
 
