@@ -812,9 +812,12 @@ def state_to_tree(state: BHMCState):
 def _check_X(X):
     if isinstance(X, (str, bytes)) or X is None:
         raise TypeError(f"X must be a 2-D float array [N, D], got {type(X).__name__}")
-    X = np.asarray(X)
-    if X.dtype == object or not (np.issubdtype(X.dtype, np.number) or X.dtype == bool):
-        raise TypeError(f"X must be a numeric 2-D array [N, D], got dtype {X.dtype}")
+    try:
+        X = np.asarray(X)
+    except ValueError as e:
+        raise ValueError(f"X must be a rectangular numeric array [N, D]: {e}") from None
+    if X.dtype == object or np.iscomplexobj(X) or not (np.issubdtype(X.dtype, np.number) or X.dtype == bool):
+        raise TypeError(f"X must be a real numeric 2-D array [N, D], got dtype {X.dtype}")
     if X.ndim != 2:
         raise ValueError(f"X must be 2-D [N, D], got shape {X.shape}")
     if X.shape[0] < 1 or X.shape[1] < 1:
@@ -822,6 +825,11 @@ def _check_X(X):
     X = X.astype(jnp.result_type(float))
     if not np.all(np.isfinite(X)):
         raise ValueError("X contains NaN or inf; BHMC needs complete, finite data")
+    with np.errstate(over="ignore", invalid="ignore"):
+        ok = np.isfinite(np.sum(np.square(X))) and np.isfinite(np.sum(np.var(X, axis=0)))
+    if not ok:
+        raise ValueError(f"X: entries up to {float(np.max(np.abs(X))):.3g} are too large: their sums of squares "
+                         f"overflow float64; rescale X (e.g. standardise its columns)")
     return X
 
 
