@@ -81,6 +81,7 @@ from .pydt_mcmc import (
     FREE,
     PYDTPriors,
     PYDTSamples,
+    _check_count,
     _check_X,
     _harmonic_table,
     _log_branch_prod,
@@ -89,6 +90,8 @@ from .pydt_mcmc import (
     _subtree_mask,
     _up_counts,
     check_hyperparameters,
+    check_key,
+    check_priors,
     state_to_tree,
 )
 
@@ -1258,11 +1261,20 @@ def pydt_em(key, X, *, c=1.0, alpha=0.5, beta=0.2, sigma2=None, likelihood: str 
     N, D = X.shape
     if N < 3:
         raise ValueError(f"pydt_em needs N >= 3 points, got {N}")
-    num_iters, k_best, num_restarts = int(num_iters), int(k_best), int(num_restarts)
-    if num_iters < 0 or k_best < 1:
-        raise ValueError("num_iters must be >= 0 and k_best >= 1")
-    if num_restarts < 1:
-        raise ValueError(f"num_restarts must be >= 1, got {num_restarts}")
+    num_iters = _check_count(num_iters, "num_iters", 0)
+    k_best = _check_count(k_best, "k_best", 1)
+    num_restarts = _check_count(num_restarts, "num_restarts", 1)
+    num_em_candidates = _check_count(num_em_candidates, "num_em_candidates", 1)
+    max_em = _check_count(max_em, "max_em", 0)
+    max_lbfgs = _check_count(max_lbfgs, "max_lbfgs", 0)
+    for name, v in (("tol_em", tol_em),) + ((("sigma2_max", sigma2_max),) if sigma2_max is not None else ()):
+        try:
+            fv = float(v)
+        except (TypeError, ValueError):
+            raise TypeError(f"{name} must be a number, got {v!r}") from None
+        if not np.isfinite(fv) or fv < 0 or (name == "sigma2_max" and fv == 0):
+            raise ValueError(f"{name} must be a finite number {'> 0' if name == 'sigma2_max' else '>= 0'}, got {v!r}")
+    check_key(key)
     if isinstance(moves, str):
         moves = (moves,)
     moves = tuple(moves)
@@ -1280,7 +1292,7 @@ def pydt_em(key, X, *, c=1.0, alpha=0.5, beta=0.2, sigma2=None, likelihood: str 
     learn = bool(learn_hyper)
     learn_ab = (learn if learn_alpha_beta is None else bool(learn_alpha_beta)) and not ddt
     allow_bp = not ddt
-    pri = PYDTPriors(*(tuple(float(v) for v in p) for p in priors))
+    pri = check_priors(priors)
     Xj = jnp.asarray(2.0 * X - 1.0) if probit else jnp.asarray(X)  # probit: the signs
     hyper0 = em_init_hyper(X, c, alpha, beta, sigma2)
     if probit:
@@ -1380,7 +1392,10 @@ def _search(key, ctx: _SearchContext, hyper, probit, moves, num_iters, init_tree
     insert(Ls[0], np.asarray(parent), tims[0], jax.tree_util.tree_map(first, hyps),
            None if sits is None else jax.tree_util.tree_map(first, sits))
     if not entries:
-        raise FloatingPointError("pydt_em: the EM bound of the start tree is not finite")
+        raise ValueError(
+            f"pydt_em: the EM bound of the start tree is not finite; X's entries reach "
+            f"{float(np.max(np.abs(np.asarray(ctx.X)))):.3g}: data far from unit scale (or a sigma2 / sigma2_max "
+            f"far from the data's variance) overflow the EM's float64 arithmetic: standardise X's columns")
     trace = [best_entry()[0]]
     move_trace = []
     k_search, k_pick = jax.random.split(k_search)

@@ -722,16 +722,32 @@ def state_to_tree(parent, times) -> ParentTree:
     return ParentTree(par, N, times[keep])
 
 
-def _check_X(X):
-    X = np.asarray(X)
-    if X.dtype == object or not np.issubdtype(X.dtype, np.number):
-        raise TypeError(f"X must be a numeric 2-D array [N, D], got dtype {X.dtype}")
+def _check_X(X, name: str = "X"):
+    if isinstance(X, (str, bytes)) or X is None:
+        raise TypeError(f"{name} must be a numeric 2-D array [N, D], got {type(X).__name__}")
+    try:
+        X = np.asarray(X)
+    except ValueError as e:
+        raise ValueError(f"{name} must be a rectangular numeric array [N, D]: {e}") from None
+    if X.dtype == object or np.iscomplexobj(X) or not (np.issubdtype(X.dtype, np.number) or X.dtype == bool):
+        raise TypeError(f"{name} must be a real numeric 2-D array [N, D], got dtype {X.dtype}")
     if X.ndim != 2 or X.shape[0] < 2 or X.shape[1] < 1:
-        raise ValueError(f"X must be 2-D [N, D] with N >= 2, got shape {X.shape}")
+        raise ValueError(f"{name} must be 2-D [N, D] with N >= 2, got shape {X.shape}")
     X = X.astype(jnp.result_type(float))
     if not np.all(np.isfinite(X)):
-        raise ValueError("X contains NaN or inf")
+        raise ValueError(f"{name} contains NaN or inf")
+    check_squares(X, name)
     return X
+
+
+def check_squares(X: np.ndarray, name: str = "X"):
+    """Raises a ``ValueError`` when sums of squares of ``X`` overflow float64 (entries near
+    1e150 and above), which would turn every Gaussian score into NaN or inf."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        ok = np.isfinite(np.sum(np.square(X))) and np.isfinite(np.sum(np.square(X - np.mean(X, axis=0))))
+    if not ok:
+        raise ValueError(f"{name}: entries up to {float(np.max(np.abs(X))):.3g} are too large: their sums of squares "
+                         f"overflow float64; rescale {name} (e.g. standardise its columns)")
 
 
 def check_hyperparameters(c, alpha, beta, sigma2=1.0):
@@ -754,6 +770,31 @@ def check_hyperparameters(c, alpha, beta, sigma2=1.0):
     if vals["sigma2"] <= 0:
         raise ValueError(f"sigma2 must be > 0, got {sigma2}")
     return vals["c"], vals["alpha"], vals["beta"], vals["sigma2"]
+
+
+def _check_count(v, name: str, minimum: int) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {v!r}")
+    return int(v)
+
+
+def check_key(key, name: str = "key"):
+    """``key`` as a typed PRNG key; a ``ValueError`` naming it otherwise."""
+    from ..datasets import _check_key
+
+    return _check_key(key, name)
+
+
+def check_priors(priors) -> PYDTPriors:
+    """`PYDTPriors` with every (shape, rate) pair positive and finite."""
+    try:
+        pri = PYDTPriors(*(tuple(float(v) for v in p) for p in priors))
+    except (TypeError, ValueError):
+        raise TypeError(f"priors must be a PYDTPriors of (shape, rate) pairs, got {priors!r}") from None
+    for name, p in zip(pri._fields, pri):
+        if len(p) != 2 or not all(np.isfinite(v) and v > 0 for v in p):
+            raise ValueError(f"priors.{name} must be two positive finite numbers, got {p}")
+    return pri
 
 
 def _check_likelihood(X, likelihood):
@@ -804,7 +845,12 @@ def pydt_mcmc(key, X, num_samples: int = 1000, num_warmup: int = 0, *, c=1.0, al
     if chain_method not in ("vectorized", "sequential", "parallel"):
         raise ValueError(f"chain_method must be 'vectorized', 'sequential' or 'parallel', got {chain_method!r}")
     N = X.shape[0]
-    num_moves = N if num_moves is None else int(num_moves)
+    num_samples = _check_count(num_samples, "num_samples", 1)
+    num_warmup = _check_count(num_warmup, "num_warmup", 0)
+    thin = _check_count(thin, "thin", 1)
+    num_moves = N if num_moves is None else _check_count(num_moves, "num_moves", 1)
+    pri = check_priors(priors)
+    check_key(key)
     k0, k1 = jax.random.split(key)
     Xj = jnp.asarray(X)
     f = Xj.dtype
@@ -825,7 +871,6 @@ def pydt_mcmc(key, X, num_samples: int = 1000, num_warmup: int = 0, *, c=1.0, al
             import os
             from concurrent.futures import ThreadPoolExecutor
             pool = ThreadPoolExecutor(max_workers=max(1, min(num_chains, os.cpu_count() or 1)))
-    pri = PYDTPriors(*(tuple(float(v) for v in p) for p in priors))
     flags = (num_moves, bool(sample_c), bool(sample_sigma2), bool(sample_alpha), bool(sample_beta), True)
     total = num_warmup + num_samples * thin
     rows, accs = [], []
@@ -868,6 +913,12 @@ def pydt_mcmc(key, X, num_samples: int = 1000, num_warmup: int = 0, *, c=1.0, al
         st = _stack_states(sts)
     ax = 1 if chains else 0
     cols = [np.stack([r[i] for r in rows], axis=ax) for i in range(8)]
+    nan = [nm for nm, v in (("c", cols[2]), ("sigma2", cols[5]), ("log_lik", cols[6])) if np.any(np.isnan(v))]
+    if nan:
+        raise ValueError(
+            f"pydt_mcmc: the sampled {', '.join(nan)} became NaN; X's entries reach {float(np.max(np.abs(X))):.3g}, "
+            f"and data far from unit scale overflow the sampler's float64 arithmetic (it squares sigma2 and "
+            f"its inverse): standardise X's columns")
     return PYDTSamples(*cols, float(np.mean(np.concatenate([a.reshape(-1) for a in accs]))), st)
 
 
