@@ -207,6 +207,8 @@ def _read_npy(path: str, label_spec: Optional[str]) -> Table:
         raise InputError(f"{path}: expected a 2-D array [n_points, n_features], got shape {arr.shape}")
     if not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
         raise InputError(f"{path}: array has non-numeric dtype {arr.dtype}")
+    if np.iscomplexobj(arr):
+        raise InputError(f"{path}: array has complex dtype {arr.dtype}; expected real numbers")
     X = arr.astype(np.float64)
     names = [f"x{j}" for j in range(X.shape[1])]
     labels = None
@@ -658,6 +660,11 @@ def _cmd_bhc(args) -> int:
     progress = not args.no_progress
     table = read_table(args.file, args.labels_column)
     X = table.X
+    with np.errstate(over="ignore", invalid="ignore"):
+        squares_ok = np.isfinite(np.nansum(np.square(X)))
+    if not squares_ok:
+        raise InputError(f"{args.file}: values up to {float(np.nanmax(np.abs(X))):.3g} are too large (their squares "
+                         f"overflow float64); rescale the data (change its units)")
     if args.alpha <= 0 or not math.isfinite(args.alpha):
         raise InputError(f"--alpha must be a positive number, got {args.alpha}")
     kinds = (args.component,) if args.component else _candidate_kinds(X)
