@@ -69,11 +69,24 @@ def _as_data(X, name="X") -> np.ndarray:
         raise TypeError(f"{name} must be a numeric array [n, d]: {e}") from None
     if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
         raise TypeError(f"{name} must be a numeric array [n, d], got dtype {arr.dtype}")
+    if np.iscomplexobj(arr):
+        raise TypeError(f"{name} must be a real numeric array [n, d], got dtype {arr.dtype}")
     if arr.ndim != 2:
         raise ValueError(f"{name} must be 2-D [n_points, n_features], got shape {arr.shape}")
     if arr.shape[0] == 0 or arr.shape[1] == 0:
         raise ValueError(f"{name} must be non-empty, got shape {arr.shape}")
     return arr.astype(np.float64) if arr.dtype == bool else arr
+
+
+def _data_variance(X, name="X") -> np.ndarray:
+    """Per-column variance for the empirical priors (1 for constant columns or one row);
+    a ValueError where it overflows (entries beyond ~1e154)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        var = X.var(axis=0) if X.shape[0] > 1 else np.ones(X.shape[1])
+    if not np.all(np.isfinite(var)):
+        raise ValueError(f"{name}'s per-column variance overflows float64 (entries up to {np.max(np.abs(X)):.3g}): "
+                         f"rescale {name}, e.g. standardise its columns")
+    return np.where(var > 0, var, 1.0)
 
 
 def _check_finite(arr, name, allow_nan: bool):
@@ -403,8 +416,7 @@ class NormalInverseWishart(Component):
         _check_finite(X, "X", False)
         d = X.shape[1]
         dof = d + 3.0 if dof is None else float(dof)
-        var = X.var(axis=0) if X.shape[0] > 1 else np.ones(d)
-        var = np.where(var > 0, var, 1.0)
+        var = _data_variance(X)
         scale = np.diag(cov_fraction * var * (dof - d - 1))
         return cls(X.mean(axis=0), kappa, dof, scale)
 
@@ -641,8 +653,7 @@ class NormalGamma(Component):
         than the whole data), shape ``a = 2`` (the NIW default ``dof = d + 3`` at ``d = 1``)."""
         X = _as_data(X)
         _check_finite(X, "X", False)
-        var = X.var(axis=0) if X.shape[0] > 1 else np.ones(X.shape[1])
-        var = np.where(var > 0, var, 1.0)
+        var = _data_variance(X)
         if not a > 1:
             raise ValueError(f"a must be > 1 for the prior variance to exist, got {a}")
         return cls(X.mean(axis=0), kappa, a, var_fraction * var * (a - 1.0))

@@ -486,3 +486,26 @@ def test_chunked_search_equals_the_one_call_search():
         np.testing.assert_array_equal(res.tree.children, one.tree.children)
         np.testing.assert_array_equal(np.asarray(res.log_r), np.asarray(one.log_r))
         assert float(res.log_evidence) == float(one.log_evidence)
+
+
+def test_cell_predictive_and_alpha_refuse_bad_values():
+    """bhc_predictive_cell: a value outside the family's domain (2 for Bernoulli data) or NaN
+    (it would be read as a missing cell) and fractional coordinates raise; alpha as a string
+    raises; NIW.from_data names an overflowing variance."""
+    from jaxhc.components import BetaBernoulli, NormalInverseWishart
+    from jaxhc.inference.bhc import bhc_predictive_cell
+
+    X = np.array([[0, 1, np.nan], [1, 1, 0], [0, 0, 1], [1, np.nan, 0]], float)
+    res = jaxhc.bhc(X, BetaBernoulli(1.0, 1.0))
+    ok = bhc_predictive_cell(res, [0, 3], [2, 1], [1.0, 0.0])
+    assert np.all(np.isfinite(ok)) and np.all(ok < 0)
+    with pytest.raises(ValueError, match="binary"):
+        bhc_predictive_cell(res, [0], [2], [2.0])
+    with pytest.raises(ValueError, match="values must be finite"):
+        bhc_predictive_cell(res, [0], [2], [np.nan])
+    with pytest.raises(ValueError, match="rows must be integer"):
+        bhc_predictive_cell(res, [0.5], [2], [1.0])
+    with pytest.raises(TypeError, match="alpha"):
+        jaxhc.bhc(X, BetaBernoulli(1.0, 1.0), alpha="1")
+    with pytest.raises(ValueError, match="variance overflows"):
+        NormalInverseWishart.from_data(np.array([[1e300, 0.0], [-1e300, 1.0]]))

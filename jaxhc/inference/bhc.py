@@ -41,6 +41,8 @@ def check_alpha(alpha, name: str = "alpha") -> float:
     """Returns ``alpha`` as a float after checking it is a positive finite scalar."""
     if isinstance(alpha, jax.core.Tracer):
         return alpha
+    if isinstance(alpha, (str, bytes)):
+        raise TypeError(f"{name} must be a positive scalar, got {alpha!r}")
     try:
         a = float(np.asarray(alpha))
     except (TypeError, ValueError):
@@ -711,7 +713,17 @@ def bhc_predictive(result: BHCResult, X_new) -> jax.Array:
         raise ValueError(f"X_new must be 2-D [m, d]; got a vector of shape {Xn.shape} (use X_new[None])")
     Xn = comp.validate_data(Xn, "X_new")
     log_w = jnp.asarray(result.log_weights())
-    return _predictive_core(comp, log_w, result.node_stats, jnp.asarray(Xn))
+    out = _predictive_core(comp, log_w, result.node_stats, jnp.asarray(Xn))
+    bad = ~np.isfinite(np.asarray(out)) & ~(np.asarray(out) == -np.inf)
+    if np.any(bad):
+        scale = comp.prior_scale()
+        hint = "" if scale is None else f" against a prior within-cluster scale of {float(np.min(scale)):.3g} to {float(np.max(scale)):.3g}"
+        raise ValueError(
+            f"bhc_predictive: the predictive of {int(bad.sum())} rows of X_new is not finite: X_new's scale "
+            f"(entries up to {float(np.nanmax(np.abs(Xn))):.3g}){hint} leaves no precision. Rescale X_new as the "
+            f"training data were (the same units, the same standardisation)."
+        )
+    return out
 
 
 @jax.jit
@@ -721,6 +733,19 @@ def _cell_core(comp, log_w_rows, node_stats, Xq):
         return jax.scipy.special.logsumexp(lw + comp.log_predictive(x, node_stats))
 
     return jax.lax.map(lambda a: one(*a), (log_w_rows, Xq), batch_size=64)
+
+
+def _integer_indices(x, name) -> np.ndarray:
+    """``x`` as int64 ``[Q]``; a TypeError / ValueError for non-numeric or fractional entries."""
+    try:
+        a = np.asarray(x)
+    except Exception:  # pragma: no cover - exotic inputs
+        raise TypeError(f"{name} must be integer indices, got {x!r}") from None
+    if a.dtype == object or not (np.issubdtype(a.dtype, np.integer) or np.issubdtype(a.dtype, np.floating)):
+        raise TypeError(f"{name} must be integer indices, got dtype {a.dtype}")
+    if np.issubdtype(a.dtype, np.floating) and not np.all(np.isfinite(a) & (a == np.round(a))):
+        raise ValueError(f"{name} must be integer indices, got {a.reshape(-1)[:5]}")
+    return a.astype(np.int64).reshape(-1)
 
 
 def bhc_predictive_cell(result: BHCResult, rows, cols, values) -> np.ndarray:
@@ -743,11 +768,16 @@ def bhc_predictive_cell(result: BHCResult, rows, cols, values) -> np.ndarray:
     comp = result.component
     if not comp.supports_missing:
         raise TypeError(f"{type(comp).__name__} does not support missing entries; cell prediction needs one that does")
-    rows = np.asarray(rows, np.int64).reshape(-1)
-    cols = np.asarray(cols, np.int64).reshape(-1)
-    vals = np.asarray(values, dtype=float)
+    rows = _integer_indices(rows, "rows")
+    cols = _integer_indices(cols, "cols")
+    try:
+        vals = np.asarray(values, dtype=float)
+    except (TypeError, ValueError):
+        raise TypeError(f"values must be real numbers [Q] or [Q, K], got {values!r}") from None
     v2 = vals[:, None] if vals.ndim == 1 else vals
     n, d = result.tree.n_leaves, int(np.shape(jax.tree_util.tree_leaves(result.node_stats)[0])[-1])
+    if not np.all(np.isfinite(vals)):
+        raise ValueError("values must be finite (a NaN value would be read as a missing cell)")
     if rows.shape != cols.shape or v2.ndim != 2 or v2.shape[0] != rows.shape[0]:
         raise ValueError(f"rows, cols must be [Q] and values [Q] or [Q, K]; got {rows.shape}, {cols.shape}, {vals.shape}")
     if np.any((rows < 0) | (rows >= n)) or np.any((cols < 0) | (cols >= d)):
@@ -763,6 +793,7 @@ def bhc_predictive_cell(result: BHCResult, rows, cols, values) -> np.ndarray:
     Q, K = v2.shape
     Xq = np.full((Q * K, d), np.nan)
     Xq[np.arange(Q * K), np.repeat(cols, K)] = v2.reshape(-1)
+    comp._check_domain(Xq, "values")
     out = _cell_core(comp, jnp.asarray(np.repeat(log_w, K, axis=0)), result.node_stats, jnp.asarray(Xq))
     out = np.asarray(out).reshape(Q, K)
     return out[:, 0] if vals.ndim == 1 else out
