@@ -27,6 +27,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import gammaln, multigammaln
 
+from ._validation import real_array
+
 __all__ = [
     "Component",
     "GaussianStats",
@@ -61,16 +63,7 @@ def _float_dtype():
 
 def _as_data(X, name="X") -> np.ndarray:
     """Host float array, 2-D, non-empty; raises clear errors."""
-    if isinstance(X, (str, bytes)):
-        raise TypeError(f"{name} must be a numeric array [n, d], got {type(X).__name__}")
-    try:
-        arr = np.asarray(X)
-    except Exception as e:  # pragma: no cover - exotic inputs
-        raise TypeError(f"{name} must be a numeric array [n, d]: {e}") from None
-    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
-        raise TypeError(f"{name} must be a numeric array [n, d], got dtype {arr.dtype}")
-    if np.iscomplexobj(arr):
-        raise TypeError(f"{name} must be a real numeric array [n, d], got dtype {arr.dtype}")
+    arr = real_array(X, name, "[n, d]")
     if arr.ndim != 2:
         raise ValueError(f"{name} must be 2-D [n_points, n_features], got shape {arr.shape}")
     if arr.shape[0] == 0 or arr.shape[1] == 0:

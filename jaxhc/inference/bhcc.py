@@ -51,6 +51,7 @@ import numpy as np
 from jax.scipy.special import gammaln, logsumexp
 from scipy.special import gammaln as _sgammaln
 
+from .._validation import real_array
 from ..components import BetaBernoulli, BetaBinomial, Component, CountStats, NormalKnownCov, betaln
 from ..tree import Tree
 from .bhc import BHCResult, _assemble, _bhc_core, check_alpha, check_component
@@ -327,15 +328,7 @@ def _real_array(X, name: str) -> np.ndarray:
         lens = {len(r) if hasattr(r, "__len__") else -1 for r in X}
         if len(lens) > 1:
             raise ValueError(f"{name} is ragged: every row must have the same number of columns")
-    if isinstance(X, (str, bytes)):
-        raise TypeError(f"{name} must be a real numeric array [rows, columns], got {type(X).__name__}")
-    try:
-        arr = np.asarray(X)
-    except ValueError as e:
-        raise ValueError(f"{name} must be a rectangular numeric array [rows, columns]: {e}") from None
-    if arr.dtype == object or np.iscomplexobj(arr) or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
-        raise TypeError(f"{name} must be a real numeric array [rows, columns], got dtype {arr.dtype}")
-    return arr.astype(float)
+    return real_array(X, name, "[rows, columns]").astype(float)
 
 
 def _check_gaussian_scale(arr: np.ndarray, mean, prior_var, noise_var, name: str):

@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import gammaln, logsumexp
 
+from .._validation import real_array
 from ..models.ncrp_hdp import (
     _log_dirichlet_density,
     _normal_diag_logpdf,
@@ -810,14 +811,7 @@ def state_to_tree(state: BHMCState):
 # validation and the driver
 # ------------------------------------------------------------------------------------------
 def _check_X(X):
-    if isinstance(X, (str, bytes)) or X is None:
-        raise TypeError(f"X must be a 2-D float array [N, D], got {type(X).__name__}")
-    try:
-        X = np.asarray(X)
-    except ValueError as e:
-        raise ValueError(f"X must be a rectangular numeric array [N, D]: {e}") from None
-    if X.dtype == object or np.iscomplexobj(X) or not (np.issubdtype(X.dtype, np.number) or X.dtype == bool):
-        raise TypeError(f"X must be a real numeric 2-D array [N, D], got dtype {X.dtype}")
+    X = real_array(X, "X", "[N, D]")
     if X.ndim != 2:
         raise ValueError(f"X must be 2-D [N, D], got shape {X.shape}")
     if X.shape[0] < 1 or X.shape[1] < 1:

@@ -36,6 +36,7 @@ from jax.scipy.special import gammaln
 
 from numpyro.infer.mcmc import MCMCKernel
 
+from .._validation import real_array
 from ..tree import ParentTree
 from .mh import mh_accept
 
@@ -723,14 +724,7 @@ def state_to_tree(parent, times) -> ParentTree:
 
 
 def _check_X(X, name: str = "X"):
-    if isinstance(X, (str, bytes)) or X is None:
-        raise TypeError(f"{name} must be a numeric 2-D array [N, D], got {type(X).__name__}")
-    try:
-        X = np.asarray(X)
-    except ValueError as e:
-        raise ValueError(f"{name} must be a rectangular numeric array [N, D]: {e}") from None
-    if X.dtype == object or np.iscomplexobj(X) or not (np.issubdtype(X.dtype, np.number) or X.dtype == bool):
-        raise TypeError(f"{name} must be a real numeric 2-D array [N, D], got dtype {X.dtype}")
+    X = real_array(X, name, "[N, D]")
     if X.ndim != 2 or X.shape[0] < 2 or X.shape[1] < 1:
         raise ValueError(f"{name} must be 2-D [N, D] with N >= 2, got shape {X.shape}")
     X = X.astype(jnp.result_type(float))

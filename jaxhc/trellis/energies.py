@@ -23,6 +23,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._validation import real_array
+
 __all__ = [
     "Energy",
     "DasguptaEnergy",
@@ -65,15 +67,7 @@ class Energy(eqx.Module):
 
     def validate_leaves(self, leaves, name: str = "leaves") -> np.ndarray:
         """Eager checks (dtype, shape, finiteness); returns a host float array."""
-        if isinstance(leaves, (str, bytes)):
-            raise TypeError(f"{name} must be a real numeric array, got {type(leaves).__name__}")
-        try:
-            raw = np.asarray(leaves)
-        except ValueError as e:
-            raise ValueError(f"{name} must be a rectangular numeric array: {e}") from None
-        if raw.dtype == object or np.iscomplexobj(raw) or not (np.issubdtype(raw.dtype, np.number) or raw.dtype == bool):
-            raise TypeError(f"{name} must be a real numeric array, got dtype {raw.dtype}")
-        arr = raw.astype(np.float64)
+        arr = real_array(leaves, name).astype(np.float64)
         if arr.ndim < 1 or arr.shape[0] == 0:
             raise ValueError(f"{name} must be a non-empty array with one row per element, got shape {arr.shape}")
         if not np.all(np.isfinite(arr)):

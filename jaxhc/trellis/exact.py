@@ -31,6 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._validation import real_array
 from ..tree import Tree
 from .energies import Energy
 
@@ -413,13 +414,7 @@ def _validate_batch(energy: Energy, leaves_padded, n_leaves):
     if isinstance(leaves_padded, jax.core.Tracer) or isinstance(n_leaves, jax.core.Tracer):
         raise TypeError("leaves_padded and n_leaves must be concrete arrays (validated on the host); "
                         "inside jit, call prepare_batch outside and log_partition_prepared inside")
-    try:
-        raw = np.asarray(leaves_padded)
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"leaves_padded must be a numeric array [B, N_max, ...]: {e}") from None
-    if raw.dtype == object or np.iscomplexobj(raw) or not (np.issubdtype(raw.dtype, np.number) or raw.dtype == bool):
-        raise TypeError(f"leaves_padded must be a real numeric array [B, N_max, ...], got dtype {raw.dtype}")
-    lp = raw.astype(np.float64)
+    lp = real_array(leaves_padded, "leaves_padded", "[B, N_max, ...]").astype(np.float64)
     nl = np.asarray(n_leaves)
     if lp.ndim < 2 or lp.shape[0] == 0:
         raise ValueError(f"leaves_padded must be [B, N_max, ...] with B >= 1, got shape {lp.shape}")
