@@ -166,13 +166,13 @@ def main(argv=None):
         ari = f"{r['cut_ari']:7.3f}" if r.get("cut_ari") is not None else f"{'-':>7s}"
         print(f"{name:28s} {fmt(v64)} {fmt(v32)} {re_} {str(r.get('same_tree')):>9s} {ari}  {note}", flush=True)
     if not args.quick:
-        import jax
-        import platform
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from _harness import machine
 
         os.makedirs(os.path.dirname(args.out), exist_ok=True)
         with open(args.out, "w") as f:
-            json.dump(dict(benchmark="float32", jax=jax.__version__, python=platform.python_version(),
-                           date=time.strftime("%Y-%m-%dT%H:%M:%S%z"), rows=rows), f, indent=1)
+            json.dump(dict(benchmark="float32", machine=machine(), date=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                           rows=rows), f, indent=1)
         print("wrote", args.out)
 
 
