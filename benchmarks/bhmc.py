@@ -218,7 +218,7 @@ def numpy_sweep(rng, s, X, mu0, prior_var):
 def run_size(N, args, log=print):
     import jax
 
-    from jaxhc.inference import bhmc as B
+    from jaxhc.inference.bhmc import sampler as B
 
     X, _ = make_data(N, args.dim, seed=N)
     Xj = jax.numpy.asarray(X)

@@ -186,7 +186,7 @@ def run_mp(N, D, args):
     import jax.numpy as jnp
     from scipy.stats import multivariate_normal
 
-    from jaxhc.inference import pydt_mcmc as PM
+    from jaxhc.inference.pydt import mcmc as PM
     from jaxhc.models import pydt as P
 
     s = P.sample_prior(jax.random.key(N + D), N, D, c=HYP["c"], alpha=HYP["alpha"], beta=HYP["beta"],
@@ -275,7 +275,7 @@ def run_mcmc(N, args):
     import jax
     import jax.numpy as jnp
 
-    from jaxhc.inference import pydt_mcmc as PM
+    from jaxhc.inference.pydt import mcmc as PM
 
     X = four_clusters(N, N)
     Xj = jnp.asarray(X)
@@ -395,7 +395,7 @@ def move_breakdown(st, Xj, args):
     import jax
     import jax.numpy as jnp
 
-    from jaxhc.inference import pydt_mcmc as PM
+    from jaxhc.inference.pydt import mcmc as PM
 
     N = Xj.shape[0]
     par, tim = st.parent, st.times
@@ -428,7 +428,7 @@ def move_breakdown(st, Xj, args):
 # ------------------------------------------------------------------------------------------
 def run_em(args):
     try:
-        from jaxhc.inference.pydt_em import pydt_em
+        from jaxhc.inference.pydt.em import pydt_em
     except Exception as e:  # noqa: BLE001
         print(f"  EM not available: {type(e).__name__}: {e}", flush=True)
         return {"status": f"not available ({type(e).__name__}: {e})"}

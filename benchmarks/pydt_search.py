@@ -103,7 +103,7 @@ def tree_stats(res, z):
 
 
 def has_new_api():
-    from jaxhc.inference import pydt_em as E
+    from jaxhc.inference.pydt import em as E
 
     return "num_restarts" in inspect.signature(E.pydt_em).parameters
 
@@ -141,7 +141,7 @@ def before_module(ref=BEFORE_REF):
 
 
 def config_module(name):
-    from jaxhc.inference import pydt_em as E
+    from jaxhc.inference.pydt import em as E
 
     if name == "before" and has_new_api():
         return before_module()
@@ -233,7 +233,7 @@ def run_configs(names, seeds, iters, learn_ab):
 def compare_4way_binary(fixed, learned, seeds):
     """Refit the fixed-hyperparameter tree with alpha, beta learned; compare with the learned run."""
     import jax
-    from jaxhc.inference import pydt_em as E
+    from jaxhc.inference.pydt import em as E
 
     out = []
     byseed_f = {r["seed"]: r for r in fixed["rows"]}
@@ -262,8 +262,8 @@ def outlier_check(s, iters, max_size=3):
     structure): is a root with more than four children the model's choice or the search's?"""
     import jax
     import jax.numpy as jnp
-    from jaxhc.inference import pydt_em as E
-    from jaxhc.inference.pydt_mcmc import FREE
+    from jaxhc.inference.pydt import em as E
+    from jaxhc.inference.pydt.mcmc import FREE
 
     X, z = four_clusters(100, s)
     N = z.size

@@ -13,11 +13,11 @@ from .components import (
     NormalInverseWishart,
     NormalKnownCov,
 )
-from .inference.bhmc import BHMCResult, bhmc
-from .inference.pydt_em import PYDTEMResult, pydt_em, pydt_predictive_logpdf
-from .inference.pydt_mcmc import PYDTSamples, pydt_mcmc
-from .inference.bhc import BHCResult, bhc, bhc_predictive, bhc_predictive_cell, tree_log_evidence
-from .inference.bhcc import (
+from .inference.bhmc.sampler import BHMCResult, bhmc
+from .inference.pydt.em import PYDTEMResult, pydt_em, pydt_predictive_logpdf
+from .inference.pydt.mcmc import PYDTSamples, pydt_mcmc
+from .inference.bhc.greedy import BHCResult, bhc, bhc_predictive, bhc_predictive_cell, tree_log_evidence
+from .inference.bhcc.core import (
     BHCCResult,
     BHCCView,
     IndependentNormal,
@@ -29,8 +29,8 @@ from .inference.bhcc import (
 )
 from .inference.gibbs import cdpm_mcmc, dpm_gibbs
 from .inference.ginkgo_fit import LambdaFit, LambdaPosterior, fit_lambda, sample_lambda
-from .inference.hyperopt import HyperoptResult, learn_hyperparameters
-from .inference.rbhc import rbhc
+from .inference.bhc.hyperopt import HyperoptResult, learn_hyperparameters
+from .inference.bhc.randomized import rbhc
 from .tree import ParentTree, Tree
 
 __version__ = "0.1.0"

@@ -416,7 +416,7 @@ def class_respecting_tree(tree, labels, score):
 
 def _verdict(X, fit: Fit, labels) -> Verdict:
     """The model's scores of the true classes against BHC's tree and clusters."""
-    from .inference.bhc import tree_log_evidence
+    from .inference.bhc.greedy import tree_log_evidence
     from .models.dpm import dpm_log_joint
 
     score = lambda t: float(tree_log_evidence(X, t, fit.component, fit.alpha).dpm_lower_bound)  # noqa: E731

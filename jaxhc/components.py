@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import gammaln, multigammaln
 
-from ._validation import real_array
+from ._internal.validation import real_array
 
 __all__ = [
     "Component",

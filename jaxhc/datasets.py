@@ -26,6 +26,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._internal.validation import check_key, numpy_rng
+
 __all__ = [
     "load_digits_binary",
     "load_iris",
@@ -52,41 +54,13 @@ def _sklearn_datasets():
     return datasets
 
 
-def _is_key(key) -> bool:
-    if isinstance(key, jax.Array) and jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
-        return key.ndim == 0
-    try:
-        arr = np.asarray(key)
-    except Exception:
-        return False
-    return arr.shape == (2,) and arr.dtype == np.uint32
-
-
-def _check_key(key, name: str = "key"):
-    """The key as a typed PRNG key (raw ``uint32[2]`` keys are wrapped, same bits)."""
-    if not _is_key(key):
-        raise ValueError(
-            f"{name} must be a single JAX PRNG key (jax.random.key(0) or jax.random.PRNGKey(0)), "
-            f"got {type(key).__name__}{'' if not hasattr(key, 'shape') else ' of shape ' + str(np.shape(key))}"
-        )
-    if isinstance(key, jax.Array) and jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
-        return key
-    return jax.random.wrap_key_data(jnp.asarray(key, dtype=jnp.uint32))
-
-
-def _numpy_rng(key) -> np.random.Generator:
-    """A numpy generator seeded by the bits of a JAX key (host-side sampling without
-    compiling a JAX program per shape)."""
-    return np.random.default_rng(np.asarray(jax.random.key_data(key)).ravel().tolist())
-
-
 def _as_key(key_or_seed, name: str = "key_or_seed"):
     """A PRNG key from a key or a non-negative integer seed."""
     if isinstance(key_or_seed, numbers.Integral) and not isinstance(key_or_seed, bool):
         if key_or_seed < 0:
             raise ValueError(f"{name}: an integer seed must be non-negative, got {key_or_seed}")
         return jax.random.key(int(key_or_seed))
-    return _check_key(key_or_seed, name)
+    return check_key(key_or_seed, name)
 
 
 def _positive_int(x, name: str) -> int:
@@ -153,7 +127,7 @@ def load_digits_binary(
             raise ValueError(f"classes must not repeat a digit, got {cls}")
     if per_class is not None:
         per_class = _positive_int(per_class, "per_class")
-    rng = _numpy_rng(_as_key(key_or_seed))
+    rng = numpy_rng(_as_key(key_or_seed))
 
     digits = _sklearn_datasets().load_digits()
     data, target = np.asarray(digits.data), np.asarray(digits.target)
@@ -246,7 +220,7 @@ def sample_dpm(
       ``(X, labels)``: ``X`` float64 ``[n, dim]``, ``labels`` int64 ``[n]`` in
       ``0 .. K-1`` numbered by first appearance.
     """
-    _check_key(key)
+    check_key(key)
     n = _positive_int(n, "n")
     alpha = _positive_float(alpha, "alpha")
     dim = _positive_int(dim, "dim")
@@ -259,7 +233,7 @@ def sample_dpm(
     beta_b = _positive_float(beta_b, "beta_b")
 
     X, z = _sample_dpm_core(
-        _check_key(key), alpha, mean_scale, cluster_scale, beta_a, beta_b, n=n, dim=dim, kind=component_kind
+        check_key(key), alpha, mean_scale, cluster_scale, beta_a, beta_b, n=n, dim=dim, kind=component_kind
     )
     return np.asarray(X, dtype=np.float64), np.asarray(z, dtype=np.int64)
 
@@ -298,7 +272,7 @@ def mixture_of_gaussians(key, n_per_cluster, centers, scale=1.0) -> Tuple[np.nda
       ``(X, labels)``: ``X`` float64 ``[N, d]`` (``N = sum n_per_cluster``; cluster by
       cluster), ``labels`` int64 ``[N]``.
     """
-    key = _check_key(key)
+    key = check_key(key)
     C = np.asarray(centers, dtype=np.float64) if not isinstance(centers, str) else np.array([])
     if C.ndim != 2 or C.shape[0] == 0 or C.shape[1] == 0:
         raise ValueError(f"centers must be a non-empty 2-D array [K, d], got shape {C.shape}")
@@ -318,7 +292,7 @@ def mixture_of_gaussians(key, n_per_cluster, centers, scale=1.0) -> Tuple[np.nda
     if sc.shape != (K,) or not np.all(np.isfinite(sc)) or np.any(sc <= 0):
         raise ValueError(f"scale must be a positive number or {K} positive numbers, got {scale!r}")
     labels = np.repeat(np.arange(K), counts)
-    eps = _numpy_rng(key).standard_normal((labels.size, d))
+    eps = numpy_rng(key).standard_normal((labels.size, d))
     X = C[labels] + sc[labels, None] * eps
     return X, labels.astype(np.int64)
 
@@ -359,7 +333,7 @@ def hierarchical_gaussian(key, branching=(3, 2), n_per_leaf=25, dim: int = 4, sc
     n = _positive_int(n_per_leaf, "n_per_leaf")
     d = _positive_int(dim, "dim")
     noise = _positive_float(noise, "noise")
-    rng = _numpy_rng(key)
+    rng = numpy_rng(key)
     means = np.zeros((1, d))
     labels = np.zeros((1, 0), np.int64)
     for b, s in zip(br.tolist(), sc.tolist()):
@@ -411,7 +385,7 @@ def cross_clustering_synthetic(key, n_rows: int = 100, n_cols: int = 200, n_view
         sizes = np.asarray(view_sizes)
         if sizes.shape != (n_views,) or sizes.dtype.kind not in "iu" or np.any(sizes < 1) or sizes.sum() != n_cols:
             raise ValueError(f"view_sizes must be {n_views} positive ints summing to n_cols={n_cols}, got {view_sizes!r}")
-    rng = _numpy_rng(key)
+    rng = numpy_rng(key)
     column_views = np.repeat(np.arange(n_views), sizes)
     row_labels = np.stack([rng.permutation(np.arange(n_rows) % k) for k in ks], axis=1)
     X = np.empty((n_rows, n_cols))

@@ -33,7 +33,7 @@ import pytest
 import jaxhc
 from jaxhc import Tree, trellis
 from jaxhc.cli import main as cli_main
-from jaxhc.inference.pydt_mcmc import PYDTPriors
+from jaxhc.inference.pydt.mcmc import PYDTPriors
 from jaxhc.models import ginkgo
 
 CASE_TIMEOUT_S = 60

@@ -12,7 +12,7 @@ from scipy.special import logsumexp
 
 import jaxhc
 import reference as R
-from jaxhc.inference.bhc import bhc_from_stats, node_stats_of_tree, tree_node_terms
+from jaxhc.inference.bhc.greedy import bhc_from_stats, node_stats_of_tree, tree_node_terms
 
 
 def _niw_ref(c):
@@ -133,7 +133,7 @@ def test_padding_does_not_change_result():
 
 
 def test_no_recompilation_for_new_hyperparameters():
-    from jaxhc.inference.bhc import _bhc_core
+    from jaxhc.inference.bhc.greedy import _bhc_core
 
     rng = np.random.default_rng(5)
     X = _clustered(rng, 17, 2)
@@ -461,7 +461,7 @@ def test_merge_loop_terminates_on_nan_scores():
     """The lazy best-partner rescans are bounded: NaN initial pair scores give NaN merge
     log-odds after n - 1 merges, not an endless loop."""
     from jaxhc.components import NormalInverseWishart
-    from jaxhc.inference.bhc import _bhc_core
+    from jaxhc.inference.bhc.greedy import _bhc_core
 
     X = np.random.default_rng(2).normal(size=(8, 2))
     comp = NormalInverseWishart.from_data(X)
@@ -493,7 +493,7 @@ def test_cell_predictive_and_alpha_refuse_bad_values():
     (it would be read as a missing cell) and fractional coordinates raise; alpha as a string
     raises; NIW.from_data names an overflowing variance."""
     from jaxhc.components import BetaBernoulli, NormalInverseWishart
-    from jaxhc.inference.bhc import bhc_predictive_cell
+    from jaxhc.inference.bhc.greedy import bhc_predictive_cell
 
     X = np.array([[0, 1, np.nan], [1, 1, 0], [0, 0, 1], [1, np.nan, 0]], float)
     res = jaxhc.bhc(X, BetaBernoulli(1.0, 1.0))

@@ -14,7 +14,7 @@ from scipy.cluster.hierarchy import linkage
 from sklearn.metrics import adjusted_rand_score
 
 import jaxhc
-from jaxhc.inference import bhmc as B
+from jaxhc.inference.bhmc import sampler as B
 from jaxhc.models import ncrp_hdp as M
 
 NEG = -np.inf

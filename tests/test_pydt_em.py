@@ -12,8 +12,8 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from jaxhc.inference import pydt_em as E  # noqa: E402
-from jaxhc.inference.pydt_mcmc import (FREE, PYDTPriors, _prior_tree, log_marginal_masked,  # noqa: E402
+from jaxhc.inference.pydt import em as E  # noqa: E402
+from jaxhc.inference.pydt.mcmc import (FREE, PYDTPriors, _prior_tree, log_marginal_masked,  # noqa: E402
                                        log_prior_masked)
 
 

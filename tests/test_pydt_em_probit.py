@@ -12,8 +12,8 @@ import pytest  # noqa: E402
 from scipy.special import log_ndtr  # noqa: E402
 from scipy.stats import multivariate_normal  # noqa: E402
 
-from jaxhc.inference import pydt_em as E  # noqa: E402
-from jaxhc.inference.pydt_mcmc import FREE, PYDTPriors, _prior_tree  # noqa: E402
+from jaxhc.inference.pydt import em as E  # noqa: E402
+from jaxhc.inference.pydt.mcmc import FREE, PYDTPriors, _prior_tree  # noqa: E402
 from jaxhc.metrics import dendrogram_purity  # noqa: E402
 
 

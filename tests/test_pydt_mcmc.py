@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
-from jaxhc.inference import pydt_mcmc as P
+from jaxhc.inference.pydt import mcmc as P
 
 FREE = P.FREE
 
@@ -265,7 +265,7 @@ def test_probit_model_chains_and_numpyro_kernel():
 
 
 def test_predictive_over_mcmc_samples_integrates_to_one():
-    from jaxhc.inference.pydt_em import pydt_predictive_logpdf
+    from jaxhc.inference.pydt.em import pydt_predictive_logpdf
 
     X = np.array([[-1.0], [-0.8], [1.0], [1.3]])
     out = P.pydt_mcmc(jax.random.key(13), X, num_samples=6, num_warmup=4, num_moves=4, sample_alpha=False,

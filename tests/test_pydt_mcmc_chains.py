@@ -5,7 +5,7 @@ import jax; jax.config.update("jax_enable_x64", True)  # noqa: E702
 import numpy as np
 import pytest
 
-from jaxhc.inference import pydt_mcmc as P
+from jaxhc.inference.pydt import mcmc as P
 
 
 def test_chain_methods_agree():

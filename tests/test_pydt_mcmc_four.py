@@ -10,7 +10,7 @@ from collections import Counter
 import jax.numpy as jnp
 import numpy as np
 
-from jaxhc.inference import pydt_mcmc as P
+from jaxhc.inference.pydt import mcmc as P
 from test_pydt_mcmc import _clusters  # a structure as the set of leaf bitmasks of its branch points
 
 FREE = P.FREE

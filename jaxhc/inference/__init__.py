@@ -1,30 +1,47 @@
-"""Inference algorithms: each a pure function or an init/step kernel pair."""
-from . import gibbs, mh, pydt_em, pydt_mcmc  # the modules (jaxhc.pydt_mcmc is the function)
-from . import bhmc  # the module (jaxhc.bhmc is the function)
-from .bhmc import BHMC, BHMCResult, BHMCState, bhmc_init, bhmc_step
-from .pydt_em import PYDTEMResult, pydt_predictive_logpdf
-from .pydt_mcmc import PYDT, PYDTPriors, PYDTSamples, PYDTState, pydt_mcmc_init, pydt_mcmc_step
-from .bhc import BHCResult, bhc, bhc_predictive, bhc_predictive_cell, tree_log_evidence
-from .bhcc import (
-    BHCCResult,
-    BHCCView,
-    bhcc,
-    bhcc_predictive_cell,
-    bhcc_predictive_column,
-    bhcc_predictive_row,
-    rbhcc,
+"""Inference algorithms: each a pure function or an init/step kernel pair.
+
+Subpackages and modules are named after the model, never after an exported function:
+``bhc`` (greedy / randomized BHC, hyperparameter learning), ``bhcc`` (BHCC / RBHCC), ``bhmc``
+(the BHMC sampler), ``pydt`` (PYDT MCMC and EM), ``gibbs`` (DPM / CDPM Gibbs), ``ginkgo_fit``
+(the Ginkgo lambda fit) and ``mh``. The functions that share a subpackage's name
+(``jaxhc.bhc``, ``jaxhc.bhcc``, ``jaxhc.bhmc``) are exported at the top level only.
+"""
+from . import bhc, bhcc, bhmc, gibbs, ginkgo_fit, mh, pydt
+from .bhc import (
+    BHCResult,
+    HyperoptResult,
+    bhc_predictive,
+    bhc_predictive_cell,
+    learn_hyperparameters,
+    rbhc,
+    tree_log_evidence,
 )
+from .bhcc import BHCCResult, BHCCView, bhcc_predictive_cell, bhcc_predictive_column, bhcc_predictive_row, rbhcc
+from .bhmc import BHMC, BHMCResult, BHMCState, bhmc_init, bhmc_step
 from .gibbs import CDPMGibbs, DPMGibbs, cdpm_mcmc, cdpm_predict_cells, dpm_gibbs, dpm_predict_cells
 from .ginkgo_fit import LambdaFit, LambdaPosterior, fit_lambda, lambda_model, sample_lambda
-from .hyperopt import HyperoptResult, learn_hyperparameters
-from .rbhc import rbhc
+from .pydt import (
+    PYDT,
+    PYDTEMResult,
+    PYDTPriors,
+    PYDTSamples,
+    PYDTState,
+    pydt_em,
+    pydt_mcmc,
+    pydt_mcmc_init,
+    pydt_mcmc_step,
+    pydt_predictive_logpdf,
+)
 
 __all__ = [
-    "BHMC", "BHMCResult", "BHMCState", "bhmc", "bhmc_init", "bhmc_step",
-    "PYDT", "PYDTEMResult", "PYDTPriors", "pydt_em", "pydt_predictive_logpdf", "PYDTSamples", "PYDTState", "pydt_mcmc", "pydt_mcmc_init", "pydt_mcmc_step",
-    "BHCCResult", "BHCCView", "CDPMGibbs", "DPMGibbs", "bhcc", "bhcc_predictive_cell", "bhcc_predictive_column",
-    "bhcc_predictive_row", "cdpm_mcmc", "cdpm_predict_cells", "dpm_gibbs", "dpm_predict_cells", "gibbs", "mh",
-    "rbhcc",
-    "BHCResult", "bhc_predictive_cell", "HyperoptResult", "LambdaFit", "LambdaPosterior", "bhc", "bhc_predictive", "fit_lambda",
-    "lambda_model", "learn_hyperparameters", "rbhc", "sample_lambda", "tree_log_evidence",
+    "BHCResult",
+    "BHCCResult", "BHCCView", "BHMC", "BHMCResult", "BHMCState", "CDPMGibbs", "DPMGibbs",
+    "HyperoptResult", "LambdaFit", "LambdaPosterior", "PYDT", "PYDTEMResult", "PYDTPriors",
+    "PYDTSamples", "PYDTState",
+    "bhc", "bhcc", "bhmc", "gibbs", "ginkgo_fit", "mh", "pydt",
+    "bhc_predictive", "bhc_predictive_cell", "bhcc_predictive_cell", "bhcc_predictive_column",
+    "bhcc_predictive_row", "bhmc_init", "bhmc_step", "cdpm_mcmc", "cdpm_predict_cells", "dpm_gibbs",
+    "dpm_predict_cells", "fit_lambda", "lambda_model", "learn_hyperparameters", "pydt_em", "pydt_mcmc",
+    "pydt_mcmc_init", "pydt_mcmc_step", "pydt_predictive_logpdf", "rbhc", "rbhcc", "sample_lambda",
+    "tree_log_evidence",
 ]

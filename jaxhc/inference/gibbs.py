@@ -69,9 +69,10 @@ from ..components import (
     MultinomialStats,
     NormalKnownCov,
 )
-from ..datasets import _check_key
-from .bhc import check_alpha, check_component
+from .._internal.validation import check_key
+from .._internal.validation import check_alpha, check_component
 from .mh import mh_accept, tree_select
+from .._internal.dtypes import float_dtype as _float
 
 __all__ = [
     "DPMGibbsState",
@@ -180,10 +181,6 @@ def _crp_draw(key, n, K, alpha, batch=(), dtype=jnp.float32):
 # ==========================================================================================
 # validation
 # ==========================================================================================
-def _float():
-    return jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
-
-
 def _check_int(v, name, minimum):
     if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {v!r}")
@@ -206,7 +203,7 @@ def _check_leaf_scores(component, Xa, who):
     lm = np.asarray(component.log_marginal(leaf))
     if np.all(np.isfinite(lm)):
         return
-    from .bhc import check_finite_scores
+    from .bhc.greedy import check_finite_scores
 
     try:
         check_finite_scores(component, leaf, Xa.shape[0], leaf_log_h1=lm)
@@ -649,7 +646,7 @@ def dpm_gibbs(key, X, component: Component, alpha, num_samples: int, num_warmup:
     num_samples, num_warmup, thin = _check_run(num_samples, num_warmup, thin)
     num_split_merge = _check_int(num_split_merge, "num_split_merge", 0)
     num_restricted_scans = _check_int(num_restricted_scans, "num_restricted_scans", 0)
-    _check_key(key, "key")
+    check_key(key, "key")
     _check_leaf_scores(component, Xa, "dpm_gibbs")
     k_init, k_run = jax.random.split(key)
     state = dpm_gibbs_init(k_init, Xa, component, alpha, init_labels)
@@ -1087,7 +1084,7 @@ def cdpm_mcmc(key, X, component: Component, alpha, num_samples: int, num_warmup:
     """
     Xa, alpha, comps, heat, num_aux = _cdpm_validate(X, component, alpha, heat, num_aux)
     num_samples, num_warmup, thin = _check_run(num_samples, num_warmup, thin)
-    _check_key(key, "key")
+    check_key(key, "key")
     _check_leaf_scores(component, Xa, "cdpm_mcmc")
     f = Xa.dtype
     k_init, k_run = jax.random.split(key)

@@ -30,7 +30,7 @@ import optax
 
 from ..trellis.energies import GinkgoEnergy
 from ..trellis.exact import PreparedBatch, log_partition_prepared, prepare_batch
-from .bhc import check_alpha
+from .._internal.validation import check_alpha
 
 __all__ = [
     "LambdaFit",

@@ -36,8 +36,9 @@ import numpyro.distributions as dist
 from jax.scipy.special import gammaln, logsumexp
 from numpyro.contrib.control_flow import scan
 
-from ..inference.bhc import check_alpha, check_component
+from .._internal.validation import check_alpha, check_component
 from ..components import BetaBernoulli, BetaBinomial, Component, NormalKnownCov
+from .._internal.dtypes import float_dtype as _float
 
 __all__ = [
     "DPMSample",
@@ -55,16 +56,12 @@ MAX_BRUTEFORCE_ROWS = 6
 # ------------------------------------------------------------------------------------------
 # validation helpers (shared with cdpm)
 # ------------------------------------------------------------------------------------------
-def _float():
-    return jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
-
-
 def _is_concrete(x) -> bool:
     return not isinstance(x, jax.core.Tracer)
 
 
 def _check_alpha(alpha, name="alpha"):
-    """`jaxhc.inference.bhc.check_alpha`, returned as a JAX scalar (traced values pass)."""
+    """`jaxhc.inference.bhc.greedy.check_alpha`, returned as a JAX scalar (traced values pass)."""
     return jnp.asarray(check_alpha(alpha, name), _float())
 
 

@@ -39,6 +39,7 @@ from numpyro.distributions.util import promote_shapes, validate_sample
 from ..inference.ginkgo_fit import lambda_model
 from ..tree import Tree
 from ..trellis.energies import GinkgoEnergy, kallen, log_phi_of_tree
+from .._internal.dtypes import float_dtype as _float
 
 __all__ = [
     "GinkgoParams",
@@ -58,10 +59,6 @@ __all__ = [
 ]
 
 UNUSED, PENDING, LEAF, SPLIT = 0, 1, 2, 3
-
-
-def _float():
-    return jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
 
 
 def mass2(p):
@@ -422,9 +419,9 @@ def simulate(key, params: GinkgoParams = GinkgoParams(), num_jets: int = 1, *, m
     if max_draws is not None and (isinstance(max_draws, bool) or not isinstance(max_draws, (int, np.integer))
                                   or max_draws < 1):
         raise ValueError(f"max_draws must be None or a positive integer, got {max_draws!r}")
-    from ..datasets import _check_key
+    from .._internal.validation import check_key
 
-    _check_key(key, "key")
+    check_key(key, "key")
     chunk_size = int(chunk_size)
     max_draws = 1000 * num_jets + 10 * chunk_size if max_draws is None else int(max_draws)
     f = _float()

@@ -16,7 +16,7 @@ The generative process (Algorithm 1, with the truncated stick of section 4.1):
   beta_z,new, gamma beta*_z)``; ``beta_new = u beta*``, ``beta* <- (1 - u) beta*``), and the
   draw takes the revealed atom with probability ``u`` at the point's leaf (its share of the
   leaf's rest), else goes on to the next. This is exact; always taking the first revealed
-  atom would undercount shared components (see `jaxhc.inference.bhmc._new_component`);
+  atom would undercount shared components (see `jaxhc.inference.bhmc.sampler._new_component`);
 * ``x_n ~ N(theta_{c_n}, sigma2 I)``.
 
 `ncrp_hdp` is that process as a NumPyro program (Python control flow, one site per random
@@ -24,7 +24,7 @@ choice), `ncrp_log_prob` is ``log p(V | alpha)`` of section 3.1 and `joint_log_d
 log density of a whole state. The array primitives (`dirichlet_log`, `beta_log`,
 `dp_child_log`) work in log space on ``[..., K + 1]`` weight vectors whose last entry is
 ``log beta*`` and whose ``-inf`` entries are components that do not exist (a ``Dir`` parameter
-of 0); the sampler of `jaxhc.inference.bhmc` shares them.
+of 0); the sampler of `jaxhc.inference.bhmc.sampler` shares them.
 """
 from __future__ import annotations
 
@@ -188,7 +188,7 @@ def joint_log_density(state, X, mu0, prior_var):
     c_n} + log N(x_n; theta_{c_n}, sigma2 I)``.
 
     Args:
-      state: a `jaxhc.inference.bhmc.BHMCState` (or anything with its fields).
+      state: a `jaxhc.inference.bhmc.sampler.BHMCState` (or anything with its fields).
       X: float ``[N, D]``.
       mu0, prior_var: the base measure ``H`` (``[D]`` or scalars).
     """

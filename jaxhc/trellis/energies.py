@@ -23,7 +23,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._validation import real_array
+from .._internal.validation import real_array
+from .._internal.dtypes import float_dtype as _float
 
 __all__ = [
     "Energy",
@@ -40,10 +41,6 @@ def all_subset_masks(n: int, dtype=jnp.float64) -> jax.Array:
     """Membership of every subset: ``[2**n, n]``, row ``s`` has bit ``i`` of ``s`` in column ``i``."""
     s = jnp.arange(2**n, dtype=jnp.int32)[:, None]
     return ((s >> jnp.arange(n, dtype=jnp.int32)[None, :]) & 1).astype(dtype)
-
-
-def _float():
-    return jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
 
 
 class Energy(eqx.Module):

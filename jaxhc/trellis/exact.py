@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._validation import real_array
+from .._internal.validation import real_array
 from ..tree import Tree
 from .energies import Energy
 
@@ -902,9 +902,9 @@ def sample(key, energy: Energy, leaves, num_samples: int) -> SampledTrees:
     """
     if not (isinstance(num_samples, (int, np.integer)) and num_samples >= 1):
         raise ValueError(f"num_samples must be a positive integer, got {num_samples!r}")
-    from ..datasets import _check_key
+    from .._internal.validation import check_key
 
-    _check_key(key, "key")
+    check_key(key, "key")
     leaves, n = _prepare(energy, leaves, None, None)
     if n == 1:
         z = jnp.zeros((num_samples, 0), jnp.int32)

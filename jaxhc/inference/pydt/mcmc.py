@@ -36,9 +36,9 @@ from jax.scipy.special import gammaln
 
 from numpyro.infer.mcmc import MCMCKernel
 
-from .._validation import real_array
-from ..tree import ParentTree
-from .mh import mh_accept
+from ..._internal.validation import real_array
+from ...tree import ParentTree
+from ..mh import mh_accept
 
 __all__ = ["PYDT", "PYDTPriors", "check_hyperparameters", "state_to_tree", "PYDTState", "PYDTInfo", "PYDTSamples", "pydt_mcmc", "pydt_mcmc_init", "pydt_mcmc_step",
            "log_prior_masked", "log_marginal_masked"]
@@ -774,9 +774,9 @@ def _check_count(v, name: str, minimum: int) -> int:
 
 def check_key(key, name: str = "key"):
     """``key`` as a typed PRNG key; a ``ValueError`` naming it otherwise."""
-    from ..datasets import _check_key
+    from ..._internal.validation import check_key
 
-    return _check_key(key, name)
+    return check_key(key, name)
 
 
 def check_priors(priors) -> PYDTPriors:

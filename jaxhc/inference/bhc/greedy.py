@@ -28,8 +28,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import gammaln
 
-from ..components import Component
-from ..tree import Tree
+from ..._internal.validation import check_alpha, check_component
+from ...components import Component
+from ...tree import Tree
 
 __all__ = ["BHCResult", "bhc", "bhc_predictive", "bhc_predictive_cell", "tree_node_terms", "TreeTerms", "check_alpha"]
 
@@ -37,30 +38,6 @@ __all__ = ["BHCResult", "bhc", "bhc_predictive", "bhc_predictive_cell", "tree_no
 # ------------------------------------------------------------------------------------------
 # validation helpers
 # ------------------------------------------------------------------------------------------
-def check_alpha(alpha, name: str = "alpha") -> float:
-    """Returns ``alpha`` as a float after checking it is a positive finite scalar."""
-    if isinstance(alpha, jax.core.Tracer):
-        return alpha
-    if isinstance(alpha, (str, bytes)):
-        raise TypeError(f"{name} must be a positive scalar, got {alpha!r}")
-    try:
-        a = float(np.asarray(alpha))
-    except (TypeError, ValueError):
-        raise TypeError(f"{name} must be a positive scalar, got {alpha!r}") from None
-    if np.ndim(alpha) != 0 or not np.isfinite(a) or a <= 0:
-        raise ValueError(f"{name} must be a positive finite scalar, got {alpha!r}")
-    return a
-
-
-def check_component(component, name: str = "component") -> Component:
-    if not isinstance(component, Component):
-        raise TypeError(
-            f"{name} must be a jaxhc.components.Component (e.g. NormalInverseWishart.from_data(X)), "
-            f"got {type(component).__name__}"
-        )
-    return component
-
-
 # ------------------------------------------------------------------------------------------
 # the pair computation shared by the greedy search and the fixed-tree recursion
 # ------------------------------------------------------------------------------------------

@@ -20,9 +20,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..components import Component
-from ..tree import Tree
-from .bhc import (
+from ...components import Component
+from ...tree import Tree
+from .greedy import (
     BHCResult,
     bhc_from_stats,
     check_alpha,
@@ -120,9 +120,9 @@ def rbhc(
         raise ValueError(f"balance must be in [0, 0.5), got {balance!r}")
     if not (isinstance(leaf_size, (int, np.integer)) and leaf_size >= subset_size):
         raise ValueError(f"leaf_size must be an integer >= subset_size={subset_size}, got {leaf_size!r}")
-    from ..datasets import _check_key
+    from ..._internal.validation import check_key
 
-    key = _check_key(key, "key")
+    key = check_key(key, "key")
     leaf_all = component.leaf_stats(jnp.asarray(Xh))
     leaf_np = jax.tree_util.tree_map(np.asarray, leaf_all)
     Xj = jnp.asarray(Xh)

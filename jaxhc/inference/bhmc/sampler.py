@@ -25,8 +25,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import gammaln, logsumexp
 
-from .._validation import real_array
-from ..models.ncrp_hdp import (
+from ..._internal.validation import real_array
+from ...models.ncrp_hdp import (
     _log_dirichlet_density,
     _normal_diag_logpdf,
     beta_log,
@@ -37,8 +37,8 @@ from ..models.ncrp_hdp import (
 )
 from numpyro.infer.mcmc import MCMCKernel
 
-from ..tree import ParentTree, Tree
-from .mh import mh_accept
+from ...tree import ParentTree, Tree
+from ..mh import mh_accept
 
 __all__ = [
     "BHMC",

@@ -17,8 +17,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from ..components import Component
-from .bhc import BHCResult, bhc, check_alpha, check_component, tree_node_terms
+from ...components import Component
+from ..._internal.validation import check_alpha, check_component
+from .greedy import BHCResult, bhc, tree_node_terms
 
 __all__ = ["HyperoptResult", "learn_hyperparameters"]
 

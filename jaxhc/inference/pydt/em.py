@@ -77,7 +77,7 @@ import optax
 import optax.tree_utils as otu
 from jax.scipy.special import digamma, gammaln, log_ndtr
 
-from .pydt_mcmc import (
+from .mcmc import (
     FREE,
     PYDTPriors,
     PYDTSamples,

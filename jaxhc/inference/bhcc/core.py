@@ -51,10 +51,11 @@ import numpy as np
 from jax.scipy.special import gammaln, logsumexp
 from scipy.special import gammaln as _sgammaln
 
-from .._validation import real_array
-from ..components import BetaBernoulli, BetaBinomial, Component, CountStats, NormalKnownCov, betaln
-from ..tree import Tree
-from .bhc import BHCResult, _assemble, _bhc_core, check_alpha, check_component
+from ..._internal.validation import real_array
+from ...components import BetaBernoulli, BetaBinomial, Component, CountStats, NormalKnownCov, betaln
+from ...tree import Tree
+from ..._internal.validation import check_alpha, check_component
+from ..bhc.greedy import BHCResult, _assemble, _bhc_core
 
 __all__ = [
     "BHCCResult",
@@ -1531,7 +1532,7 @@ def bhcc_predictive_column(result: BHCCResult, Y, column: Optional[int] = None) 
 
 
 def _restrict(component, cols):
-    from ..models.cdpm import restrict_columns
+    from ...models.cdpm import restrict_columns
 
     if isinstance(component, IndependentNormal):
         g = lambda x: x if np.ndim(x) == 0 else np.asarray(x)[np.asarray(cols)]
@@ -1730,9 +1731,9 @@ def rbhcc(key, X, component: Component, alpha: float = 1.0, *, subset_size: int 
     if levels is not None and not (isinstance(levels, (int, np.integer)) and levels >= 0):
         raise ValueError(f"levels must be None or a non-negative integer, got {levels!r}")
     _check_refine(refine, refine_passes)
-    from ..datasets import _check_key, _numpy_rng
+    from ..._internal.validation import check_key, numpy_rng
 
-    rng = _numpy_rng(_check_key(key, "key"))
+    rng = numpy_rng(check_key(key, "key"))
     cd = _column_model(component, Xh)
     la = float(np.log(alpha))
     log_alpha = jnp.log(jnp.asarray(alpha, jnp.result_type(float)))

@@ -1,0 +1,15 @@
+"""Bayesian hierarchical clustering (Heller & Ghahramani 2005).
+
+``greedy``: the greedy agglomerative search, ``log p(D|T)``, the DPM bound and predictives;
+``randomized``: randomized BHC (filtering, ``O(n log n)``); ``hyperopt``: optax learning of
+the hyperparameters. The functions are exported at the top level (``jaxhc.bhc``, ...).
+"""
+from . import greedy, hyperopt, randomized
+from .greedy import BHCResult, bhc_predictive, bhc_predictive_cell, tree_log_evidence
+from .hyperopt import HyperoptResult, learn_hyperparameters
+from .randomized import rbhc
+
+__all__ = [
+    "BHCResult", "HyperoptResult", "bhc_predictive", "bhc_predictive_cell", "greedy", "hyperopt",
+    "learn_hyperparameters", "randomized", "rbhc", "tree_log_evidence",
+]
