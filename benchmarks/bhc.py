@@ -15,7 +15,7 @@ Method (recorded in the JSON under ``"method"``):
   drawn from ``N(0, 4^2 I)``, ``n`` points (numpy Generator seeded per config), component
   ``NormalInverseWishart.from_data(X)``, ``alpha = 1``, float64 (``jax_enable_x64``).
 * compile time = (wall time of the first ``jaxhc.bhc`` call) - (median wall time of the
-  later calls). The first call traces, lowers and compiles ``_bhc_core`` for this
+  later calls). The first call traces, lowers and compiles ``bhc_core`` for this
   ``(n, d, component type)`` and then runs it, so the difference is the one-off cost of
   tracing + XLA compilation.
 * run time = median over ``--repeats`` calls after the first, each timed end to end

@@ -133,14 +133,14 @@ def test_padding_does_not_change_result():
 
 
 def test_no_recompilation_for_new_hyperparameters():
-    from jaxhc.inference.bhc.greedy import _bhc_core
+    from jaxhc.inference.bhc.greedy import bhc_core
 
     rng = np.random.default_rng(5)
     X = _clustered(rng, 17, 2)
     jaxhc.bhc(X, jaxhc.NormalInverseWishart.from_data(X), 1.0)
-    before = _bhc_core._cache_size()
+    before = bhc_core._cache_size()
     jaxhc.bhc(X + 1.0, jaxhc.NormalInverseWishart.from_data(X, kappa=0.3), 2.5)
-    assert _bhc_core._cache_size() == before
+    assert bhc_core._cache_size() == before
 
 
 def test_permutation_invariance_of_hierarchy():
@@ -461,12 +461,12 @@ def test_merge_loop_terminates_on_nan_scores():
     """The lazy best-partner rescans are bounded: NaN initial pair scores give NaN merge
     log-odds after n - 1 merges, not an endless loop."""
     from jaxhc.components import NormalInverseWishart
-    from jaxhc.inference.bhc.greedy import _bhc_core
+    from jaxhc.inference.bhc.greedy import bhc_core
 
     X = np.random.default_rng(2).normal(size=(8, 2))
     comp = NormalInverseWishart.from_data(X)
     S0 = jnp.full((8, 8), jnp.nan)
-    out = _bhc_core(comp, jnp.log(jnp.asarray(1.0, jnp.float64)), comp.leaf_stats(jnp.asarray(X)), jnp.asarray(8, jnp.int32), S0=S0)
+    out = bhc_core(comp, jnp.log(jnp.asarray(1.0, jnp.float64)), comp.leaf_stats(jnp.asarray(X)), jnp.asarray(8, jnp.int32), S0=S0)
     assert out[0].shape == (7, 2)
 
 

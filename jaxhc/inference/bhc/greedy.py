@@ -32,7 +32,7 @@ from ..._internal.validation import check_alpha, check_component
 from ...components import Component
 from ...tree import Tree
 
-__all__ = ["BHCResult", "bhc", "bhc_predictive", "bhc_predictive_cell", "tree_node_terms", "TreeTerms", "check_alpha"]
+__all__ = ["BHCResult", "bhc", "bhc_predictive", "bhc_predictive_cell", "tree_node_terms", "TreeTerms"]
 
 
 # ------------------------------------------------------------------------------------------
@@ -129,7 +129,7 @@ def _top2(x):
 def _loop_parts(comp, log_alpha, n, dtype, keep_matrix, evidence_only):
     """The pieces of the greedy search over ``n`` slots: ``row(i, stats, cnt, log_d, log_pT,
     active)`` (the pair log-odds of slot ``i`` against every slot) and ``body(t, state)``
-    (merge ``t``). Shared by the one-call search `_bhc_core` and the chunked driver
+    (merge ``t``). Shared by the one-call search `bhc_core` and the chunked driver
     `_bhc_chunked`."""
     idx = jnp.arange(n)
     neg_inf = jnp.array(-jnp.inf, dtype)
@@ -273,7 +273,7 @@ def _pair_rows(comp, log_alpha, leaf_stats, n_valid, rows, row_batch):
 
 
 @partial(jax.jit, static_argnames=("row_batch", "keep_matrix", "evidence_only"))
-def _bhc_core(comp, log_alpha, leaf_stats, n_valid, row_batch=1, S0=None, keep_matrix=True, evidence_only=False):
+def bhc_core(comp, log_alpha, leaf_stats, n_valid, row_batch=1, S0=None, keep_matrix=True, evidence_only=False):
     """The greedy search in one compiled call. ``S0`` optionally gives the initial pair
     log-odds ``[n, n]`` (-inf on the diagonal and for padding); with ``keep_matrix=False`` the
     score matrix is not kept: a row whose cached best partner is gone is recomputed instead of
@@ -316,7 +316,7 @@ def _merges_chunk(comp, log_alpha, state, n_valid, t0, t1):
 
 def _bhc_chunked(comp, log_alpha, leaf_stats, n_valid: int, row_batch: int, progress_bar: bool,
                  chunk_seconds: float = 1.0):
-    """The same search as `_bhc_core` (bitwise: the same compiled pieces), driven from the
+    """The same search as `bhc_core` (bitwise: the same compiled pieces), driven from the
     host in chunks of about ``chunk_seconds``: first the pair matrix, ``row_batch``-row
     blocks at a time, then the merges, the number per call adapted to the measured time.
     Between chunks Python runs, so Ctrl-C stops a long run within about a chunk's time, and
@@ -433,7 +433,7 @@ def _gather_nodes(leaf, inner):
     return jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b], axis=0), leaf, inner)
 
 
-def _assemble(comp, alpha, n, leaf_stats, leaf_log_h1, children, out_stats, log_h1, log_d, log_pT, log_r, log_1mr):
+def assemble_result(comp, alpha, n, leaf_stats, leaf_log_h1, children, out_stats, log_h1, log_d, log_pT, log_r, log_1mr):
     """Host-side assembly of a BHCResult from per-merge outputs (ids in 0..2n-2)."""
     dtype = np.asarray(log_h1).dtype if n > 1 else np.float64
     log_alpha = np.log(alpha)
@@ -526,7 +526,7 @@ def bhc_from_stats(comp, alpha, leaf_stats, n_valid: Optional[int] = None, progr
         leaf = jax.tree_util.tree_map(lambda y: y[:1], leaf_stats)
         empty = jax.tree_util.tree_map(lambda y: y[:0], leaf_stats)
         z = np.zeros(0)
-        return _assemble(comp, alpha, 1, leaf, comp.log_marginal(leaf), np.zeros((0, 2), np.int64), empty, z, z, z, z, z)
+        return assemble_result(comp, alpha, 1, leaf, comp.log_marginal(leaf), np.zeros((0, 2), np.int64), empty, z, z, z, z, z)
     check_finite_scores(comp, leaf_stats, n, leaf_log_h1=comp.log_marginal(jax.tree_util.tree_map(lambda y: y[:n], leaf_stats)))
     log_alpha = jnp.log(jnp.asarray(alpha, dtype=jnp.result_type(float)))
     if chunked is None:
@@ -534,7 +534,7 @@ def bhc_from_stats(comp, alpha, leaf_stats, n_valid: Optional[int] = None, progr
     if chunked:
         out = _bhc_chunked(comp, log_alpha, leaf_stats, n, _row_batch(leaf_stats, n_max), bool(progress_bar))
     else:
-        out = _bhc_core(comp, log_alpha, leaf_stats, jnp.asarray(n, jnp.int32), row_batch=_row_batch(leaf_stats, n_max))
+        out = bhc_core(comp, log_alpha, leaf_stats, jnp.asarray(n, jnp.int32), row_batch=_row_batch(leaf_stats, n_max))
     children, out_stats, log_h1, log_d, log_pT, log_r, log_1mr, leaf_log_h1 = out
     k = n - 1
     check_finite_scores(comp, leaf_stats, n, merge_terms=(np.asarray(log_h1)[:k], np.asarray(log_pT)[:k], np.asarray(log_r)[:k]))
@@ -542,7 +542,7 @@ def bhc_from_stats(comp, alpha, leaf_stats, n_valid: Optional[int] = None, progr
     if n_max != n:  # remap padded node ids n_max + t -> n + t
         ch = np.where(ch >= n_max, ch - n_max + n, ch)
     take = lambda x: jax.tree_util.tree_map(lambda y: y[:k], x)
-    return _assemble(
+    return assemble_result(
         comp, alpha, n, jax.tree_util.tree_map(lambda y: y[:n], leaf_stats),
         np.asarray(leaf_log_h1)[:n], ch, take(out_stats), np.asarray(log_h1)[:k], np.asarray(log_d)[:k],
         np.asarray(log_pT)[:k], np.asarray(log_r)[:k], np.asarray(log_1mr)[:k],
@@ -774,3 +774,8 @@ def bhc_predictive_cell(result: BHCResult, rows, cols, values) -> np.ndarray:
     out = _cell_core(comp, jnp.asarray(np.repeat(log_w, K, axis=0)), result.node_stats, jnp.asarray(Xq))
     out = np.asarray(out).reshape(Q, K)
     return out[:, 0] if vals.ndim == 1 else out
+
+
+# old private spellings, still imported by jaxhc.inference.bhcc while it is being split
+_bhc_core = bhc_core
+_assemble = assemble_result
