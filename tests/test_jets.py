@@ -10,6 +10,8 @@ import math
 import os
 import sys
 
+import importlib.util
+
 import numpy as np
 import pytest
 
@@ -21,6 +23,12 @@ DATA = os.path.join(os.path.dirname(__file__), "data")
 GENERATOR_JETS = os.path.join(DATA, "ginkgo_generator_jets_lam2.0.json")
 REFERENCE_JETS = os.path.join(DATA, "ginkgo_jets_reference.json")
 KT_FAMILY = [(1, "kt"), (0, "ca"), (-1, "antikt")]
+
+# FastJet is the optional `jets` extra (CI installs it): without it the tests that run it skip
+HAS_FASTJET = importlib.util.find_spec("fastjet") is not None
+needs_fastjet = [pytest.mark.fastjet,
+                 pytest.mark.skipif(not HAS_FASTJET, reason='needs fastjet (pip install "jaxhc[jets]")')]
+KT_FUNCTIONS = [pytest.param(jets.kt_tree, id="kt_tree", marks=needs_fastjet), jets.kt_tree_numpy]
 
 
 def _random_jet(rng, n):
@@ -51,6 +59,8 @@ def _pad(jet_list):
 # ---------------------------------------------------------------------------------------
 # generalized kt: FastJet vs NumPy
 # ---------------------------------------------------------------------------------------
+@pytest.mark.fastjet
+@pytest.mark.skipif(not HAS_FASTJET, reason='needs fastjet (pip install "jaxhc[jets]")')
 @pytest.mark.parametrize("variant", ["ee", "pp"])
 @pytest.mark.parametrize("p", [1, 0, -1])
 def test_fastjet_equals_numpy_merge_by_merge(variant, p):
@@ -81,7 +91,7 @@ def test_ee_tree_does_not_depend_on_R_above_pi():
 
 
 @pytest.mark.parametrize("variant", ["ee", "pp"])
-@pytest.mark.parametrize("fn", [jets.kt_tree, jets.kt_tree_numpy])
+@pytest.mark.parametrize("fn", KT_FUNCTIONS)
 def test_three_particles_merge_in_the_expected_order(fn, variant):
     # A and B hard (E = 100) at angle 0.1; C soft (E = 1) at angle 0.15 from A on the
     # other side (angle 0.25 from B). C/A merges the closest in angle first: (A, B).
@@ -107,7 +117,7 @@ def test_three_particles_merge_in_the_expected_order(fn, variant):
         np.testing.assert_allclose(fn(L, 1).heights[0], (1 - math.cos(0.15)) / 4, rtol=1e-6)
 
 
-@pytest.mark.parametrize("fn", [jets.kt_tree, jets.kt_tree_numpy])
+@pytest.mark.parametrize("fn", KT_FUNCTIONS)
 def test_small_R_loses_particles_to_the_beam(fn):
     L = np.array([_massless(100, 0.3, 0.0), _massless(100, 0.4, 0.0), _massless(1, 0.15, 0.0)])
     with pytest.raises(ValueError, match="merged with the beam"):
@@ -116,7 +126,7 @@ def test_small_R_loses_particles_to_the_beam(fn):
         fn(L[:, [0, 3, 2, 1]], 1, R=0.05, variant="pp")  # beam axis across the jet
 
 
-@pytest.mark.parametrize("fn", [jets.kt_tree, jets.kt_tree_numpy])
+@pytest.mark.parametrize("fn", KT_FUNCTIONS)
 def test_one_and_two_leaves(fn):
     L = np.array([_massless(10, 0.2, 0.0), _massless(5, 0.3, 1.0)])
     assert fn(L[:1]).n_leaves == 1
@@ -124,7 +134,7 @@ def test_one_and_two_leaves(fn):
     np.testing.assert_array_equal(np.asarray(tree.children), [[0, 1]])
 
 
-@pytest.mark.parametrize("fn", [jets.kt_tree, jets.kt_tree_numpy])
+@pytest.mark.parametrize("fn", KT_FUNCTIONS)
 def test_kt_input_validation(fn):
     L = np.array([_massless(10, 0.2, 0.0), _massless(5, 0.3, 1.0)])
     with pytest.raises(ValueError, match="leaves must be four-momenta"):
@@ -188,6 +198,8 @@ def test_trellis_matches_cluster_trellis_reference(reference):
     np.testing.assert_allclose(res.log_phi["trellis"], res.map_log_phi, rtol=0, atol=1e-9)
 
 
+@pytest.mark.fastjet
+@pytest.mark.skipif(not HAS_FASTJET, reason='needs fastjet (pip install "jaxhc[jets]")')
 def test_exact_map_bounds_every_method(reference):
     _, energy, leaf_list, res = reference
     assert res.methods == jets.METHODS
@@ -302,6 +314,8 @@ def _check_outputs(out, n_jets):
     return payload
 
 
+@pytest.mark.fastjet
+@pytest.mark.skipif(not HAS_FASTJET, reason='needs fastjet (pip install "jaxhc[jets]")')
 def test_cli_jets_from_file(tmp_path, capsys):
     out = tmp_path / "jets"
     argv = ["jets", "--input", GENERATOR_JETS, "--quick", "--min-leaves", "4", "--max-leaves", "5",
