@@ -9,6 +9,7 @@ from .components import (
     BetaBernoulli,
     BetaBinomial,
     DirichletMultinomial,
+    IndependentNormal,
     NormalGamma,
     NormalInverseWishart,
     NormalKnownCov,
@@ -17,10 +18,9 @@ from .inference.bhmc.sampler import BHMCResult, bhmc
 from .inference.pydt.em import PYDTEMResult, pydt_em, pydt_predictive_logpdf
 from .inference.pydt.mcmc import PYDTSamples, pydt_mcmc
 from .inference.bhc.greedy import BHCResult, bhc, bhc_predictive, bhc_predictive_cell, tree_log_evidence
-from .inference.bhcc.core import (
+from .inference.bhcc import (
     BHCCResult,
     BHCCView,
-    IndependentNormal,
     bhcc,
     bhcc_predictive_cell,
     bhcc_predictive_column,

@@ -9,7 +9,7 @@ from sklearn.metrics import adjusted_rand_score
 
 import jaxhc
 from jaxhc.datasets import cross_cluster_table, cross_clustering_synthetic
-from jaxhc.inference.bhcc.core import (
+from jaxhc.inference.bhcc import (
     IndependentNormal,
     bhcc,
     bhcc_predictive_cell,
@@ -355,7 +355,8 @@ def test_local_search_reaches_local_optima_brute_force():
     """On 8 columns (4140 partitions): from several starts the search ends where no move of
     one column and no merge of two views raises the criterion, never below its start nor
     above the best partition found by enumeration."""
-    from jaxhc.inference.bhcc.core import _column_model, _greedy_split, _local_search, _Partition, _SetEvidence
+    from jaxhc.inference.bhcc.columns import _column_model
+    from jaxhc.inference.bhcc.refine import _greedy_split, _local_search, _Partition, _SetEvidence
 
     X, u, _ = _views_table(2, view_sizes=(2, 3, 3))
     J = X.shape[1]

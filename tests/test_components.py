@@ -708,7 +708,7 @@ def test_logdet_paths_agree_with_numpy(d):
     """The log-determinant used by the NIW marginal (unrolled elimination for d <= 10, LAPACK
     Cholesky above) and the LAPACK-free elimination loop used on jaxlib 0.10 agree with
     numpy's slogdet, also inside a compiled loop."""
-    from jaxhc.components import _logdet_elimination_loop, _logdet_pd
+    from jaxhc.components.base import _logdet_elimination_loop, _logdet_pd
 
     rng = np.random.default_rng(d)
     B = rng.normal(size=(7, d, d))
@@ -731,7 +731,7 @@ def test_logdet_is_nan_where_precision_is_lost(d):
     """A matrix whose small eigenvalues are below eps times its diagonal (a rank-one 1e20
     scatter plus a unit prior scale: the unit part rounds away) gets NaN on every path,
     never a finite value made of rounding error; a condition number of 1e10 stays exact."""
-    from jaxhc.components import _logdet_elimination_loop, _logdet_pd
+    from jaxhc.components.base import _logdet_elimination_loop, _logdet_pd
 
     rng = np.random.default_rng(d)
     u = rng.normal(size=d)
@@ -808,3 +808,81 @@ def test_extreme_counts_exact_or_refused():
         BetaBinomial(1.0, 1.0, trials=2**60)
     with pytest.raises(ValueError, match="row totals must be at most 2\\^53"):
         jaxhc.bhc(np.full((4, 3), 1e300), DirichletMultinomial(np.ones(3)))
+
+
+# ---------------------------------------------------------------------------------------
+# column splitting (BHCC, the CDPM): one interface on the families, one error type
+# ---------------------------------------------------------------------------------------
+def test_column_split_refusals_are_one_error():
+    """Families whose columns are not independent given the cluster refuse every
+    column-splitting method with `ColumnSplitError`, which is both a TypeError and a
+    ValueError; the message names the algorithm, the separable families and the family."""
+    from jaxhc.components import ColumnSplitError
+
+    full = NormalKnownCov(jnp.zeros(2), jnp.array([[1.0, 0.5], [0.5, 1.0]]))
+    for comp in (NormalInverseWishart(jnp.zeros(2)), NormalGamma(jnp.zeros(2)), DirichletMultinomial(jnp.ones(2))):
+        name = type(comp).__name__
+        assert comp.column_parameters() is None
+        for call in (lambda: comp.check_column_split("ALG"), lambda: comp.restrict_columns([0], name="ALG"),
+                     lambda: comp.column_components(2, "ALG")):
+            with pytest.raises(ColumnSplitError) as err:
+                call()
+            assert isinstance(err.value, TypeError) and isinstance(err.value, ValueError)
+            assert str(err.value) == (
+                "ALG splits columns into views, which needs a column-separable component (columns independent given "
+                "the cluster: BetaBernoulli, BetaBinomial, IndependentNormal, NormalKnownCov with diagonal "
+                f"covariances); got {name}")
+    for call in (lambda: full.check_column_split("ALG"), lambda: full.column_components(2, "ALG")):
+        with pytest.raises(ColumnSplitError, match="ALG needs a column-separable component; component.prior_cov of "
+                                                   "NormalKnownCov must be diagonal"):
+            call()
+
+
+def test_restrict_columns_and_column_components():
+    """`restrict_columns` slices per-column parameters (scalars stay scalars; NormalKnownCov
+    takes sub-matrices, also of full covariances); `column_components` stacks one component per
+    column whose log marginals are those of `restrict_columns`."""
+    from jaxhc.components import IndependentNormal
+
+    bb = BetaBinomial(jnp.array([1.0, 2.0, 3.0]), 2.0, (3, 4, 5))
+    r = bb.restrict_columns([2, 0])
+    np.testing.assert_array_equal(np.asarray(r.a), [3.0, 1.0])
+    assert np.ndim(r.b) == 0 and r.trials == (5, 3)
+    with pytest.raises(ValueError, match="ALG needs the same number of trials"):
+        bb.column_components(3, "ALG")
+    full = NormalKnownCov(jnp.array([0.0, 1.0, 2.0]), jnp.array([[1.0, 0.5, 0.0], [0.5, 2.0, 0.1], [0.0, 0.1, 3.0]]))
+    r = full.restrict_columns([2, 1])
+    np.testing.assert_array_equal(np.asarray(r.prior_cov), [[3.0, 0.1], [0.1, 2.0]])
+    np.testing.assert_array_equal(np.asarray(r.mean), [2.0, 1.0])
+    ind = IndependentNormal(jnp.array([0.0, 1.0, 2.0]), 2.0, jnp.array([0.5, 1.0, 1.5]))
+    r = ind.restrict_columns([1])
+    assert np.ndim(r.prior_var) == 0 and np.asarray(r.noise_var).tolist() == [1.0]
+    assert ind.column_parameters().kind == "normal" and bb.column_parameters().kind == "beta"
+    np.testing.assert_array_equal(np.asarray(full.column_parameters().p2), [1.0, 2.0, 3.0])
+
+    X = np.array([[0.0, 1.0, 3.0], [1.0, 4.0, 2.0], [2.0, 0.0, 1.0]])
+    diag = NormalKnownCov(jnp.array([0.0, 1.0, 2.0]), jnp.array([1.0, 2.0, 3.0]), jnp.array([0.5, 1.0, 1.5]))
+    for comp in (BetaBinomial(jnp.array([1.0, 2.0, 3.0]), 2.0, 4), BetaBernoulli(0.5, 2.0), diag, ind):
+        Xc = (X > 1.0).astype(float) if isinstance(comp, BetaBernoulli) else X
+        stacked = comp.column_components(3)
+        for j in range(3):
+            one = jax.tree_util.tree_map(lambda x: x[j], stacked)
+            want = comp.restrict_columns([j]).log_marginal(comp.restrict_columns([j]).stats(Xc[:, [j]]))
+            np.testing.assert_allclose(float(one.log_marginal(one.stats(Xc[:, [j]]))), float(want), rtol=1e-12)
+
+
+def test_new_family_needs_only_its_own_methods():
+    """A column-separable family defined elsewhere gets `column_components` from the base
+    class once it implements `check_column_split` and `restrict_columns`."""
+
+    class _Cols(NormalGamma):
+        def check_column_split(self, name):
+            pass
+
+        def restrict_columns(self, cols, *, name="restrict_columns"):
+            cols = np.asarray(cols)
+            return _Cols(self.mean[cols], self.kappa, self.a, self.b[cols])
+
+    comp = _Cols(jnp.array([0.0, 1.0]), 1.0, 2.0, jnp.array([1.0, 2.0]))
+    stacked = comp.column_components(2)
+    assert stacked.mean.shape == (2, 1) and stacked.b.shape == (2, 1)

@@ -35,6 +35,7 @@ from jaxhc.components import (
     BetaBernoulli,
     BetaBinomial,
     DirichletMultinomial,
+    IndependentNormal,
     NormalGamma,
     NormalInverseWishart,
     NormalKnownCov,
@@ -290,6 +291,15 @@ def test_chain_rule_normal_gamma(X, mean, kappa, a, b):
 
 @settings(**SETTINGS)
 @given(
+    X=hnp.arrays(np.float64, (N_ROWS, D_COMP), elements=st.one_of(_floats(-5.0, 5.0), st.just(np.nan))),
+    mean=_vec(-3, 3), prior_var=_vec(0.1, 5.0), noise_var=_vec(0.1, 5.0),
+)
+def test_chain_rule_independent_normal(X, mean, prior_var, noise_var):
+    _check_chain_rule(IndependentNormal(mean, prior_var, noise_var), X)
+
+
+@settings(**SETTINGS)
+@given(
     X=hnp.arrays(np.float64, (N_ROWS, D_COMP), elements=st.sampled_from([0.0, 1.0, np.nan])),
     a=_vec(0.1, 10.0),
     b=_vec(0.1, 10.0),
@@ -328,7 +338,7 @@ def test_every_component_family_is_covered():
         and getattr(C, name) is not C.Component
     }
     covered = {"NormalInverseWishart", "NormalKnownCov", "NormalGamma", "BetaBernoulli", "BetaBinomial",
-               "DirichletMultinomial"}
+               "DirichletMultinomial", "IndependentNormal"}
     assert families == covered, families ^ covered
 
 

@@ -43,7 +43,6 @@ from .dpm import (
     _check_program_component,
     _col_vec,
     _crp_scan,
-    _float,
     _program_data,
     crp_log_prob,
     dpm_log_evidence_bruteforce,
@@ -65,25 +64,13 @@ MAX_BRUTEFORCE_COLS = 4
 
 
 def restrict_columns(component: Component, cols: Sequence[int]) -> Component:
-    """The component of the columns ``cols`` alone (its prior marginalised to them):
-    Beta families slice their per-column parameters; `NormalKnownCov` takes the sub-vector
-    and sub-matrices. Other families raise ``TypeError`` (their columns are not separable)."""
+    """The component of the columns ``cols`` alone (its prior marginalised to them), by the
+    family's `Component.restrict_columns`: Beta families slice their per-column parameters;
+    `NormalKnownCov` takes the sub-vector and sub-matrices. Families whose columns are not
+    separable raise `jaxhc.components.ColumnSplitError` (a ``TypeError``)."""
     _check_component(component)
     cols = np.asarray(cols, dtype=np.int64)
-    if isinstance(component, (BetaBernoulli, BetaBinomial)):
-        a = component.a if np.ndim(component.a) == 0 else component.a[cols]
-        b = component.b if np.ndim(component.b) == 0 else component.b[cols]
-        if isinstance(component, BetaBernoulli):
-            return BetaBernoulli(a, b)
-        t = component.trials
-        return BetaBinomial(a, b, t if isinstance(t, int) else tuple(t[i] for i in cols))
-    if isinstance(component, NormalKnownCov):
-        ix = np.ix_(cols, cols)
-        return NormalKnownCov(component.mean[cols], component.prior_cov[ix], component.noise_cov[ix])
-    raise TypeError(
-        f"the CDPM splits columns into views, which needs a column-separable component "
-        f"(BetaBernoulli, BetaBinomial, NormalKnownCov); got {type(component).__name__}"
-    )
+    return component.restrict_columns(cols, name="the CDPM")
 
 
 # ------------------------------------------------------------------------------------------

@@ -1,0 +1,360 @@
+"""Predictive distributions of BHCC (section 6): new rows (Eq. 10), new columns (Eq. 11-12)
+and missing cells (Eq. 13, Lemma A.7)."""
+from __future__ import annotations
+
+from functools import partial
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.scipy.special import gammaln, logsumexp
+
+from ...components import (
+    IndependentNormal,
+)
+from .columns import _column_model, _Columns, _real_array, _validate
+from .result import BHCCResult
+from .views import _VIEW_CHUNK, _grouped, _pad_views, _views_full
+
+
+def _row_weights(children, log_r, log_1mr, I, size_weighted):
+    """Per row-tree node ``log w_m [2I-1]`` (r_m times the (1 - r) of its ancestors; with
+    ``size_weighted`` also the ``n_child / n_parent`` factors of `BHCResult.log_weights`) and
+    the membership matrix ``[2I-1, I]``."""
+    N = 2 * I - 1
+    dt = log_r.dtype
+    full_r = jnp.concatenate([jnp.zeros(I, dt), log_r])
+    full_1 = jnp.concatenate([jnp.full(I, -jnp.inf, dt), log_1mr])
+    mem0 = jnp.zeros((N, I), bool).at[jnp.arange(I), jnp.arange(I)].set(True)
+
+    def up(mem, tc):
+        t, (a, b) = tc
+        return mem.at[I + t].set(mem[a] | mem[b]), None
+
+    mem, _ = jax.lax.scan(up, mem0, (jnp.arange(I - 1), children))
+    size = jnp.sum(mem, axis=1).astype(dt)
+
+    def down(acc, tc):
+        t, (a, b) = tc
+        k = I + t
+        base = acc[k] + full_1[k]
+        ea = jnp.log(size[a] / size[k]) if size_weighted else 0.0
+        eb = jnp.log(size[b] / size[k]) if size_weighted else 0.0
+        return acc.at[a].set(base + ea).at[b].set(base + eb), None
+
+    acc, _ = jax.lax.scan(down, jnp.zeros(N, dt), (jnp.arange(I - 1), children), reverse=True)
+    return full_r + acc, mem
+
+
+def _node_stats(leaf, out_stats):
+    return jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b], axis=0), leaf, out_stats)
+
+
+@partial(jax.jit, static_argnames=("mode",))
+def _views_predict(cd: _Columns, cols, outs, log_alpha, q_view, q_a, q_b, mode: str):
+    """Per query ``q`` (view ``q_view[q]`` of the batch ``cols [B, W]`` with row-BHC outputs
+    ``outs`` from `_views_full`), per mode:
+
+    - ``"cell"``: ``log sum_{m in path(i)} w_m p(X_ij = v | D_m)`` with ``q_a = (i, pos)``
+      int ``[Q, 2]`` and ``q_b`` = values ``[Q, K]`` (column index ``cols[view, pos]``);
+    - ``"row"``: the BHC predictive ``log p(x | view)`` of padded rows ``q_a [Q, W]``.
+
+    The row-tree weights of every view are computed once, then gathered per query.
+    """
+    I = cd.n_rows
+    children, out_stats, log_h1, log_d, log_pT, log_r, log_1mr, leaf_h1 = outs
+    lw, mem = jax.vmap(lambda ch, lr, l1: _row_weights(ch, lr, l1, I, mode == "row"))(children, log_r, log_1mr)
+
+    def per_query(v, qa, qb):
+        c = cols[v]
+        if mode == "cell":
+            i, pos = qa[0], qa[1]
+            col = c[pos]
+            leaf_col = type(out_stats)(*(x[:, col] for x in cd.s))
+            inner_col = jax.tree_util.tree_map(lambda x: x[v][:, pos] if x.ndim == 3 else x[v], out_stats)
+            ns = jax.tree_util.tree_map(lambda x, y: jnp.concatenate([x, y])[..., None], leaf_col, inner_col)
+            lp = cd.cell_log_predictive(col, qb[:, None], ns, 0)  # [K, 2I-1]
+            return logsumexp(jnp.where(mem[v][:, i][None, :], lw[v][None, :] + lp, -jnp.inf), axis=-1)
+        comp, leaf = cd.view(c)
+        ns = _node_stats(leaf, jax.tree_util.tree_map(lambda x: x[v], out_stats))
+        sx = cd.stats_of(qa[None, :], c)
+        lp = comp.log_marginal(comp.merge(ns, sx)) - comp.log_marginal(ns)
+        return logsumexp(lw[v] + lp)
+
+    return jax.vmap(per_query)(q_view, q_a, q_b)
+
+
+@jax.jit
+def _views_column_predict(cd: _Columns, cols, outs, log_alpha, Y, ycol, sign=1.0, base=1.0):
+    """``log p(y | view's row tree)`` ``[B, Q]`` of new columns ``Y [Q, I]`` (prior of column
+    ``ycol [Q]``) for every view of ``cols [B, W]``: Eq. 12 summed over the row tree's
+    consistent partitions, as the evidence ratio ``p(X_view, y | T_rows) / p(X_view | T_rows)``.
+    The new column's statistics are aggregated up each row tree (``O(I Q)``) and the BHC
+    recursion is redone with the per-node ``log p(H1)`` increased by the column's term.
+
+    Generally the recursion runs on ``base * log p(X_view | H1) + sign * (column term)`` and
+    returns its root minus ``base * log p(X_view | T_rows)``: ``sign=-1`` for a column of the
+    view gives ``log p(X_{view - y} | T_rows) - log p(X_view | T_rows)``, ``base=0`` gives
+    ``log p(y | T_rows)`` of the column alone (the refinement's screen, `_column_estimates`)."""
+    I = cd.n_rows
+    children, out_stats, log_h1, log_d, log_pT, log_r, log_1mr, leaf_h1 = outs
+    ycomp = cd.comp(ycol)
+    yleaf = ycomp.stats(Y.T[:, None, :])  # fields [I, Q]
+    if cd.beta:  # per-column log binomial coefficients (CountStats sums them over columns)
+        obs = ~jnp.isnan(Y.T)
+        x = jnp.where(obs, Y.T, 0.0)
+        tt = jnp.where(obs, cd.p3[ycol][None, :], 0.0)
+        yleaf = yleaf._replace(logc=gammaln(tt + 1) - gammaln(x + 1) - gammaln(tt - x + 1))
+
+    def one(ch, lh1_inner, ld_inner, lpT_inner, lh1_leaf):
+        pad = jax.tree_util.tree_map(lambda x: jnp.zeros((I - 1,) + x.shape[1:], x.dtype), yleaf)
+
+        def agg(st, tc):
+            t, (a, b) = tc
+            m_ = jax.tree_util.tree_map(lambda x: x[a] + x[b], st)
+            return jax.tree_util.tree_map(lambda x, u: x.at[I + t].set(u), st, m_), None
+
+        yst, _ = jax.lax.scan(agg, _node_stats(yleaf, pad), (jnp.arange(I - 1), ch))
+        col_terms = ycomp.column_log_marginal(yst)  # [2I-1, Q]
+        h = base * jnp.concatenate([lh1_leaf, lh1_inner])[:, None] + sign * col_terms
+        if I == 1:
+            return h[0] - base * lh1_leaf[0]
+        ld = jnp.concatenate([jnp.full((I,), log_alpha), ld_inner])
+        size = jnp.concatenate([jnp.ones(I), jnp.zeros(I - 1)])
+
+        def up(c, tc):
+            size, lp = c
+            t, (a, b) = tc
+            k = I + t
+            nk = size[a] + size[b]
+            lag = log_alpha + gammaln(nk)
+            ldd = ld[a] + ld[b]
+            val = jnp.logaddexp(lag - ld[k] + h[k], ldd - ld[k] + lp[a] + lp[b])
+            return (size.at[k].set(nk), lp.at[k].set(val)), None
+
+        lp0 = jnp.where((jnp.arange(2 * I - 1) < I)[:, None], h, 0.0)
+        (_, lp), _ = jax.lax.scan(up, (size, lp0), (jnp.arange(I - 1), ch))
+        return lp[-1] - base * lpT_inner[-1]
+
+    return jax.vmap(one)(children, log_h1, log_d, log_pT, leaf_h1)
+_QUERY_CHUNK = {"cell": 1024, "row": 256, "column": 512}
+
+
+def _node_queries(cd: _Columns, col_lists, alpha, mode, per_node_queries):
+    """Runs `_views_predict` for the views ``col_lists`` (column ids of ``cd``);
+    ``per_node_queries[n] = (q_a, q_b)`` arrays for view ``n``. Returns a list of result
+    arrays, one per view. Views run in chunks of `_VIEW_CHUNK`, queries in fixed-size
+    chunks (padded), so one program compiles per view width and mode."""
+    J = cd.n_cols
+    log_alpha = jnp.log(jnp.asarray(alpha, jnp.result_type(float)))
+    results = [None] * len(col_lists)
+    B, Qc = _VIEW_CHUNK, _QUERY_CHUNK[mode]
+    chunks = [(idx[s0 : s0 + B], W) for idx, W in _grouped(col_lists) for s0 in range(0, len(idx), B)]
+    for idx, W in chunks:
+        cols = jnp.asarray(_pad_views([col_lists[i] for i in idx], W, J, B))
+        outs = _views_full(cd, cols, log_alpha)
+        if mode == "column":  # every view gets the same new columns
+            Y, ycol = per_node_queries[idx[0]]
+            if len(Y) == 0:
+                for i in idx:
+                    results[i] = np.zeros(0)
+                continue
+            Qc = _QUERY_CHUNK["column"]
+            Qp = -(-len(Y) // Qc) * Qc
+            Yp = np.concatenate([Y, np.repeat(Y[:1], Qp - len(Y), axis=0)])
+            yc = np.concatenate([ycol, np.repeat(ycol[:1], Qp - len(Y))]).astype(np.int32)
+            res = np.concatenate([
+                np.asarray(_views_column_predict(cd, cols, outs, log_alpha, jnp.asarray(Yp[s0 : s0 + Qc]),
+                                                 jnp.asarray(yc[s0 : s0 + Qc])))
+                for s0 in range(0, Qp, Qc)], axis=1)
+            for r, i in enumerate(idx):
+                results[i] = res[r, : len(Y)]
+            continue
+        qv, qa, qb = [], [], []
+        for r, i in enumerate(idx):
+            a, b = per_node_queries[i]
+            if mode == "row":
+                a = _pad_rows_to(a, W)
+            qv.append(np.full(len(a), r, np.int32))
+            qa.append(a)
+            qb.append(b)
+        sizes = [len(x) for x in qv]
+        Q = sum(sizes)
+        if Q == 0:
+            for i in idx:
+                results[i] = np.zeros((0,) + np.shape(per_node_queries[i][1])[1:])
+            continue
+        qv, qa, qb = (np.concatenate(x) for x in (qv, qa, qb))
+        Qp = -(-Q // Qc) * Qc
+        padn = Qp - Q
+        qv = np.concatenate([qv, np.zeros(padn, np.int32)])
+        qa = np.concatenate([qa, np.repeat(qa[:1], padn, axis=0)])
+        qb = np.concatenate([qb, np.repeat(qb[:1], padn, axis=0)])
+        out = np.concatenate([
+            np.asarray(_views_predict(cd, cols, outs, log_alpha, jnp.asarray(qv[s0 : s0 + Qc]),
+                                      jnp.asarray(qa[s0 : s0 + Qc]), jnp.asarray(qb[s0 : s0 + Qc]), mode))
+            for s0 in range(0, Qp, Qc)])
+        off = 0
+        for r, i in enumerate(idx):
+            results[i] = out[off : off + sizes[r]]
+            off += sizes[r]
+    return results
+
+
+def _result_queries(res: "BHCCResult", nodes, mode, per_node_queries):
+    cd = _column_model(res.component, res.X)
+    sets = res.tree.leaf_sets()
+    return _node_queries(cd, [list(np.flatnonzero(sets[k])) for k in nodes], res.alpha, mode, per_node_queries)
+
+
+def _pad_rows_to(a, W):
+    return np.concatenate([a, np.full((a.shape[0], W - a.shape[1]), np.nan)], axis=1)
+
+
+def _check_result(result):
+    if not isinstance(result, BHCCResult):
+        raise TypeError(f"result must be a BHCCResult from jaxhc.bhcc or jaxhc.rbhcc, got {type(result).__name__}")
+
+
+def _live_nodes(result: BHCCResult, log_w: np.ndarray) -> np.ndarray:
+    return np.flatnonzero(np.isfinite(log_w) & ~np.isnan(result.log_h1))
+
+
+def bhcc_predictive_row(result: BHCCResult, X_new) -> np.ndarray:
+    """``log p(x | X, T)`` of new rows ``X_new [m, J]`` (Eq. 10; NaN entries are skipped).
+
+    ``p(x | T_c) = r_c p(x | X_c, DPM) + (1 - r_c) p(x_a | T_a) p(x_b | T_b)`` with each
+    view's DPM predictive the BHC predictive of its row tree (`jaxhc.bhc_predictive`).
+    Returns ``[m]``."""
+    _check_result(result)
+    Xn = _real_array(X_new, "X_new")
+    if Xn.ndim != 2 or Xn.shape[1] != result.n_columns:
+        raise ValueError(f"X_new must have shape [m, {result.n_columns}], got {Xn.shape}")
+    _validate(np.concatenate([result.X[:1] * np.nan, Xn]), result.component, "X_new")
+    J = result.n_columns
+    lr = result.node_log_r()
+    nodes = _live_nodes(result, lr)
+    sets = result.tree.leaf_sets()
+    qs = [(Xn[:, np.flatnonzero(sets[k])], np.zeros(len(Xn), np.int32)) for k in nodes]
+    outs = _result_queries(result, nodes, "row", qs)
+    dpm = {int(k): o for k, o in zip(nodes, outs)}
+    ch = np.asarray(result.tree.children)
+    val = {}
+    zero = np.zeros(len(Xn))
+    for k in range(2 * J - 1):
+        if k < J:  # a leaf inside a group without hypotheses below it has zero weight
+            val[k] = dpm.get(k, zero)
+            continue
+        a, b = ch[k - J]
+        l1 = result.log_1mr[k]
+        split = l1 + val[a] + val[b] if np.isfinite(l1) else np.full(len(Xn), -np.inf)
+        val[k] = np.logaddexp(lr[k] + dpm[k], split) if k in dpm else split
+    return val[2 * J - 2]
+
+
+def bhcc_predictive_column(result: BHCCResult, Y, column: Optional[int] = None) -> np.ndarray:
+    """``log p(y | X, T)`` of new columns ``Y [m, I]`` (Eq. 11-12, Lemma A.6).
+
+    ``sum_k omega'(k) p(y | X[:, L(T_k)], DPM)`` over all column-tree nodes, where
+    ``p(y | view)`` sums ``p(y | z)`` over the row partitions ``z`` of the view's BHC row
+    tree, weighted by their posterior (the evidence ratio ``p(X_view, y | T_rows) /
+    p(X_view | T_rows)``, Eq. 12 restricted to tree-consistent partitions), and
+    ``omega'`` is `BHCCResult.log_omega` with ``size_weighted=True``: Eq. 11 adds the two
+    subtrees' predictives, whose weights then sum to more than one; weighting each side by
+    its share of the columns (the CRP's rule for a new column) makes the predictive proper.
+
+    Args:
+      Y: ``[m, I]`` new columns (NaN = missing).
+      column: index of an existing column whose prior parameters the new column uses
+        (default: the component's parameters of column 0; with scalar parameters all agree).
+    Returns ``[m]``.
+    """
+    _check_result(result)
+    Yn = _real_array(Y, "Y")
+    I = result.X.shape[0]
+    if Yn.ndim != 2 or Yn.shape[1] != I:
+        raise ValueError(f"Y must have shape [m, {I}] (one new column per row of Y), got {Yn.shape}")
+    if column is not None and (isinstance(column, bool) or not isinstance(column, (int, np.integer))):
+        raise TypeError(f"column must be None or an integer column index, got {column!r}")
+    c = 0 if column is None else int(column)
+    if not 0 <= c < result.n_columns:
+        raise ValueError(f"column must be in [0, {result.n_columns}), got {column}")
+    _validate(np.concatenate([result.X[:, [c]], Yn.T], axis=1), _restrict(result.component, [c] * (len(Yn) + 1)), "Y")
+    lw = result.log_omega(size_weighted=True)
+    nodes = _live_nodes(result, lw)
+    qs = [(Yn, np.full(len(Yn), c, np.int32)) for _ in nodes]
+    outs = _result_queries(result, nodes, "column", qs)
+    terms = np.stack([lw[k] + o for k, o in zip(nodes, outs)])
+    return np.asarray(logsumexp(jnp.asarray(terms), axis=0))
+
+
+def _restrict(component, cols):
+    par = component.column_parameters()
+    if par is not None and par.kind == "normal":
+        # for NormalKnownCov (diagonal covariances, BHCC checks this) the columns' own variances,
+        # so repeated columns (one per new column checked) do not make a singular covariance
+        cols = np.asarray(cols)
+        g = lambda x: x if np.ndim(x) == 0 else np.asarray(x)[cols]
+        return IndependentNormal(g(par.p1), g(par.p2), g(par.p3))
+    return component.restrict_columns(cols)
+
+
+def _index_array(x, name: str) -> np.ndarray:
+    """``x`` as a flat int64 array after checking it holds integers (no silent truncation)."""
+    arr = np.asarray(x)
+    if arr.size and (arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer)):
+        raise TypeError(f"{name} must hold integer cell indices, got dtype {arr.dtype}")
+    return arr.astype(np.int64).reshape(-1)
+
+
+def bhcc_predictive_cell(result: BHCCResult, rows, cols, values) -> np.ndarray:
+    """``log p(X_ij = v | X, T)`` of cells ``(rows[q], cols[q])`` (Eq. 13, Lemma A.7).
+
+    ``sum_{k in Path(T, j)} omega(T, k) p(X_ij | X[:, L(T_k)], DPM)`` with the view's DPM
+    predictive of the cell itself a sum over the row-tree nodes on the path from the root
+    to row ``i``, ``r_m prod_{above} (1 - r) p(v | data of node m in column j)`` (the same
+    construction one level down). Both path weights sum to one, so the result is a proper
+    distribution over ``v``. The cells are usually missing (NaN) in ``result.X``; an
+    observed cell is predicted given itself.
+
+    Args:
+      rows, cols: int ``[Q]`` cell coordinates.
+      values: ``[Q]`` or ``[Q, K]`` candidate values of each cell.
+    Returns ``log p`` with the shape of ``values``.
+    """
+    _check_result(result)
+    rows = _index_array(rows, "rows")
+    cols = _index_array(cols, "cols")
+    vals = _real_array(values, "values")
+    squeeze = vals.ndim == 1
+    vals2 = vals[:, None] if squeeze else vals
+    I, J = result.X.shape
+    if rows.shape != cols.shape or vals2.ndim != 2 or vals2.shape[0] != rows.shape[0]:
+        raise ValueError(f"rows, cols must be [Q] and values [Q] or [Q, K]; got {rows.shape}, {cols.shape}, {vals.shape}")
+    if np.any((rows < 0) | (rows >= I)) or np.any((cols < 0) | (cols >= J)):
+        raise ValueError(f"cell coordinates out of range for X of shape {(I, J)}")
+    if not np.all(np.isfinite(vals2)):
+        raise ValueError("values must be finite (the candidate values of each cell)")
+    Q, K = vals2.shape
+    if Q * K:  # each candidate in its column's domain (e.g. 0 / 1 for BetaBernoulli)
+        Xq = np.full((Q * K, J), np.nan)
+        Xq[np.arange(Q * K), np.repeat(cols, K)] = vals2.reshape(-1)
+        _validate(Xq, result.component, "values")
+    lw = result.log_omega()
+    nodes = _live_nodes(result, lw)
+    sets = result.tree.leaf_sets()
+    qs, which = [], []
+    for k in nodes:
+        members = np.flatnonzero(sets[k])
+        sel = np.flatnonzero(sets[k][cols])
+        pos = np.searchsorted(members, cols[sel])
+        qs.append((np.stack([rows[sel], pos], axis=1).astype(np.int32).reshape(-1, 2), vals2[sel]))
+        which.append(sel)
+    nonempty = [i for i, w in enumerate(which) if len(w)]
+    outs = _result_queries(result, nodes[nonempty], "cell", [qs[i] for i in nonempty])
+    acc = np.full(vals2.shape, -np.inf)
+    for i, o in zip(nonempty, outs):
+        k = nodes[i]
+        acc[which[i]] = np.logaddexp(acc[which[i]], lw[k] + o)
+    return acc[:, 0] if squeeze else acc

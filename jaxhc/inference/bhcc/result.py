@@ -1,0 +1,171 @@
+"""The result types of BHCC (`BHCCResult`, `BHCCView`) and their assembly from a column tree."""
+from __future__ import annotations
+
+from typing import NamedTuple, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ...components import Component
+from ...tree import Tree
+from ..bhc.greedy import BHCResult, assemble_result
+from .columns import _column_model, _Columns
+from .hostmath import host_gammaln as _sgammaln
+from .views import _VIEW_CHUNK, _grouped, _pad_views, _views_full
+
+
+class BHCCView(NamedTuple):
+    """One view of a BHCC cut: its ``columns`` (indices into ``X``), the column-tree
+    ``node`` it is, its posterior ``log_r``, and ``rows``, the BHC result over the rows of
+    ``X[:, columns]`` (its component restricted to those columns)."""
+
+    columns: np.ndarray
+    node: int
+    log_r: float
+    rows: BHCResult
+
+    def cut(self, threshold: float = 0.5) -> np.ndarray:
+        """Row cluster labels ``[I]`` of this view (BHC cut of its row tree)."""
+        return self.rows.cut(threshold)
+
+
+class BHCCResult(NamedTuple):
+    """The output of `bhcc` / `rbhcc` (``J`` columns; column-tree nodes ``0 .. 2J-2`` as in
+    `jaxhc.tree.Tree`, leaves = columns).
+
+    Fields:
+      tree: binary tree over the columns; ``tree.values["log_r"]`` per merge.
+      log_evidence: ``log p(X | T)`` at the root (Eq. 6).
+      log_r: ``[J-1]`` log posterior of the one-view hypothesis of each inner node (Eq. 8).
+      cdpm_lower_bound: ``log p(X|T) + log d_root + log Gamma(alpha) - log Gamma(J + alpha)``,
+        a lower bound on the CDPM log marginal likelihood (Corollary 5.6).
+      log_h1: ``[2J-1]`` ``log p(X[:, L(T_k)] | BHC)`` of each node's view (NaN for nodes
+        below a truncated RBHCC level, which carry no hypothesis of their own).
+      log_d, log_pT, log_1mr: ``[2J-1]`` per node (leaves: ``log_r = 0``, ``log_1mr = -inf``).
+      views: the views of the cut at ``r < 0.5``, in order of their first column.
+      component, alpha: the model; X: the data ``[I, J]`` (host array, NaN = missing).
+      refine_gain: how much the refinement after the tree raised the criterion of the cut's
+        column partition (`views_log_joint`), in nats; 0 when it changed nothing or was off.
+    """
+
+    tree: Tree
+    log_evidence: float
+    log_r: np.ndarray
+    cdpm_lower_bound: float
+    log_h1: np.ndarray
+    log_d: np.ndarray
+    log_pT: np.ndarray
+    log_1mr: np.ndarray
+    views: tuple
+    component: Component
+    alpha: float
+    X: np.ndarray
+    refine_gain: float = 0.0
+
+    @property
+    def n_columns(self) -> int:
+        return self.tree.n_leaves
+
+    def views_log_joint(self) -> float:
+        """The criterion of the column partition ``u`` of `views`: ``log p(u) + sum_v log p(X_v
+        | BHC)``, the CRP(alpha) prior of the partition (``K log alpha + sum_v log Gamma(|v|) +
+        log Gamma(alpha) - log Gamma(J + alpha)``) plus every view's DPM lower bound from its
+        row BHC (`BHCResult.dpm_lower_bound`): a lower bound on ``log p(u, X)`` under the CDPM,
+        the quantity the refinement increases."""
+        J, a = self.n_columns, self.alpha
+        tot = float(_sgammaln(a) - _sgammaln(J + a))
+        for v in self.views:
+            tot += float(np.log(a) + _sgammaln(len(v.columns)) + float(v.rows.dpm_lower_bound))
+        return tot
+
+    def cut(self, threshold: float = 0.5) -> np.ndarray:
+        """Column view labels ``[J]``: split every node with ``r_k < threshold``."""
+        if not (0.0 <= float(threshold) <= 1.0):
+            raise ValueError(f"threshold must be a probability in [0, 1], got {threshold}")
+        return self.tree.cut(threshold, scores=np.exp(np.asarray(self.log_r)))
+
+    def node_log_r(self) -> np.ndarray:
+        """``log r_k [2J-1]`` of every node (0 at the leaves)."""
+        return np.concatenate([np.zeros(self.n_columns), np.asarray(self.log_r)])
+
+    def log_omega(self, size_weighted: bool = False) -> np.ndarray:
+        """``log omega(T, k) [2J-1]`` (Definition A.4): ``r_k prod_{c above k} (1 - r_c)``.
+
+        With ``size_weighted`` every step down from ``c`` to its child ``a`` also has the
+        factor ``|L(T_a)| / |L(T_c)|`` (the CRP's probability that a new column joins that
+        side), which makes the weights sum to one over all nodes; this is the normalised
+        form of Eq. 11 used by `bhcc_predictive_column`."""
+        J = self.n_columns
+        par = self.tree.parents()
+        size = self.tree.sizes().astype(float)
+        l1 = np.asarray(self.log_1mr)
+        acc = np.zeros(2 * J - 1)
+        for k in range(2 * J - 3, -1, -1):
+            p = par[k]
+            acc[k] = acc[p] + l1[p] + (np.log(size[k] / size[p]) if size_weighted else 0.0)
+        return self.node_log_r() + acc
+
+    def view_of(self, columns: Sequence[int]) -> BHCCView:
+        """A `BHCCView` (row BHC) of any set of columns."""
+        cols = np.asarray(columns, np.int64)
+        (rows,) = _view_rows(_column_model(self.component, self.X), [cols], self.alpha)
+        sets = self.tree.leaf_sets()
+        hit = np.flatnonzero(np.all(sets == np.isin(np.arange(self.n_columns), cols)[None, :], axis=1))
+        node = int(hit[0]) if len(hit) else -1
+        log_r = float(self.node_log_r()[node]) if node >= 0 else float("nan")
+        return BHCCView(cols, node, log_r, rows)
+
+
+def _view_rows(cd: "_Columns", col_lists, alpha) -> list:
+    """The row `BHCResult` of each view in ``col_lists``, run padded (programs shared with
+    the predictive passes) and sliced to the view's own columns."""
+    log_alpha = jnp.log(jnp.asarray(alpha, jnp.result_type(float)))
+    out = [None] * len(col_lists)
+    B = _VIEW_CHUNK
+    for idx, W in _grouped(col_lists):
+        for s0 in range(0, len(idx), B):
+            sub = idx[s0 : s0 + B]
+            cols = _pad_views([col_lists[i] for i in sub], W, cd.n_cols, B)
+            outs = _views_full(cd, jnp.asarray(cols), log_alpha)
+            for r, i in enumerate(sub):
+                w = len(col_lists[i])
+                c = jnp.asarray(np.asarray(col_lists[i], np.int32))
+                comp, leaf = cd.view(c)
+                o = jax.tree_util.tree_map(lambda x: x[r], outs)
+                out_stats = type(o[1])(*(x[:, :w] if x.ndim == 2 else x for x in o[1]))
+                out[i] = _rows_result(comp, alpha, leaf, (o[0], out_stats) + tuple(o[2:]))
+    return out
+
+
+def _rows_result(comp, alpha, leaf, out) -> BHCResult:
+    children, out_stats, log_h1, log_d, log_pT, log_r, log_1mr, leaf_log_h1 = out
+    I = int(np.shape(leaf_log_h1)[0])
+    return assemble_result(comp, float(alpha), I, leaf, np.asarray(leaf_log_h1), np.asarray(children).astype(np.int64),
+                     out_stats, np.asarray(log_h1), np.asarray(log_d), np.asarray(log_pT), np.asarray(log_r),
+                     np.asarray(log_1mr))
+
+
+def _views_of(X, component, alpha, tree, log_r_nodes) -> tuple:
+    labels = tree.cut(0.5, scores=np.exp(log_r_nodes[tree.n_leaves:]))
+    sets = tree.leaf_sets()
+    groups = [np.flatnonzero(labels == g) for g in range(int(labels.max()) + 1)]
+    rows = _view_rows(_column_model(component, X), groups, alpha)
+    views = []
+    for cols, rr in zip(groups, rows):
+        member = np.isin(np.arange(tree.n_leaves), cols)
+        node = int(np.flatnonzero(np.all(sets == member[None, :], axis=1))[0])
+        views.append(BHCCView(cols, node, float(log_r_nodes[node]), rr))
+    return tuple(views)
+
+
+def _finish(children, J, node_h1, node_d, node_pT, node_1mr, node_log_r, X, component, alpha, *, heights=None,
+            refine_gain=0.0):
+    log_r = node_log_r[J:]
+    tree = Tree(np.asarray(children, np.int64).reshape(-1, 2),
+                heights=np.arange(1, J, dtype=float) if heights is None else heights, values={"log_r": log_r})
+    log_ev = float(node_pT[-1])
+    bound = log_ev + float(node_d[-1]) + float(_sgammaln(alpha) - _sgammaln(J + alpha))
+    views = _views_of(X, component, alpha, tree, node_log_r)
+    return BHCCResult(tree, log_ev, log_r, bound, node_h1, node_d, node_pT, node_1mr, views, component,
+                      float(alpha), X, float(refine_gain))
