@@ -79,6 +79,8 @@ def test_fastjet_equals_numpy_merge_by_merge(variant, p):
         np.testing.assert_allclose(a.heights, b.heights, rtol=1e-6, atol=0)
 
 
+@pytest.mark.fastjet
+@pytest.mark.skipif(not HAS_FASTJET, reason='needs fastjet (pip install "jaxhc[jets]")')
 def test_ee_tree_does_not_depend_on_R_above_pi():
     rng = np.random.default_rng(3)
     for _ in range(10):
@@ -169,8 +171,8 @@ def test_missing_fastjet_gives_install_hint(monkeypatch):
     with open(GENERATOR_JETS) as f:
         lp, nl = _pad([np.asarray(json.load(f)[0]["leaves"])])
     with pytest.raises(ImportError, match="jaxhc.jets"):
-        jets.compare_map_methods(energy, lp, nl, methods=("kt",), kt_backend="fastjet", progress=False)
-    res = jets.compare_map_methods(energy, lp, nl, methods=("kt",), kt_backend="auto", progress=False)
+        jets.compare_map_methods(energy, lp, nl, methods=("kt",), kt_backend="fastjet", progress_bar=False)
+    res = jets.compare_map_methods(energy, lp, nl, methods=("kt",), kt_backend="auto", progress_bar=False)
     assert res.kt_backend == "numpy"
 
 
@@ -187,7 +189,7 @@ def reference():
     energy = trellis.GinkgoEnergy(1.5, 16.0, likelihood="paper")
     leaf_list = [np.asarray(d["leaves"], np.float64) for d in data]
     lp, nl = _pad(leaf_list)
-    res = jets.compare_map_methods(energy, lp, nl, progress=False)
+    res = jets.compare_map_methods(energy, lp, nl, progress_bar=False)
     return data, energy, leaf_list, res
 
 
