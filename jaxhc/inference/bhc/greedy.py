@@ -23,6 +23,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Any, NamedTuple, Optional
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -283,6 +284,12 @@ def bhc_core(comp, log_alpha, leaf_stats, n_valid, row_batch=1, S0=None, keep_ma
     smaller slot). Otherwise ``(children, out_stats, log_h1, log_d, log_pT, log_r, log_1mr,
     leaf_log_h1)`` per merge."""
     n = jax.tree_util.tree_leaves(leaf_stats)[0].shape[0]
+    # trace-time invariants (no run-time cost): every statistic has one row per slot, and a
+    # given score matrix is [n, n]. Inputs are validated by the public callers; a failure
+    # here is a bug in jaxhc.
+    chex.assert_tree_shape_prefix(leaf_stats, (n,))
+    if S0 is not None:
+        chex.assert_shape(S0, (n, n))
     dtype = jnp.result_type(log_alpha, jnp.float32)
     S = _pair_rows(comp, log_alpha, leaf_stats, n_valid, jnp.arange(n), row_batch) if S0 is None else S0
     state = _initial_state(comp, log_alpha, leaf_stats, n_valid, S, keep_matrix, evidence_only)
@@ -595,6 +602,8 @@ def node_stats_of_tree(comp: Component, leaf_stats, children):
     """Sufficient statistics of every node ``[2n-1, ...]`` of a tree given as ``children``."""
     children = jnp.asarray(children)
     n = children.shape[0] + 1
+    chex.assert_shape(children, (n - 1, 2))
+    chex.assert_tree_shape_prefix(leaf_stats, (n,))
     pad = jax.tree_util.tree_map(lambda x: jnp.zeros((n - 1,) + x.shape[1:], x.dtype), leaf_stats)
     allst = _gather_nodes(leaf_stats, pad)
 
@@ -613,6 +622,8 @@ def tree_node_terms(comp: Component, alpha, node_stats, children) -> TreeTerms:
     hyperparameters (``node_stats`` from `node_stats_of_tree`, ``children [n-1, 2]``)."""
     children = jnp.asarray(children)
     n = children.shape[0] + 1
+    chex.assert_shape(children, (n - 1, 2))
+    chex.assert_tree_shape_prefix(node_stats, (2 * n - 1,))
     log_alpha = jnp.log(alpha)
     log_h1 = comp.log_marginal(node_stats)
     cnt0 = jnp.concatenate([jnp.ones(n), jnp.zeros(n - 1)]).astype(log_h1.dtype)
