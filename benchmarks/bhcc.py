@@ -143,7 +143,8 @@ def run_fold(Xtr, rows, cols, truth, views_true, rows_true, methods, seed, level
             lp = bhc_cells(res, rows, cols, K)
             extra = {"n_clusters": int(res.n_clusters(0.5)), "dpm_lower_bound": float(res.dpm_lower_bound)}
         elif m == "DPM Gibbs":
-            s = gibbs.dpm_gibbs(jax.random.key(seed), Xtr, comp, 1.0, ns, warm, thin, progress_bar=False)
+            s = gibbs.dpm_gibbs(jax.random.key(seed), Xtr, comp, 1.0, num_samples=ns, num_warmup=warm, thin=thin,
+                                progress_bar=False)
             lab = jax.block_until_ready(s.labels)
             fit = time.perf_counter()
             lp = sampled_cells(lambda r, c, v: gibbs.dpm_predict_cells(Xtr, comp, lab, r, c, v), rows, cols, K)
@@ -158,7 +159,8 @@ def run_fold(Xtr, rows, cols, truth, views_true, rows_true, methods, seed, level
             extra = {"n_views": len(res.views), "cdpm_lower_bound": float(res.cdpm_lower_bound),
                      "view_ari": float(_ari(views_true, res.cut(0.5)))}
         elif m == "CDPM MCMC":
-            s = gibbs.cdpm_mcmc(jax.random.key(seed), Xtr, comp, 1.0, ns, warm, thin, heat=0.8, progress_bar=False)
+            s = gibbs.cdpm_mcmc(jax.random.key(seed), Xtr, comp, 1.0, num_samples=ns, num_warmup=warm, thin=thin,
+                                heat=0.8, progress_bar=False)
             U, Z = jax.block_until_ready((s.column_views, s.row_labels))
             fit = time.perf_counter()
             lp = sampled_cells(lambda r, c, v: gibbs.cdpm_predict_cells(Xtr, comp, U, Z, r, c, v), rows, cols, K)

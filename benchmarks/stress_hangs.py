@@ -128,7 +128,8 @@ done(res.level_labels)
     "cdpm_mcmc": """
 from jaxhc.inference.gibbs import cdpm_mcmc
 X = (mixture(40, 12) > 0).astype(float)
-s = cdpm_mcmc(jax.random.PRNGKey(0), X, jaxhc.BetaBernoulli(1.0, 1.0), 1.0, 10, num_warmup=10, progress_bar=False)
+s = cdpm_mcmc(jax.random.PRNGKey(0), X, jaxhc.BetaBernoulli(1.0, 1.0), 1.0, num_samples=10, num_warmup=10,
+              progress_bar=False)
 done(s.column_views)
 """,
 })

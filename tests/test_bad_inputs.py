@@ -557,7 +557,7 @@ e = "dpm_gibbs"
 
 def dpm(data, component=None, alpha=1.0, num_samples=2, key=KEY, **kw):
     # plain Gibbs sweeps (no split-merge moves): the smallest program to compile
-    return jaxhc.dpm_gibbs(key, data, niw() if component is None else component, alpha, num_samples,
+    return jaxhc.dpm_gibbs(key, data, niw() if component is None else component, alpha, num_samples=num_samples,
                            num_split_merge=0, num_restricted_scans=0, progress_bar=False, **kw)
 
 
@@ -587,7 +587,7 @@ NK2 = lambda: jaxhc.NormalKnownCov(np.zeros(2), np.eye(2), np.eye(2))  # noqa: E
 
 
 def cdpm(data, component=None, alpha=1.0, num_samples=2, key=KEY, **kw):
-    return jaxhc.cdpm_mcmc(key, data, NK2() if component is None else component, alpha, num_samples,
+    return jaxhc.cdpm_mcmc(key, data, NK2() if component is None else component, alpha, num_samples=num_samples,
                            progress_bar=False, **kw)
 
 

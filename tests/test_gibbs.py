@@ -315,31 +315,31 @@ def test_bad_inputs_raise():
     bb = BetaBernoulli(1.0, 1.0)
     k = jax.random.PRNGKey(0)
     with pytest.raises(ValueError, match="binary"):
-        G.dpm_gibbs(k, np.array([[0, 2], [1, 1]], float), bb, 1.0, 2, progress_bar=False)
+        G.dpm_gibbs(k, np.array([[0, 2], [1, 1]], float), bb, 1.0, num_samples=2, progress_bar=False)
     with pytest.raises(ValueError, match="2-D"):
-        G.dpm_gibbs(k, np.array([0, 1.0]), bb, 1.0, 2)
+        G.dpm_gibbs(k, np.array([0, 1.0]), bb, 1.0, num_samples=2)
     with pytest.raises(ValueError, match="non-empty"):
-        G.cdpm_mcmc(k, np.zeros((0, 2)), bb, 1.0, 2)
+        G.cdpm_mcmc(k, np.zeros((0, 2)), bb, 1.0, num_samples=2)
     with pytest.raises(ValueError, match="alpha"):
-        G.dpm_gibbs(k, X, bb, -1.0, 2)
+        G.dpm_gibbs(k, X, bb, -1.0, num_samples=2)
     with pytest.raises(TypeError, match="component"):
-        G.dpm_gibbs(k, X, "beta", 1.0, 2)
+        G.dpm_gibbs(k, X, "beta", 1.0, num_samples=2)
     with pytest.raises(ValueError, match="heat"):
-        G.cdpm_mcmc(k, X, bb, 1.0, 2, heat=1.5)
+        G.cdpm_mcmc(k, X, bb, 1.0, num_samples=2, heat=1.5)
     with pytest.raises(ValueError, match="heat"):
         G.cdpm_mcmc_step(k, None, X, bb, 1.0, heat=0.0)
     with pytest.raises(TypeError, match="column-separable"):
-        G.cdpm_mcmc(k, X, NormalInverseWishart(jnp.zeros(2)), 1.0, 2)
+        G.cdpm_mcmc(k, X, NormalInverseWishart(jnp.zeros(2)), 1.0, num_samples=2)
     with pytest.raises(ValueError, match="diagonal"):
-        G.cdpm_mcmc(k, X, NormalKnownCov(jnp.zeros(2), jnp.array([[1.0, 0.5], [0.5, 1.0]])), 1.0, 2)
+        G.cdpm_mcmc(k, X, NormalKnownCov(jnp.zeros(2), jnp.array([[1.0, 0.5], [0.5, 1.0]])), 1.0, num_samples=2)
     with pytest.raises(ValueError, match="num_samples"):
-        G.dpm_gibbs(k, X, bb, 1.0, 0)
+        G.dpm_gibbs(k, X, bb, 1.0, num_samples=0)
     with pytest.raises(ValueError, match="thin"):
-        G.cdpm_mcmc(k, X, bb, 1.0, 2, thin=0)
+        G.cdpm_mcmc(k, X, bb, 1.0, num_samples=2, thin=0)
     with pytest.raises(ValueError, match="labels"):
         G.dpm_gibbs_init(k, X, bb, 1.0, labels=[0, 1, 2])
     with pytest.raises(ValueError, match="NaN"):
-        G.dpm_gibbs(k, np.array([[0.0, np.nan], [1.0, 2.0]]), NormalKnownCov(jnp.zeros(2)), 1.0, 2)
+        G.dpm_gibbs(k, np.array([[0.0, np.nan], [1.0, 2.0]]), NormalKnownCov(jnp.zeros(2)), 1.0, num_samples=2)
     with pytest.raises(ValueError, match="rows"):
         G.dpm_predict_cells(X, bb, np.zeros((1, 2), int), [5], [0], [1.0])
     with pytest.raises(ValueError, match="same shape"):
