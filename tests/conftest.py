@@ -15,6 +15,7 @@ import os
 import shutil
 import sys
 import tempfile
+import warnings
 
 
 def _session_compilation_cache():
@@ -52,6 +53,142 @@ if os.environ.get("JAX_COMPILATION_CACHE_DIR") and os.environ.get("JAXHC_TEST_NO
                       float(os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"]))
     jax.config.update("jax_persistent_cache_min_entry_size_bytes",
                       int(os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"]))
+
+
+# Tests over ~10 s on 2 cores in the last full CI run (--durations; notes in the commit log):
+# marked `slow` here, in one place, so `pytest -m "not slow"` is a quick check. CI and the
+# README's command run everything. A test function listed here marks all its parameter cases.
+SLOW_TESTS = {
+    "test_bhc.py": {
+        "test_chunked_search_equals_the_one_call_search",
+        "test_learn_hyperparameters_on_bundled_data",
+        "test_learning_improves_evidence_on_dpm_data",
+        "test_padding_does_not_change_result",
+        "test_rbhc_equals_bhc_when_one_leaf_block",
+        "test_rbhc_filtering_builds_valid_tree",
+        "test_rbhc_one_cluster_with_outliers",
+    },
+    "test_bhcc.py": {
+        "test_cdpm_lower_bound_below_exact_evidence",
+        "test_four_views_recovered",
+        "test_normal_known_cov_and_independent_normal_agree",
+        "test_one_column_is_bhc",
+        "test_rbhcc_bounds_and_theorem",
+        "test_rbhcc_recovers_views_and_is_reproducible",
+        "test_rbhcc_screened_refinement",
+        "test_refine_false_is_algorithm_1",
+        "test_refinement_raises_the_criterion_and_the_result_is_consistent",
+        "test_view_evidence_matches_bhc_on_the_view",
+    },
+    "test_bhmc.py": {
+        "test_bhmc_bad_input_and_capacity_errors",
+        "test_bhmc_end_to_end_recovers_components_and_is_reproducible",
+        "test_chains_and_tree_starts",
+        "test_default_capacities_grow_instead_of_failing",
+        "test_defaults_recover_a_two_level_hierarchy_and_are_scale_invariant",
+        "test_gibbs_path_conditional_matches_brute_force",
+        "test_gibbs_sweeps_leave_the_prior_invariant",
+        "test_hyperparameter_conditionals_agree_with_the_joint_density",
+        "test_hyperparameter_mh_samples_its_conditional",
+        "test_new_components_are_shared_as_in_the_hdp",
+        "test_numpyro_program_scores_observed_data",
+        "test_prior_sampler_and_numpyro_program_match_the_crp",
+        "test_weight_update_matches_dirichlet_conditionals",
+    },
+    "test_cdpm_model.py": {
+        "test_cdpm_program_and_column_partition_prior",
+        "test_dpm_program_determinism_shapes_sites_and_crp_density",
+    },
+    "test_cli.py": {
+        "test_demo_quick",
+    },
+    "test_components.py": {
+        "test_normal_gamma_in_bhc_equals_niw_per_feature",
+    },
+    "test_float32.py": {
+        "test_float32_agrees_with_float64_to_1e_5",
+    },
+    "test_gibbs.py": {
+        "test_cdpm_mcmc_posterior_determinism_and_steps",
+        "test_dpm_gibbs_beta_bernoulli_posterior_determinism_and_steps",
+        "test_dpm_gibbs_gaussian_posterior",
+        "test_numpyro_cdpm_kernel_recovers_views_normal_known_cov",
+    },
+    "test_ginkgo_fit.py": {
+        "test_log_partition_batch_gradient_in_lam",
+        "test_nuts_posterior_covers_truth_and_matches_the_likelihood",
+        "test_sample_lambda_same_key_same_samples",
+    },
+    "test_ginkgo_model.py": {
+        "test_exact_log_z_equals_brute_force_over_trees",
+        "test_lam_root_in_padded_batches_equals_single_solves",
+        "test_paper_likelihood_of_true_trees_matches_reference_data",
+        "test_score_in_lam_changes_sign_around_the_generating_value",
+        "test_unordered_likelihood_sums_over_drawing_orders",
+    },
+    "test_hangs.py": {
+        "test_reproducer_never_hangs_in_fresh_processes",
+    },
+    "test_jets.py": {
+        "test_cli_jets_compilation_cache",
+    },
+    "test_jets_sparse.py": {
+        "test_all_trees_as_seeds_is_the_exact_trellis",
+    },
+    "test_notebooks.py": {
+        "test_notebook_runs",
+    },
+    "test_properties.py": {
+        "test_trellis_samples_follow_exact_tree_probabilities",
+    },
+    "test_pydt_em.py": {
+        "test_attach_scores_are_exact_log_joints",
+        "test_bound_never_decreases",
+        "test_four_clusters_pydt_multifurcates_ddt_binary",
+        "test_regraft_and_collapse_propose_valid_trees_scored_by_their_bound",
+    },
+    "test_pydt_em_probit.py": {
+        "test_m_step_does_not_lower_ep_surrogate_bound",
+        "test_probit_em_recovers_two_binary_clusters",
+    },
+    "test_pydt_mcmc.py": {
+        "test_driver_runs_samples_hyperparameters_and_validates",
+        "test_gibbs_c_and_precision_match_their_conditionals",
+        "test_moves_sample_the_exact_posterior_over_structures_of_three_points",
+        "test_predictive_over_mcmc_samples_integrates_to_one",
+        "test_probit_model_chains_and_numpyro_kernel",
+    },
+    "test_pydt_mcmc_chains.py": {
+        "test_chain_methods_agree",
+    },
+    "test_pydt_mcmc_four.py": {
+        "test_moves_sample_the_posterior_over_structures_of_four_points",
+    },
+    "test_trellis.py": {
+        "test_solve_batch_dasgupta_equals_individual",
+    },
+    "test_trellis_flat.py": {
+        "test_flat_equals_grouped_dasgupta",
+        "test_flat_equals_grouped_ginkgo",
+    },
+    "test_trellis_sharding.py": {
+        "test_solve_batch_sharded_over_four_devices_equals_one_device",
+    },
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    seen = set()
+    for item in items:
+        fname = os.path.basename(str(item.path))
+        func = getattr(item, "originalname", None) or item.name.split("[")[0]
+        if func in SLOW_TESTS.get(fname, ()):
+            item.add_marker(pytest.mark.slow)
+            seen.add((fname, func))
+    modules = {os.path.basename(str(item.path)): item.module for item in items if getattr(item, "module", None)}
+    stale = sorted(f"{f}::{t}" for f, mod in modules.items() for t in SLOW_TESTS.get(f, ()) if not hasattr(mod, t))
+    if stale:  # a renamed test: keep the list in step
+        warnings.warn(pytest.PytestWarning(f"SLOW_TESTS in tests/conftest.py names tests that do not exist: {stale}"))
 
 
 def pytest_unconfigure(config):
