@@ -33,22 +33,22 @@ import numpyro
 import numpyro.distributions as dist
 from jax.scipy.special import logsumexp
 
+from .._internal.validation import check_component as _check_component
 from ..components import BetaBernoulli, BetaBinomial, Component, NormalKnownCov
 from .dpm import (
     MAX_BRUTEFORCE_ROWS,
-    _check_alpha,
-    _check_component,
-    _check_count,
-    _check_labels,
-    _check_program_component,
-    _col_vec,
-    _crp_scan,
-    _program_data,
     crp_log_prob,
     dpm_log_evidence_bruteforce,
     dpm_log_joint,
     set_partitions,
 )
+from .dpm import check_alpha_jax as _check_alpha
+from .dpm import check_count as _check_count
+from .dpm import check_labels as _check_labels
+from .dpm import check_program_component as _check_program_component
+from .dpm import col_vec as _col_vec
+from .dpm import crp_scan as _crp_scan
+from .dpm import program_data as _program_data
 
 __all__ = [
     "CDPMSample",

@@ -36,9 +36,9 @@ import numpyro.distributions as dist
 from jax.scipy.special import gammaln, logsumexp
 from numpyro.contrib.control_flow import scan
 
+from .._internal.dtypes import float_dtype as _float
 from .._internal.validation import check_alpha, check_component
 from ..components import BetaBernoulli, BetaBinomial, Component, NormalKnownCov
-from .._internal.dtypes import float_dtype as _float
 
 __all__ = [
     "DPMSample",
@@ -60,15 +60,12 @@ def _is_concrete(x) -> bool:
     return not isinstance(x, jax.core.Tracer)
 
 
-def _check_alpha(alpha, name="alpha"):
-    """`jaxhc.inference.bhc.greedy.check_alpha`, returned as a JAX scalar (traced values pass)."""
+def check_alpha_jax(alpha, name="alpha"):
+    """`jaxhc._internal.validation.check_alpha`, returned as a JAX scalar (traced values pass)."""
     return jnp.asarray(check_alpha(alpha, name), _float())
 
 
-_check_component = check_component
-
-
-def _check_count(v, name, allow_none=False):
+def check_count(v, name, allow_none=False):
     if v is None:
         if allow_none:
             return None
@@ -78,7 +75,7 @@ def _check_count(v, name, allow_none=False):
     return int(v)
 
 
-def _check_labels(labels, n, name="labels") -> np.ndarray:
+def check_labels(labels, n, name="labels") -> np.ndarray:
     """Concrete integer labels ``[n]``, relabelled ``0..K-1`` in order of first appearance."""
     if isinstance(labels, jax.core.Tracer):
         raise TypeError(f"{name} must be concrete (not traced)")
@@ -97,7 +94,7 @@ def _check_labels(labels, n, name="labels") -> np.ndarray:
 def set_partitions(n: int) -> Iterator[np.ndarray]:
     """All set partitions of ``n`` items as restricted growth strings (labels ``[n]`` in
     order of first appearance); there are Bell(n) of them."""
-    n = _check_count(n, "n")
+    n = check_count(n, "n")
 
     def rec(prefix, k):
         if len(prefix) == n:
@@ -116,10 +113,10 @@ def crp_log_prob(labels, alpha):
     """``log CRP(labels | alpha) = K log alpha + sum_k log Gamma(n_k) + log Gamma(alpha) -
     log Gamma(alpha + n)`` for a partition given as integer labels ``[n]`` (any label values
     when concrete; traced labels must lie in ``0..n-1``). Differentiable in ``alpha``."""
-    alpha = _check_alpha(alpha)
+    alpha = check_alpha_jax(alpha)
     if _is_concrete(labels):
         arr = np.asarray(labels)
-        labels = _check_labels(arr, arr.shape[0] if arr.ndim == 1 else -1)
+        labels = check_labels(arr, arr.shape[0] if arr.ndim == 1 else -1)
     labels = jnp.asarray(labels)
     n = labels.shape[0]
     counts = jnp.sum(labels[:, None] == jnp.arange(n)[None, :], axis=0).astype(alpha.dtype)
@@ -133,7 +130,7 @@ def crp_log_prob(labels, alpha):
     )
 
 
-def _crp_scan(name, alpha, n, K, batch=()):
+def crp_scan(name, alpha, n, K, batch=()):
     """Sequential CRP over ``n`` items with capacity ``K``, ``len(batch)`` independent
     restaurants in parallel. Returns labels ``[n, *batch]`` and a truncation flag."""
     f = alpha.dtype
@@ -171,8 +168,8 @@ class DPMSample(NamedTuple):
 _PROGRAM_FAMILIES = (BetaBernoulli, BetaBinomial, NormalKnownCov)
 
 
-def _check_program_component(component):
-    _check_component(component)
+def check_program_component(component):
+    check_component(component)
     if not isinstance(component, _PROGRAM_FAMILIES):
         raise TypeError(
             f"the generative program supports BetaBernoulli, BetaBinomial and NormalKnownCov "
@@ -181,7 +178,7 @@ def _check_program_component(component):
         )
 
 
-def _program_data(X, component, num_rows, num_cols, name="X"):
+def program_data(X, component, num_rows, num_cols, name="X"):
     """Eager checks shared by `dpm` and `cdpm`; returns (X or None, n, d)."""
     if X is not None:
         if isinstance(X, jax.core.Tracer):
@@ -193,15 +190,15 @@ def _program_data(X, component, num_rows, num_cols, name="X"):
             if np.any(np.isnan(Xa)):
                 raise ValueError(f"{name} has missing entries (NaN); the generative program needs complete data")
         n, d = Xa.shape
-        if num_rows is not None and _check_count(num_rows, "num_rows") != n:
+        if num_rows is not None and check_count(num_rows, "num_rows") != n:
             raise ValueError(f"num_rows={num_rows} but {name} has {n} rows")
-        if num_cols is not None and _check_count(num_cols, "num_cols") != d:
+        if num_cols is not None and check_count(num_cols, "num_cols") != d:
             raise ValueError(f"num_cols={num_cols} but {name} has {d} columns")
         return jnp.asarray(Xa, _float()), n, d
     if num_rows is None:
         raise ValueError("num_rows is required when X is None (sampling data)")
-    n = _check_count(num_rows, "num_rows")
-    d = _check_count(num_cols, "num_cols", allow_none=True)
+    n = check_count(num_rows, "num_rows")
+    d = check_count(num_cols, "num_cols", allow_none=True)
     if d is None:
         d = component.dim
     elif (isinstance(component, NormalKnownCov) or np.ndim(getattr(component, "a", 0))
@@ -210,7 +207,7 @@ def _program_data(X, component, num_rows, num_cols, name="X"):
     return None, n, d
 
 
-def _col_vec(v, d):
+def col_vec(v, d):
     return jnp.broadcast_to(jnp.asarray(v, _float()), (d,))
 
 
@@ -229,17 +226,17 @@ def dpm(X=None, component: Optional[Component] = None, alpha=1.0, num_rows: Opti
     Returns:
       `DPMSample` ``(X, labels, truncated)``.
     """
-    _check_program_component(component)
-    alpha = _check_alpha(alpha)
-    Xo, n, d = _program_data(X, component, num_rows, num_cols)
-    K = n if max_clusters is None else _check_count(max_clusters, "max_clusters")
+    check_program_component(component)
+    alpha = check_alpha_jax(alpha)
+    Xo, n, d = program_data(X, component, num_rows, num_cols)
+    K = n if max_clusters is None else check_count(max_clusters, "max_clusters")
     K = min(K, n)
 
-    z, trunc = _crp_scan("z", alpha, n, K)
+    z, trunc = crp_scan("z", alpha, n, K)
     numpyro.deterministic("truncated", trunc)
     if isinstance(component, (BetaBernoulli, BetaBinomial)):
         with numpyro.plate("clusters", K, dim=-2), numpyro.plate("columns", d, dim=-1):
-            theta = numpyro.sample("theta", dist.Beta(_col_vec(component.a, d), _col_vec(component.b, d)))
+            theta = numpyro.sample("theta", dist.Beta(col_vec(component.a, d), col_vec(component.b, d)))
         p = theta[z]
         with numpyro.plate("rows", n, dim=-2), numpyro.plate("columns", d, dim=-1):
             if isinstance(component, BetaBernoulli):
@@ -266,10 +263,10 @@ def dpm_log_joint(X, labels, component: Component, alpha):
     """Collapsed ``log p(X, labels) = log CRP(labels | alpha) + sum_k log p(X_{labels=k})``
     with the component parameters integrated out (``component.log_marginal``). Any
     component family; labels are any integers ``[n]`` (only the partition matters)."""
-    _check_component(component)
-    alpha = _check_alpha(alpha)
+    check_component(component)
+    alpha = check_alpha_jax(alpha)
     Xa = component.validate_data(X, "X")
-    lab = _check_labels(labels, Xa.shape[0])
+    lab = check_labels(labels, Xa.shape[0])
     leaf = component.leaf_stats(jnp.asarray(Xa, _float()))
     return crp_log_prob(lab, alpha) + _partition_log_marginal(component, leaf, jnp.asarray(lab, jnp.int32))
 
@@ -316,8 +313,8 @@ def _partition_masks(p):
 def dpm_log_evidence_bruteforce(X, component: Component, alpha, *, max_rows: int = MAX_BRUTEFORCE_ROWS):
     """``log p(X) = log sum_z exp dpm_log_joint(X, z)`` over all Bell(n) set partitions of
     the rows. Raises ``ValueError`` above ``max_rows`` rows (default 6)."""
-    _check_component(component)
-    alpha = _check_alpha(alpha)
+    check_component(component)
+    alpha = check_alpha_jax(alpha)
     Xa = component.validate_data(X, "X")
     n = Xa.shape[0]
     if n > max_rows:
