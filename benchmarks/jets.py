@@ -170,6 +170,7 @@ def worker_batch(args) -> dict:
 
     from jaxhc import trellis
     from jaxhc.models import ginkgo
+    from jaxhc.trellis import batch as trellis_batch
     from jaxhc.trellis import exact
 
     lik, B = args.likelihood, args.batch
@@ -191,7 +192,7 @@ def worker_batch(args) -> dict:
         idx = np.flatnonzero(nl == n)
         sub = jnp.asarray(lp[idx, :n])
         nv = jnp.asarray(nl[idx], jnp.int32)
-        comp, c = _aot(exact._batch_core, energy, sub, nv, n_max=int(n), marginals=False)
+        comp, c = _aot(trellis_batch._batch_core, energy, sub, nv, n_max=int(n), marginals=False)
         comp_s += c
         groups.append((comp, sub, nv))
     out["kernel_compile_s"] = comp_s
@@ -277,7 +278,7 @@ def worker_table1(args) -> dict:
     t = time.perf_counter()
     jb = ginkgo.simulate(_key(args.seed + 510), _params(), args.table1_jets, min_leaves=5, max_leaves=10)
     sim_s = time.perf_counter() - t
-    res = jets.compare_map_methods(energy, jb.leaves, jb.n_leaves, progress=False)
+    res = jets.compare_map_methods(energy, jb.leaves, jb.n_leaves, progress_bar=False)
     rows = jets.table1(res)
     return {"likelihood": lik, "jets": len(jb), "simulate_s": sim_s, "seconds": res.seconds,
             "kt_backend": res.kt_backend,
@@ -383,6 +384,7 @@ def worker_nuts(args) -> dict:
     import numpy as np
 
     from jaxhc.models import ginkgo
+    from jaxhc.trellis import batch as trellis_batch
     from jaxhc.trellis import exact
 
     lik = args.likelihood
@@ -397,7 +399,7 @@ def worker_nuts(args) -> dict:
     out.update(sizes_hist=np.bincount(nl, minlength=10).tolist(), splits_per_eval=splits, true_lam=2.0)
     try:
         t = time.perf_counter()
-        post = ginkgo_fit.sample_lambda(_key(args.seed + 201), lp, nl, 16.0, likelihood=lik, progress=False)
+        post = ginkgo_fit.sample_lambda(_key(args.seed + 201), lp, nl, 16.0, likelihood=lik, progress_bar=False)
         out["nuts_s"] = time.perf_counter() - t
     except Exception as e:  # noqa: BLE001
         return {**out, "not_measured": f"sample_lambda failed: {type(e).__name__}: {str(e)[:300]}"}
@@ -409,10 +411,10 @@ def worker_nuts(args) -> dict:
         pass
     # one log Z evaluation of the whole batch, warm (what every leapfrog step costs, plus its tangent)
     batch = ginkgo_fit.prepare_jets(lp, nl, 16.0, lik)
-    f = jax.jit(lambda lam: exact.log_partition_prepared(_energy_traced(lik, lam), batch).sum())
+    f = jax.jit(lambda lam: trellis_batch.log_partition_prepared(_energy_traced(lik, lam), batch).sum())
     out["logz_batch_s"], _ = _time_calls(lambda: f(2.0), args.min_time, max_calls=50)
     out["splits_per_s_logz"] = splits / out["logz_batch_s"]
-    g = jax.jit(lambda lam: jax.jvp(lambda l: exact.log_partition_prepared(_energy_traced(lik, l), batch).sum(),
+    g = jax.jit(lambda lam: jax.jvp(lambda l: trellis_batch.log_partition_prepared(_energy_traced(lik, l), batch).sum(),
                                     (lam,), (1.0,)))
     out["logz_jvp_batch_s"], _ = _time_calls(lambda: g(2.0), args.min_time, max_calls=50)
     return out

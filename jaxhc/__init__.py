@@ -28,7 +28,7 @@ from .inference.bhcc import (
     rbhcc,
 )
 from .inference.gibbs import cdpm_mcmc, dpm_gibbs
-from .inference.ginkgo_fit import LambdaFit, LambdaPosterior, fit_lambda, sample_lambda
+from .inference.ginkgo_fit import LambdaFit, LambdaPosterior, LambdaSamples, fit_lambda, sample_lambda
 from .inference.bhc.hyperopt import HyperoptResult, learn_hyperparameters
 from .inference.bhc.randomized import rbhc
 from .tree import ParentTree, Tree
@@ -47,6 +47,7 @@ __all__ = [
     "IndependentNormal",
     "LambdaFit",
     "LambdaPosterior",
+    "LambdaSamples",
     "NormalGamma",
     "NormalInverseWishart",
     "NormalKnownCov",

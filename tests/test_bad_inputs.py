@@ -774,14 +774,14 @@ ok(e, "1e-300 (impossible)", lambda: ginkgo.tree_log_likelihood(greedy_tree(), j
 
 # --- fit_lambda / sample_lambda -------------------------------------------------------------
 e = "fit_lambda"
-FIT = dict(steps=2, progress=False)
+FIT = dict(steps=2, progress_bar=False)
 raises(e, "t_cut 0", lambda: jaxhc.fit_lambda(*jets(), 0.0, **FIT), V, r"t_cut must be a positive finite scalar")
 raises(e, "t_cut NaN", lambda: jaxhc.fit_lambda(*jets(), np.nan, **FIT), V, r"t_cut must be a positive finite scalar")
 raises(e, "t_cut above every jet's mass", lambda: jaxhc.fit_lambda(*jets(), 1e6, **FIT), V,
        r"t_cut=1e\+06 is not below the mass squared")
 raises(e, "lam_init -1", lambda: jaxhc.fit_lambda(*jets(), 16.0, lam_init=-1.0, **FIT), V,
        r"lam_init must be a positive finite scalar")
-raises(e, "steps 0", lambda: jaxhc.fit_lambda(*jets(), 16.0, steps=0, progress=False), V, r"steps must be >= 1")
+raises(e, "steps 0", lambda: jaxhc.fit_lambda(*jets(), 16.0, steps=0, progress_bar=False), V, r"steps must be >= 1")
 raises(e, "NaN leaves", lambda: jaxhc.fit_lambda(jets()[0] * np.nan, jets()[1], 16.0, **FIT), V,
        r"leaves_padded\[0\] contains NaN")
 raises(e, "complex", lambda: jaxhc.fit_lambda(jets()[0] + 1j, jets()[1], 16.0, **FIT), T,
@@ -801,7 +801,7 @@ def _valid_fit(fit):
 ok(e, "two steps", lambda: jaxhc.fit_lambda(*jets(), 16.0, **FIT), _valid_fit)
 
 e = "sample_lambda"
-SL = dict(num_warmup=2, num_samples=2, progress=False)
+SL = dict(num_warmup=2, num_samples=2, progress_bar=False)
 raises(e, "key int", lambda: jaxhc.sample_lambda(0, *jets(), 16.0, **SL), T, r"key must be a JAX PRNG key")
 raises(e, "num_samples 0", lambda: jaxhc.sample_lambda(KEY, *jets(), 16.0, **{**SL, "num_samples": 0}), V,
        r"num_samples must be >= 1")

@@ -121,7 +121,7 @@ def test_log_partition_batch_gradient_in_lam():
 @functools.lru_cache(maxsize=None)
 def the_fit() -> LambdaFit:
     batch, _ = fit_batch()
-    return fit_lambda(batch, None, T_CUT, lam_init=1.0, progress=False)
+    return fit_lambda(batch, None, T_CUT, lam_init=1.0, progress_bar=False)
 
 
 def _loglik(lam):
@@ -148,7 +148,7 @@ def test_fit_lambda_is_a_stationary_maximum():
     # the reported standard error is 1 / sqrt(observed information)
     assert abs(fit.stderr - 1 / np.sqrt(-curvature)) <= 1e-3 * fit.stderr
     # the same maximum from the other side
-    other = fit_lambda(fit_batch()[0], None, T_CUT, lam_init=6.0, progress=False)
+    other = fit_lambda(fit_batch()[0], None, T_CUT, lam_init=6.0, progress_bar=False)
     assert other.converged and abs(other.lam - lam) <= 1e-6 * lam
 
 
@@ -174,7 +174,7 @@ def test_fit_lambda_from_the_convex_small_lambda_side():
                for a, b in zip(lam_grid[:-1], lam_grid[1:]))
     import optax
 
-    fits = [fit_lambda(batch, None, T_CUT, lam_init=lam0, progress=False, **kw)
+    fits = [fit_lambda(batch, None, T_CUT, lam_init=lam0, progress_bar=False, **kw)
             for lam0, kw in ((0.2, {}), (0.5, dict(optimizer=optax.sgd(0.5))), (20.0, {}))]
     for fit in fits:
         assert fit.converged and fit.trace[-1] >= fit.trace.max() - 1e-12
@@ -209,8 +209,8 @@ def nuts_batch():
 
 def test_nuts_posterior_covers_truth_and_matches_the_likelihood():
     batch = nuts_batch()
-    post = sample_lambda(jax.random.key(1), batch, None, T_CUT, num_warmup=100, num_samples=150, progress=False)
-    ml = fit_lambda(batch, None, T_CUT, progress=False)
+    post = sample_lambda(jax.random.key(1), batch, None, T_CUT, num_warmup=100, num_samples=150, progress_bar=False)
+    ml = fit_lambda(batch, None, T_CUT, progress_bar=False)
     assert post.samples.shape == (150,) and np.all(post.samples > 0)
     assert not np.any(np.asarray(post.mcmc.get_extra_fields()["diverging"]))
     lo, hi = post.interval
@@ -223,7 +223,7 @@ def test_nuts_posterior_covers_truth_and_matches_the_likelihood():
 
 def test_sample_lambda_same_key_same_samples():
     X, nl = pad([x for x in small_jets() if len(x) == 3])
-    run = lambda key: sample_lambda(key, X, nl, T_CUT, num_warmup=20, num_samples=20, progress=False).samples
+    run = lambda key: sample_lambda(key, X, nl, T_CUT, num_warmup=20, num_samples=20, progress_bar=False).samples
     a, b = run(jax.random.key(7)), run(jax.random.key(7))
     np.testing.assert_array_equal(a, b)
     assert len(np.unique(a)) > 1
@@ -234,7 +234,7 @@ def test_sample_lambda_same_key_same_samples():
 # ------------------------------------------------------------------------------------------
 def test_bad_inputs_name_the_argument():
     X, nl = pad(small_jets()[:4])
-    ok = dict(progress=False)
+    ok = dict(progress_bar=False)
     for bad in (0.0, -1.0, np.nan, np.inf):
         with pytest.raises(ValueError, match="t_cut"):
             fit_lambda(X, nl, bad, **ok)
@@ -268,12 +268,12 @@ def test_bad_inputs_name_the_argument():
     with pytest.raises(ValueError, match="lam_prior"):
         import numpyro.distributions as dist
 
-        sample_lambda(key, X, nl, T_CUT, lam_prior=dist.Normal(2.0, 1.0), progress=False)
+        sample_lambda(key, X, nl, T_CUT, lam_prior=dist.Normal(2.0, 1.0), progress_bar=False)
     with pytest.raises(TypeError, match="lam_prior"):
-        sample_lambda(key, X, nl, T_CUT, lam_prior="lognormal", progress=False)
+        sample_lambda(key, X, nl, T_CUT, lam_prior="lognormal", progress_bar=False)
     with pytest.raises(ValueError, match="num_samples"):
-        sample_lambda(key, X, nl, T_CUT, num_samples=0, progress=False)
+        sample_lambda(key, X, nl, T_CUT, num_samples=0, progress_bar=False)
     with pytest.raises(TypeError, match="key"):
-        sample_lambda(0, X, nl, T_CUT, progress=False)
+        sample_lambda(0, X, nl, T_CUT, progress_bar=False)
     with pytest.raises(ValueError, match="likelihood"):
         lambda_model(X, nl, T_CUT, likelihood="exactly")

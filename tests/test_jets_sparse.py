@@ -39,7 +39,7 @@ def jets8():
 def _best_log_phi(energy, leaves, trees):
     """Largest ``log phi`` of ``trees`` over one jet (one jitted scoring call)."""
     lp = np.repeat(leaves[None], len(trees), 0)
-    return float(np.max(jets._score_trees(energy, lp, np.full(len(trees), len(leaves)), trees)))
+    return float(np.max(jets.studies._score_trees(energy, lp, np.full(len(trees), len(leaves)), trees)))
 
 
 # ---------------------------------------------------------------------------------------

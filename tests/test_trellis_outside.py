@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from jaxhc import trellis
-from jaxhc.trellis.exact import _dp
+from jaxhc.trellis.exact import run_dp as _dp
 
 
 @pytest.mark.parametrize("n", [3, 6])

@@ -19,7 +19,7 @@ from .bhc import (
 from .bhcc import BHCCResult, BHCCView, bhcc_predictive_cell, bhcc_predictive_column, bhcc_predictive_row, rbhcc
 from .bhmc import BHMC, BHMCResult, BHMCState, bhmc_init, bhmc_step
 from .gibbs import CDPMGibbs, DPMGibbs, cdpm_mcmc, cdpm_predict_cells, dpm_gibbs, dpm_predict_cells
-from .ginkgo_fit import LambdaFit, LambdaPosterior, fit_lambda, lambda_model, sample_lambda
+from .ginkgo_fit import LambdaFit, LambdaPosterior, LambdaSamples, fit_lambda, lambda_model, sample_lambda
 from .pydt import (
     PYDT,
     PYDTEMResult,
@@ -36,7 +36,7 @@ from .pydt import (
 __all__ = [
     "BHCResult",
     "BHCCResult", "BHCCView", "BHMC", "BHMCResult", "BHMCState", "CDPMGibbs", "DPMGibbs",
-    "HyperoptResult", "LambdaFit", "LambdaPosterior", "PYDT", "PYDTEMResult", "PYDTPriors",
+    "HyperoptResult", "LambdaFit", "LambdaPosterior", "LambdaSamples", "PYDT", "PYDTEMResult", "PYDTPriors",
     "PYDTSamples", "PYDTState",
     "bhc", "bhcc", "bhmc", "gibbs", "ginkgo_fit", "mh", "pydt",
     "bhc_predictive", "bhc_predictive_cell", "bhcc_predictive_cell", "bhcc_predictive_column",

@@ -29,16 +29,18 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from .._internal.deprecation import renamed_argument
 from ..models.ginkgo import check_lam_prior as _check_prior
 from ..models.ginkgo import check_likelihood as _check_likelihood
 from ..models.ginkgo import check_positive as _check_positive
 from ..models.ginkgo import default_lam_prior, lambda_model, prepare_jets
+from ..trellis.batch import PreparedBatch, log_partition_prepared
 from ..trellis.energies import GinkgoEnergy
-from ..trellis.exact import PreparedBatch, log_partition_prepared
 
 __all__ = [
     "LambdaFit",
     "LambdaPosterior",
+    "LambdaSamples",
     "default_lam_prior",
     "fit_lambda",
     "lambda_model",
@@ -125,7 +127,8 @@ def fit_lambda(
     optimizer: Optional[optax.GradientTransformation] = None,
     tol: float = 1e-9,
     max_newton_step: float = 1.0,
-    progress: bool = True,
+    progress_bar: bool = True,
+    progress: Optional[bool] = None,
 ) -> LambdaFit:
     """Maximum-likelihood ``lambda`` of a batch of jets with the trees summed out.
 
@@ -158,12 +161,14 @@ def fit_lambda(
         get ``value``, ``grad`` and ``value_fn``).
       tol: convergence tolerance on ``|d/du mean log Z|``.
       max_newton_step: largest Newton step in ``u`` (a factor ``e`` in ``lambda`` by default).
-      progress: show a tqdm progress bar.
+      progress_bar: show a tqdm progress bar.
+      progress: deprecated spelling of ``progress_bar`` (DeprecationWarning).
 
     Returns:
       `LambdaFit`. Only ``lam`` is fitted: a separate root-split rate of the energy, where it
       exists, stays tied to ``lam``.
     """
+    progress_bar = renamed_argument(progress_bar, progress, old="progress", new="progress_bar", where="fit_lambda")
     _check_likelihood(likelihood)
     tc = _check_positive(t_cut, "t_cut")
     lam0 = _check_positive(lam_init, "lam_init")
@@ -189,7 +194,7 @@ def fit_lambda(
     trace = [value]
     converged = abs(grad) <= tol and hess < 0
     bar = None
-    if progress:
+    if progress_bar:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=steps, desc="fit lambda", leave=False)
@@ -246,8 +251,9 @@ def log_likelihood(lam, leaves_padded, n_leaves, t_cut, *, likelihood: str = "ex
 # ------------------------------------------------------------------------------------------
 # Bayesian: NumPyro model and NUTS
 # ------------------------------------------------------------------------------------------
-class LambdaPosterior(NamedTuple):
-    """Output of `sample_lambda`.
+class LambdaSamples(NamedTuple):
+    """Output of `sample_lambda` (MCMC draws of ``lambda``; ``LambdaPosterior`` is its former
+    name, kept as an alias).
 
     Fields:
       mcmc: the `numpyro.infer.MCMC` object (``print_summary()``; ``get_extra_fields()``
@@ -264,6 +270,10 @@ class LambdaPosterior(NamedTuple):
     interval: tuple
 
 
+#: Former name of `LambdaSamples`.
+LambdaPosterior = LambdaSamples
+
+
 def sample_lambda(
     key,
     leaves_padded,
@@ -275,8 +285,9 @@ def sample_lambda(
     num_chains: int = 1,
     lam_prior=None,
     likelihood: str = "exact",
-    progress: bool = True,
-) -> LambdaPosterior:
+    progress_bar: bool = True,
+    progress: Optional[bool] = None,
+) -> LambdaSamples:
     """Posterior of ``lambda`` given the jets' leaves by NUTS over `lambda_model`.
 
     The jets are validated and laid out once (`prepare_jets`); NUTS differentiates the
@@ -288,13 +299,15 @@ def sample_lambda(
       leaves_padded, n_leaves, t_cut, lam_prior, likelihood: as in `lambda_model`.
       num_warmup, num_samples, num_chains: NUTS settings (chains run in parallel over
         devices when there are enough, sequentially otherwise).
-      progress: NumPyro's progress bar.
+      progress_bar: NumPyro's progress bar.
+      progress: deprecated spelling of ``progress_bar`` (DeprecationWarning).
 
     Returns:
-      `LambdaPosterior`.
+      `LambdaSamples`.
     """
     from numpyro.infer import MCMC, NUTS, init_to_median
 
+    progress_bar = renamed_argument(progress_bar, progress, old="progress", new="progress_bar", where="sample_lambda")
     if not isinstance(key, jax.Array):
         raise TypeError(f"key must be a JAX PRNG key (jax.random.key or PRNGKey), got {type(key).__name__}")
     _check_likelihood(likelihood)
@@ -308,9 +321,9 @@ def sample_lambda(
     kernel = NUTS(lambda_model, forward_mode_differentiation=True, init_strategy=init_to_median)
     method = "parallel" if jax.local_device_count() >= num_chains else "sequential"
     mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
-                chain_method=method, progress_bar=progress)
+                chain_method=method, progress_bar=progress_bar)
     mcmc.run(key, batch, None, tc, lam_prior=prior, likelihood=likelihood,
              extra_fields=("num_steps", "diverging"))
     s = np.asarray(mcmc.get_samples()["lam"])
     lo, hi = np.quantile(s, [0.025, 0.975])
-    return LambdaPosterior(mcmc, s, float(s.mean()), float(s.std()), (float(lo), float(hi)))
+    return LambdaSamples(mcmc, s, float(s.mean()), float(s.std()), (float(lo), float(hi)))

@@ -37,11 +37,12 @@ from numpyro.contrib.control_flow import scan
 from numpyro.distributions import constraints
 from numpyro.distributions.util import promote_shapes, validate_sample
 
+from .._internal.deprecation import renamed_argument
 from .._internal.dtypes import float_dtype as _float
 from .._internal.validation import check_alpha
 from ..tree import Tree
+from ..trellis.batch import PreparedBatch, log_partition_prepared, prepare_batch
 from ..trellis.energies import GinkgoEnergy, kallen, log_phi_of_tree
-from ..trellis.exact import PreparedBatch, log_partition_prepared, prepare_batch
 
 __all__ = [
     "GinkgoParams",
@@ -380,7 +381,7 @@ _simulate_chunk_jit = jax.jit(_simulate_chunk, static_argnames=("max_nodes",))
 
 def simulate(key, params: GinkgoParams = GinkgoParams(), num_jets: int = 1, *, min_leaves: int = 1,
              max_leaves: Optional[int] = None, max_nodes: Optional[int] = None, chunk_size: int = 1024,
-             max_draws: Optional[int] = None, progress: bool = False) -> JetBatch:
+             max_draws: Optional[int] = None, progress_bar: bool = False, progress: Optional[bool] = None) -> JetBatch:
     """Draws ``num_jets`` jets from the shower, keeping those with ``min_leaves <= n <=
     max_leaves`` leaves (rejection: the kept jets are exact draws of the shower conditioned
     on that range, like the paper's Ginkgo510 selection of 5..10 leaves).
@@ -397,11 +398,13 @@ def simulate(key, params: GinkgoParams = GinkgoParams(), num_jets: int = 1, *, m
       chunk_size: showers drawn per vmapped call.
       max_draws: give up (``ValueError``) after this many showers (default ``1000 num_jets +
         10 chunk_size``).
-      progress: tqdm bar over the jets kept.
+      progress_bar: tqdm bar over the jets kept.
+      progress: deprecated spelling of ``progress_bar`` (DeprecationWarning).
 
     Returns:
       `JetBatch` with ``leaves`` padded to ``max_leaves`` (or the largest jet).
     """
+    progress_bar = renamed_argument(progress_bar, progress, old="progress", new="progress_bar", where="simulate")
     params = GinkgoParams(*params).validate() if not isinstance(params, GinkgoParams) else params.validate()
     if not isinstance(num_jets, (int, np.integer)) or num_jets < 1:
         raise ValueError(f"num_jets must be a positive integer, got {num_jets!r}")
@@ -436,7 +439,7 @@ def simulate(key, params: GinkgoParams = GinkgoParams(), num_jets: int = 1, *, m
     kept: List[ShowerState] = []
     n_kept, drawn, rnd = 0, 0, 0
     bar = None
-    if progress:
+    if progress_bar:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=num_jets, desc="simulate jets", unit="jet")

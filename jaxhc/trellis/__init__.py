@@ -1,5 +1,13 @@
 """Exact and sparse cluster trellis (Greenberg, Macaluso et al.): partition function, MAP
 hierarchy, cluster marginals and exact sampling over all binary hierarchies."""
+from .batch import (
+    PreparedBatch,
+    log_partition_batch,
+    log_partition_prepared,
+    map_trees,
+    prepare_batch,
+    solve_batch,
+)
 from .energies import (
     CorrelationEnergy,
     DasguptaEnergy,
@@ -10,20 +18,14 @@ from .energies import (
 )
 from .exact import (
     MAX_EXACT_LEAVES,
-    PreparedBatch,
     SampledTrees,
     TrellisSolution,
     cluster_marginals,
     log_partition,
-    log_partition_batch,
-    log_partition_prepared,
-    map_trees,
-    prepare_batch,
     memory_required,
     num_splits,
     sample,
     solve,
-    solve_batch,
     subtree_log_marginal,
 )
 from .search import SearchResult, beam, greedy

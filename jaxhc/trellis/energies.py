@@ -23,8 +23,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._internal.validation import real_array
 from .._internal.dtypes import float_dtype as _float
+from .._internal.validation import real_array
 
 __all__ = [
     "Energy",
@@ -110,7 +110,11 @@ def _affinity_features(W, masks):
     )
 
 
-class _AffinityEnergy(Energy):
+class AffinityEnergy(Energy):
+    """Base of the energies over a symmetric affinity matrix ``[N, N]`` (the "leaves"; a
+    subset's features are its size and inner affinity sum) with inverse temperature ``beta``:
+    `DasguptaEnergy`, `CorrelationEnergy`."""
+
     beta: jax.Array
 
     def __init__(self, beta=1.0):
@@ -141,7 +145,7 @@ class _AffinityEnergy(Energy):
         return jnp.pad(leaves, ((0, n_max - n), (0, n_max - n)))
 
 
-class DasguptaEnergy(_AffinityEnergy):
+class DasguptaEnergy(AffinityEnergy):
     """Dasgupta's cost as an energy: ``E(L, R) = (|L| + |R|) sum_{i in L, j in R} w_ij``,
     ``psi = exp(-beta E)`` (Eq. 4 of the trellis paper). Leaves: symmetric affinities
     ``[N, N]`` (the diagonal is ignored).
@@ -158,7 +162,7 @@ class DasguptaEnergy(_AffinityEnergy):
         return -self.beta * self.cost(parent, left, right)
 
 
-class CorrelationEnergy(_AffinityEnergy):
+class CorrelationEnergy(AffinityEnergy):
     """Correlation clustering (Eq. 7-8): ``E(L, R) = sum_{L x R} w_ij [w_ij > 0] -
     sum_{ordered pairs i != j inside L} w_ij [w_ij < 0] - (the same inside R)``,
     ``psi = exp(-beta E)``. Leaves: symmetric affinities ``[N, N]`` in ``[-1, 1]``.

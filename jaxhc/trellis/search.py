@@ -23,8 +23,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._internal.dtypes import float_dtype as _float
 from ..tree import Tree
-from .energies import Energy, _float
+from .energies import Energy
 
 __all__ = ["SearchResult", "greedy", "beam"]
 

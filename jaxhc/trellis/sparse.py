@@ -25,8 +25,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._internal.dtypes import float_dtype as _float
 from ..tree import Tree
-from .energies import Energy, _float
+from .energies import Energy
 from .exact import SampledTrees, tree_from_splits
 
 __all__ = ["SparseSolution", "sparse_solve", "seed_trees_from_beam", "double_factorial"]
