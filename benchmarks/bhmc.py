@@ -218,7 +218,8 @@ def numpy_sweep(rng, s, X, mu0, prior_var):
 def run_size(N, args, log=print):
     import jax
 
-    from jaxhc.inference.bhmc import sampler as B
+    from jaxhc.inference import bhmc as B
+    from jaxhc.inference.bhmc import moves as BM
 
     X, _ = make_data(N, args.dim, seed=N)
     Xj = jax.numpy.asarray(X)
@@ -250,15 +251,15 @@ def run_size(N, args, log=print):
     med = statistics.median(times)
 
     @jax.jit
-    def points(k, s):  # the per-point loop of B._sweep alone (same keys and order)
+    def points(k, s):  # the per-point loop of B.sampler._sweep alone (same keys and order)
         kperm, kpts = jax.random.split(k, 5)[:2]
         perm = jax.random.permutation(kperm, N)
 
         def body(i, carry):
             n = perm[i]
             if args.path_update == "gibbs":
-                return B._gibbs_point_update(jax.random.fold_in(kpts, i), carry, n, Xj[n], cfg)[0]
-            return B._point_update(jax.random.fold_in(kpts, i), carry, n, Xj[n], cfg, mode="mcmc")[0]
+                return BM.gibbs_point_update(jax.random.fold_in(kpts, i), carry, n, Xj[n], cfg)[0]
+            return BM.point_update(jax.random.fold_in(kpts, i), carry, n, Xj[n], cfg, mode="mcmc")[0]
 
         return jax.lax.fori_loop(0, N, body, s)
 

@@ -56,7 +56,7 @@ import numpy as np  # noqa: E402
 from scipy.cluster.hierarchy import linkage  # noqa: E402
 
 import jaxhc  # noqa: E402
-from jaxhc.inference.bhmc import sampler as B  # noqa: E402
+from jaxhc.inference import bhmc as B  # noqa: E402
 from jaxhc.metrics import levelwise_scores, tree_level_labels  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -14,7 +14,7 @@ from .components import (
     NormalInverseWishart,
     NormalKnownCov,
 )
-from .inference.bhmc.sampler import BHMCResult, bhmc
+from .inference.bhmc.sampler import BHMCResult, BHMCSamples, bhmc
 from .inference.pydt.em import PYDTEMResult, pydt_em, pydt_predictive_logpdf
 from .inference.pydt.mcmc import PYDTSamples, pydt_mcmc
 from .inference.bhc.greedy import BHCResult, bhc, bhc_predictive, bhc_predictive_cell, tree_log_evidence
@@ -40,6 +40,7 @@ __all__ = [
     "BHCCView",
     "BHCResult",
     "BHMCResult",
+    "BHMCSamples",
     "BetaBernoulli",
     "BetaBinomial",
     "DirichletMultinomial",

@@ -14,7 +14,10 @@ from scipy.cluster.hierarchy import linkage
 from sklearn.metrics import adjusted_rand_score
 
 import jaxhc
-from jaxhc.inference.bhmc import sampler as B
+from jaxhc.inference import bhmc as B
+from jaxhc.inference.bhmc import moves as BM
+from jaxhc.inference.bhmc import sampler as BS
+from jaxhc.inference.bhmc import updates as BU
 from jaxhc.models import ncrp_hdp as M
 
 NEG = -np.inf
@@ -251,7 +254,7 @@ def test_path_mh_matches_exact_conditional_over_paths():
     @jax.jit
     def run(key):
         def body(s, k):
-            s, _, _ = B._point_update(k, s, 3, X[3], cfg, mode="mcmc")
+            s, _, _ = BM.point_update(k, s, 3, X[3], cfg, mode="mcmc")
             return s, s.path[3]
         return jax.lax.scan(body, st, jax.random.split(key, T))
 
@@ -274,7 +277,7 @@ def test_path_mh_matches_exact_conditional_over_paths():
 def test_hyperparameter_conditionals_agree_with_the_joint_density():
     cfg = B.make_config(np.zeros((2, 2)), prior_var=2.0, sigma2_max=5.0)
     st, X = B.prior_sample_state(jax.random.key(6), 6, 2, 2, cfg, alpha=1.1, gamma0=1.4, gamma=0.9, sigma2=0.4)
-    t_alpha, t_gamma0, t_gamma, t_sigma2 = B._hyper_targets(st, X, cfg)
+    t_alpha, t_gamma0, t_gamma, t_sigma2 = BU._hyper_targets(st, X, cfg)
     gam = lambda x, a: (a - 1) * np.log(x) - x  # noqa: E731
 
     def joint(**kw):
@@ -303,7 +306,7 @@ def test_hyperparameter_mh_samples_its_conditional():
         return jax.lax.scan(body, st, jax.random.split(key, T))[1]
 
     al, s2 = (np.asarray(a)[500:] for a in run(jax.random.key(8)))
-    t_alpha, _, _, t_sigma2 = B._hyper_targets(st, X, cfg)
+    t_alpha, _, _, t_sigma2 = BU._hyper_targets(st, X, cfg)
     for draws, t, grid in ((al, t_alpha, np.linspace(1e-3, 15, 6000)), (s2, t_sigma2, np.linspace(1e-3, 3.0, 6000))):
         lp = np.asarray(jax.vmap(t)(jnp.asarray(grid)))
         w = np.exp(lp - lp.max())
@@ -457,7 +460,7 @@ def test_gibbs_path_conditional_matches_brute_force():
         lv = float(M.ncrp_log_prob(jnp.asarray(par), jnp.asarray(lev), jnp.asarray(cnt), a, 2))
         brute[(p1, p2)] = lv + np.log(np.dot(lbk[anchor], f))
     z = np.logaddexp.reduce(list(brute.values()))
-    leaf, branch, *_ = B._path_conditional(st, 3, X[3], cfg)
+    leaf, branch, *_ = BM._path_conditional(st, 3, X[3], cfg)
     leaf, branch = np.asarray(leaf), np.asarray(branch)
     got = {(1, 3): leaf[3], (2, 4): leaf[4], (1, "new"): branch[1], (2, "new"): branch[2], ("new", "new"): branch[0]}
     zg = np.logaddexp.reduce(np.concatenate([leaf, branch]))
@@ -469,7 +472,7 @@ def test_gibbs_path_conditional_matches_brute_force():
     @jax.jit
     def run(key):
         def body(s, k):
-            s, _, _ = B._gibbs_point_update(k, s, 3, X[3], cfg)
+            s, _, _ = BM.gibbs_point_update(k, s, 3, X[3], cfg)
             return s, (s.path[3], s.c[3])
         return jax.lax.scan(body, st, jax.random.split(key, T))
 
@@ -524,7 +527,7 @@ def test_gibbs_sweeps_leave_the_prior_invariant():
 
     fresh = stats(jax.tree_util.tree_map(lambda x: x[:S], st))
     moved = jax.tree_util.tree_map(lambda x: x[S:], st)
-    sweep = jax.jit(jax.vmap(lambda k, s, x: B._sweep(k, s, x, cfg, True, 3, "gibbs", False)[0]))
+    sweep = jax.jit(jax.vmap(lambda k, s, x: BS._sweep(k, s, x, cfg, True, 3, "gibbs", False)[0]))
     for r in range(3):
         moved = sweep(jax.random.split(jax.random.key(21 + r), S), moved, X[S:])
     assert int(jnp.max(moved.overflow)) == 0

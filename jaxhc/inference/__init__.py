@@ -17,7 +17,7 @@ from .bhc import (
     tree_log_evidence,
 )
 from .bhcc import BHCCResult, BHCCView, bhcc_predictive_cell, bhcc_predictive_column, bhcc_predictive_row, rbhcc
-from .bhmc import BHMC, BHMCResult, BHMCState, bhmc_init, bhmc_step
+from .bhmc import BHMC, BHMCResult, BHMCSamples, BHMCState, bhmc_init, bhmc_step
 from .gibbs import CDPMGibbs, DPMGibbs, cdpm_mcmc, cdpm_predict_cells, dpm_gibbs, dpm_predict_cells
 from .ginkgo_fit import LambdaFit, LambdaPosterior, LambdaSamples, fit_lambda, lambda_model, sample_lambda
 from .pydt import (
@@ -35,7 +35,8 @@ from .pydt import (
 
 __all__ = [
     "BHCResult",
-    "BHCCResult", "BHCCView", "BHMC", "BHMCResult", "BHMCState", "CDPMGibbs", "DPMGibbs",
+    "BHCCResult", "BHCCView", "BHMC", "BHMCResult", "BHMCSamples", "BHMCState", "CDPMGibbs",
+    "DPMGibbs",
     "HyperoptResult", "LambdaFit", "LambdaPosterior", "LambdaSamples", "PYDT", "PYDTEMResult", "PYDTPriors",
     "PYDTSamples", "PYDTState",
     "bhc", "bhcc", "bhmc", "gibbs", "ginkgo_fit", "mh", "pydt",

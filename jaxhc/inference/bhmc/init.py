@@ -1,0 +1,266 @@
+"""Initial BHMC states: prior draws (`prior_sample_state`), Algorithm 2's start (`bhmc_init`)
+and starts cut from a hierarchy (`tree_init_state`, `state_from_level_labels`)."""
+from __future__ import annotations
+
+import functools
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ...models.ncrp_hdp import (
+    _normal_diag_logpdf,
+    dp_child_log,
+)
+from .moves import point_update
+from .state import NEG_INF, BHMCConfig, BHMCState
+from .updates import update_theta, update_weights, update_weights_exact
+
+__all__ = [
+    "bhmc_init",
+    "level_sizes_from_gaps",
+    "prior_sample_state",
+    "state_from_level_labels",
+    "tree_init_state",
+]
+
+
+# ------------------------------------------------------------------------------------------
+# initial states
+# ------------------------------------------------------------------------------------------
+def _empty_state(N, D, L, M, K, hyper, dtype):
+    alpha, gamma0, gamma, sigma2 = (jnp.asarray(h, dtype) for h in hyper)
+    logb = jnp.full((M, K + 1), NEG_INF, dtype).at[:, K].set(0.0)
+    return BHMCState(
+        path=jnp.zeros((N, L + 1), jnp.int32), c=jnp.zeros(N, jnp.int32),
+        parent=jnp.full(M, -1, jnp.int32), level=jnp.zeros(M, jnp.int32), count=jnp.zeros(M, jnp.int32),
+        logb=logb, theta=jnp.zeros((K, D), dtype), alpha=alpha, gamma0=gamma0, gamma=gamma, sigma2=sigma2,
+        overflow=jnp.int32(0))
+
+
+@functools.partial(jax.jit, static_argnames=("N", "D", "L", "M", "K"))
+def _prior_sample(key, hyper, cfg, N, D, L, M, K):
+    st = _empty_state(N, D, L, M, K, hyper, cfg.mu0.dtype)
+    x0 = jnp.zeros((N, D), cfg.mu0.dtype)
+
+    def body(n, carry):
+        s, X = carry
+        s, x, _ = point_update(jax.random.fold_in(key, n), s, n, X[n], cfg, mode="prior")
+        return s, X.at[n].set(x)
+
+    return jax.lax.fori_loop(0, N, body, (st, x0))
+
+
+def prior_sample_state(key, num_points: int, dim: int, depth: int, cfg: BHMCConfig, *, alpha=1.0, gamma0=1.0,
+                       gamma=1.0, sigma2=1.0, max_nodes: Optional[int] = None, max_components: Optional[int] = None):
+    """An exact draw ``(state, X)`` from the BHMC prior by the generative process (points
+    inserted one by one; the root starts with no component and components are made on
+    demand, so there is no truncation). Compiled; ``vmap``-able over ``key``."""
+    N, D, L = int(num_points), int(dim), int(depth)
+    M = int(max_nodes) if max_nodes is not None else N * L + 1
+    K = int(max_components) if max_components is not None else 4 * N + 16  # revealed, untaken atoms too
+    return _prior_sample(key, (alpha, gamma0, gamma, sigma2), cfg, N, D, L, M, K)
+
+
+def bhmc_init(key, X, depth: int, cfg: BHMCConfig, *, alpha=0.5, gamma0=1.0, gamma=0.5, sigma2=1.0, epsilon=1e-6,
+              max_nodes: int = 1024, max_components: int = 128) -> BHMCState:
+    """The initial state of Algorithm 2: the root's sticks broken until ``beta* < epsilon``
+    (line 1), their ``theta_k`` at distinct random data points, every point on one path of ``depth`` nodes (each node's
+    ``beta ~ DP(gamma, beta_parent)``), ``c_n`` by Eq. 2 among those components with the root's
+    weights, then ``B``
+    and ``theta`` updated once (Eq. 3-5)."""
+    X = jnp.asarray(X)
+    N, D = X.shape
+    L, M, K = int(depth), int(max_nodes), int(max_components)
+    if M < L + 1:
+        raise ValueError(f"max_nodes must be >= depth + 1 = {L + 1}, got {M}")
+    st, n_sticks = _init_jit(key, X, (alpha, gamma0, gamma, sigma2), cfg, jnp.asarray(epsilon, X.dtype), L, M, K)
+    n_sticks = int(n_sticks)
+    if n_sticks > K:
+        raise ValueError(f"the initial root stick needs {n_sticks} components until beta* < epsilon={epsilon}, "
+                         f"more than max_components={K}; raise max_components or epsilon")
+    return st
+
+
+@functools.partial(jax.jit, static_argnames=("L", "M", "K"))
+def _init_jit(key, X, hyper, cfg, epsilon, L, M, K):
+    N, D = X.shape
+    f = X.dtype
+    st = _empty_state(N, D, L, M, K, hyper, f)
+    ks, kt, kb, kc, kB, kT = jax.random.split(key, 6)
+    # line 1: GEM(gamma0) sticks until beta* < epsilon
+    u = jax.random.beta(ks, 1.0, st.gamma0, (K,), f)
+    log_rem = jnp.cumsum(jnp.log1p(-u))  # remaining after k + 1 sticks
+    n_sticks = jnp.argmax(log_rem < jnp.log(epsilon)) + 1
+    n_sticks = jnp.where(jnp.any(log_rem < jnp.log(epsilon)), n_sticks, K + 1)
+    use = jnp.arange(K) < n_sticks
+    log_prev = jnp.concatenate([jnp.zeros(1, f), log_rem[:-1]])
+    root = jnp.where(use, log_prev + jnp.log(u), NEG_INF)
+    star = log_rem[jnp.minimum(n_sticks, K) - 1]
+    logb = st.logb.at[0].set(jnp.concatenate([root, star[None]]))
+    # theta: the instantiated components start at distinct random points (a data-driven start;
+    # theta_k ~ H would leave one component holding every point), the other slots at H draws
+    kt1, kt2 = jax.random.split(kt)
+    pick = jax.random.permutation(kt1, N)[jnp.arange(K) % N]
+    theta = jnp.where((jnp.arange(K) < n_sticks)[:, None], X[pick],
+                      cfg.mu0 + jnp.sqrt(cfg.prior_var) * jax.random.normal(kt2, (K, D), f))
+    # one chain of nodes 0..L
+    logb = jax.lax.fori_loop(1, L + 1, lambda l, lb: lb.at[l].set(
+        dp_child_log(jax.random.fold_in(kb, l), lb[l - 1], st.gamma)), logb)
+    parent = st.parent.at[1:L + 1].set(jnp.arange(L, dtype=jnp.int32))
+    level = st.level.at[1:L + 1].set(jnp.arange(1, L + 1, dtype=jnp.int32))
+    count = st.count.at[:L + 1].set(N)
+    path = jnp.broadcast_to(jnp.arange(L + 1, dtype=jnp.int32), (N, L + 1))
+    st = st._replace(logb=logb, theta=theta, parent=parent, level=level, count=count, path=path)
+    # c_n among the instantiated components by Eq. 2 with the root's weights (the chain's
+    # leaf weights, drawn from the sparse HDP, would put nearly every point in one component);
+    # Eq. 3-4 then give every chain node weight on all the components in use
+    ll = _normal_diag_logpdf(X[:, None, :], theta[None], st.sigma2)
+    logits = logb[0, :K][None] + ll
+    c = jax.random.categorical(kc, logits, axis=1).astype(jnp.int32)
+    st = st._replace(c=c)
+    st = update_weights(kB, st)
+    st = update_theta(kT, st, X, cfg)
+    return st, n_sticks
+
+
+
+# ------------------------------------------------------------------------------------------
+# starting from a tree
+# ------------------------------------------------------------------------------------------
+def _linkage_of(tree, X):
+    """A scipy linkage matrix (heights ascending) for ``init``: Ward's on ``X``, or a binary
+    `Tree`'s merges ranked by its heights."""
+    from scipy.cluster.hierarchy import linkage
+
+    if isinstance(tree, str):
+        return linkage(X, method="ward")
+    Z = np.asarray(tree.to_linkage(), float)
+    return Z
+
+
+def level_sizes_from_gaps(heights, depth: int, max_clusters: int):
+    """Nodes per level for cutting a hierarchy to ``depth`` levels: the ``depth`` cluster
+    counts ``k`` in ``2 .. max_clusters`` where the merge heights jump most, by the ratio
+    ``h(k -> k - 1) / h(k + 1 -> k)`` of the merge that would go below ``k`` clusters to the
+    one before (the same rule that reads a dendrogram by its longest branches), sorted
+    ascending; when there are fewer candidates than levels the finest count repeats (a
+    level whose nodes have one child each).
+
+    Args:
+      heights: the ``N - 1`` merge heights, ascending (a linkage matrix's third column).
+      depth: number of levels ``L``.
+      max_clusters: the largest count considered.
+    """
+    h = np.asarray(heights, float)
+    n = h.size + 1
+    kmax = int(min(max_clusters, n - 1))
+    if kmax < 2:
+        return [min(n, 2 if n > 1 else 1)] * depth if n > 1 else [1] * depth
+    top = max(float(np.max(h)), 1e-300)
+    lh = np.log(np.maximum(h, 1e-12 * top))
+    ks = np.arange(2, kmax + 1)
+    gap = lh[n - ks] - lh[n - ks - 1]
+    order = ks[np.lexsort((ks, -gap))]  # largest jump first, smaller k on ties
+    chosen = sorted(order[:depth].tolist())
+    while len(chosen) < depth:
+        chosen.append(chosen[-1])
+    return chosen
+
+
+def tree_init_state(X, depth: int, cfg: BHMCConfig, *, key, init="ward", level_sizes=None, alpha=1.0,
+                    gamma0=1.0, gamma=0.5, sigma2=None, max_nodes: int = 1024, max_components: int = 128,
+                    sample_hyper: bool = True):
+    """A start for the sampler cut from a hierarchy: Ward's linkage of ``X`` (``init="ward"``)
+    or a binary `Tree` (e.g. ``jaxhc.bhc(...).tree``) cut at ``level_sizes`` clusters per level
+    (nested cuts; default `level_sizes_from_gaps` with at most ``max(2 sqrt(N), L + 1)``
+    clusters), then `state_from_level_labels`.
+
+    Returns ``(state, level_sizes)``."""
+    from scipy.cluster.hierarchy import cut_tree
+
+    X = np.asarray(X, float)
+    N = X.shape[0]
+    L, K = int(depth), int(max_components)
+    if N == 1:
+        sizes = [1] * L
+        labels = np.zeros((1, L), np.int64)
+    else:
+        Z = _linkage_of(init, X)
+        if level_sizes is None:
+            cap = max(min(int(2 * np.sqrt(N)), K), L + 1)
+            sizes = level_sizes_from_gaps(Z[:, 2], L, cap)
+        else:
+            sizes = [int(s) for s in level_sizes]
+            if len(sizes) != L or any(s < 1 or s > N for s in sizes) or sizes != sorted(sizes):
+                raise ValueError(f"init_levels must be {L} non-decreasing cluster counts in 1..N={N}, "
+                                 f"got {level_sizes!r}")
+        labels = np.asarray(cut_tree(Z, n_clusters=sizes), np.int64).reshape(N, L)
+    st = state_from_level_labels(X, labels, cfg, key=key, alpha=alpha, gamma0=gamma0, gamma=gamma, sigma2=sigma2,
+                                 max_nodes=max_nodes, max_components=max_components, sample_hyper=sample_hyper)
+    return st, sizes
+
+
+def state_from_level_labels(X, level_labels, cfg: BHMCConfig, *, key, components=None, alpha=1.0, gamma0=1.0,
+                            gamma=0.5, sigma2=None, max_nodes: int = 1024, max_components: int = 128,
+                            sample_hyper: bool = True) -> BHMCState:
+    """The state whose paths are the nested partition ``level_labels`` (``[N, L]``; column
+    ``l`` labels level ``l + 1``; a cluster at level ``l + 1`` must lie inside one at level
+    ``l``), with components ``components`` (default: one per leaf-level cluster), ``theta``
+    the components' means, ``sigma2`` (when not given) the pooled within-component variance
+    per feature (below ``sigma2_max`` when it is sampled), then ``B`` and ``theta`` drawn from
+    their conditionals (`update_weights_exact`, Eq. 5). Used for starts, and to score a known
+    labelling by the model (e.g. the truth against the sampler's best state)."""
+    X = np.asarray(X, float)
+    N, D = X.shape
+    lab = np.asarray(level_labels).reshape(N, -1)
+    L, M, K = lab.shape[1], int(max_nodes), int(max_components)
+    path = np.zeros((N, L + 1), np.int64)
+    parent = np.full(M, -1, np.int64)
+    level = np.zeros(M, np.int64)
+    nxt = 1
+    for l in range(1, L + 1):
+        _, inv = np.unique(lab[:, :l], axis=0, return_inverse=True)  # prefixes: nested by construction
+        inv = inv.reshape(-1)
+        ids = nxt + inv
+        nxt += int(inv.max()) + 1
+        if nxt > M:
+            raise ValueError(f"the initial tree needs {nxt} node slots, more than max_nodes={M}; "
+                             f"pass a larger max_nodes or smaller init_levels")
+        path[:, l] = ids
+        parent[ids] = path[:, l - 1]
+        level[ids] = l
+    _, c = np.unique(path[:, L] if components is None else np.asarray(components), return_inverse=True)
+    c = c.reshape(-1)
+    kc = int(c.max()) + 1
+    if kc > K:
+        raise ValueError(f"the initial tree has {kc} components, more than max_components={K}; "
+                         f"pass a larger max_components or smaller init_levels")
+    counts = np.bincount(c, minlength=K).astype(float)
+    theta = np.zeros((K, D))
+    np.add.at(theta, c, X)
+    theta[:kc] /= counts[:kc, None]
+    if sigma2 is None:
+        resid = float(np.mean((X - theta[c]) ** 2))
+        sigma2 = resid if resid > 0 else 0.01 * float(cfg.sigma2_max)
+        if sample_hyper:
+            sigma2 = min(sigma2, 0.99 * float(cfg.sigma2_max))
+    f = jnp.result_type(float)
+    st = _empty_state(N, D, L, M, K, (alpha, gamma0, gamma, sigma2), f)
+    count = np.zeros(M, np.int64)
+    np.add.at(count, path.reshape(-1), 1)
+    logb = np.full((M, K + 1), -np.inf)
+    logb[:, K] = 0.0
+    logb[0, :kc] = np.log(counts[:kc] / (N + 1.0))
+    logb[0, K] = np.log(1.0 / (N + 1.0))
+    st = st._replace(path=jnp.asarray(path, jnp.int32), c=jnp.asarray(c, jnp.int32),
+                     parent=jnp.asarray(parent, jnp.int32), level=jnp.asarray(level, jnp.int32),
+                     count=jnp.asarray(count, jnp.int32), logb=jnp.asarray(logb, f), theta=jnp.asarray(theta, f))
+    return _refresh_jit(key, st, jnp.asarray(X, f), cfg)
+
+
+@jax.jit
+def _refresh_jit(key, st, X, cfg):
+    kb, kt = jax.random.split(key)
+    return update_theta(kt, update_weights_exact(kb, st), X, cfg)
