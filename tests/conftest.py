@@ -192,8 +192,9 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_unconfigure(config):
-    # the process that made the session's cache folder removes it (xdist workers inherit it)
-    if _CREATED_CACHE is not None and not hasattr(config, "workerinput"):
+    # the process that made the session's cache folder removes it at the end (xdist workers
+    # inherit the controller's folder, so they made none; the controller ends after them)
+    if _CREATED_CACHE is not None:
         shutil.rmtree(_CREATED_CACHE, ignore_errors=True)
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
