@@ -216,7 +216,7 @@ def test_cell_predictive_is_proper_and_matches_path_formula():
         pos = int(np.flatnonzero(cols == j)[0])
         one = restrict_columns(comp, [j])
         inner = -np.inf
-        m, acc = i, 0.0
+        m = i
         path = []
         while m >= 0:
             path.append(m)
@@ -451,3 +451,30 @@ def test_bad_input():
         bhcc_predictive_row(res, np.zeros((1, 3)))
     with pytest.raises(ValueError, match="threshold"):
         res.cut(1.5)
+
+
+def test_column_split_errors_agree_across_algorithms():
+    """BHCC, rbhcc, the CDPM's restrict_columns and CDPM MCMC refuse a family that cannot be
+    split by column with the same `ColumnSplitError` (a TypeError and a ValueError) and the same
+    message after the algorithm's name; a non-diagonal NormalKnownCov likewise."""
+    from jaxhc.components import ColumnSplitError
+
+    X = np.zeros((3, 2))
+    full = jaxhc.NormalKnownCov(np.zeros(2), np.array([[1.0, 0.5], [0.5, 1.0]]), 1.0)
+    for comp in (jaxhc.NormalInverseWishart(np.zeros(2)), full):
+        calls = {
+            "BHCC": lambda: bhcc(X, comp),
+            "rbhcc": lambda: rbhcc(jax.random.key(0), X, comp),
+            "CDPM MCMC": lambda: jaxhc.cdpm_mcmc(jax.random.key(0), X, comp, 1.0, num_samples=2, progress_bar=False),
+        }
+        if comp is not full:  # the CDPM's restrict_columns takes sub-matrices of full covariances
+            calls["the CDPM"] = lambda: restrict_columns(comp, [0])
+        tails = set()
+        for name, call in calls.items():
+            with pytest.raises(ColumnSplitError) as err:
+                call()
+            assert isinstance(err.value, TypeError) and isinstance(err.value, ValueError)
+            msg = str(err.value)
+            assert msg.startswith("BHCC " if name == "rbhcc" else name + " "), msg
+            tails.add(msg.split(" ", 2 if name in ("CDPM MCMC", "the CDPM") else 1)[-1])
+        assert len(tails) == 1, tails
