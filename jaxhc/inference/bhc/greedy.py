@@ -785,8 +785,3 @@ def bhc_predictive_cell(result: BHCResult, rows, cols, values) -> np.ndarray:
     out = _cell_core(comp, jnp.asarray(np.repeat(log_w, K, axis=0)), result.node_stats, jnp.asarray(Xq))
     out = np.asarray(out).reshape(Q, K)
     return out[:, 0] if vals.ndim == 1 else out
-
-
-# old private spellings, still imported by jaxhc.inference.bhcc while it is being split
-_bhc_core = bhc_core
-_assemble = assemble_result
