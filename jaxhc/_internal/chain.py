@@ -21,7 +21,8 @@ one ``vmap``-ed program over a stacked state; with ``"sequential"`` or ``"parall
 is a list of per-chain states (`unstack_chains` / `stack_chains`) and the step runs
 ``map_chains(fn, keys, states, chain_method)`` (in the shared thread pool for
 ``"parallel"``, `jaxhc._internal.pool`). The sampler splits the iteration's key into the
-chains' keys (chain ``i`` gets the ``i``-th split), so all three give the same samples.
+chains' keys (chain ``i`` gets the ``i``-th split), so all three make the same random draws
+(``"sequential"`` and ``"parallel"`` identical results; ``vmap`` may round differently).
 """
 from __future__ import annotations
 

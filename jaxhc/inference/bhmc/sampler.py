@@ -253,8 +253,9 @@ def bhmc(key, X, depth: int = 4, *, alpha=1.0, gamma0=1.0, gamma=0.5, sigma2=Non
       num_chains: independent chains (different keys, same start); the best state over all of
         them is reported.
       chain_method: ``"vectorized"`` (one program ``vmap``-ed over chains), ``"sequential"``
-        or ``"parallel"`` (the chains' sweeps in the shared thread pool); all three give the
-        same result for the same key.
+        or ``"parallel"`` (the chains' sweeps in the shared thread pool). Chain ``i`` uses the
+        ``i``-th split of each sweep's key in all three: ``"sequential"`` and ``"parallel"``
+        give identical results, ``"vectorized"`` the same up to floating-point rounding.
       init_state: continue from this state (e.g. ``result.state``) instead of initialising
         (one chain).
       progress_bar: show a tqdm bar over sweeps.
