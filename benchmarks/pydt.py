@@ -396,6 +396,7 @@ def move_breakdown(st, Xj, args):
     import jax.numpy as jnp
 
     from jaxhc.inference.pydt import mcmc as PM
+    from jaxhc.models import pydt_math
 
     N = Xj.shape[0]
     par, tim = st.parent, st.times
@@ -409,12 +410,12 @@ def move_breakdown(st, Xj, args):
     pieces = {
         "log_prior_masked": (jax.jit(PM.log_prior_masked), (par, tim, act, is_leaf, st.c, st.alpha, st.beta)),
         "log_marginal_masked": (jax.jit(PM.log_marginal_masked), (par, tim, act, Xj, st.sigma2)),
-        "subtree_mask": (jax.jit(PM._subtree_mask), (par, tim, act, s)),
-        "order_up_counts": (jax.jit(lambda p, t, a, w: PM._up_counts(p, PM._order(p, t, a), a, w)),
+        "subtree_mask": (jax.jit(pydt_math.subtree_mask), (par, tim, act, s)),
+        "order_up_counts": (jax.jit(lambda p, t, a, w: pydt_math.up_counts(p, pydt_math.time_order(p, t, a), a, w)),
                             (par, tim, act, is_leaf.astype(jnp.int32))),
     }
     cnt = pieces["order_up_counts"][0](*pieces["order_up_counts"][1])
-    pieces["attach_point"] = (jax.jit(PM._attach_point), (jax.random.key(0), par, tim, act, cnt, root, one, st.c,
+    pieces["attach_point"] = (jax.jit(pydt_math.attach_point), (jax.random.key(0), par, tim, act, cnt, root, one, st.c,
                                                           st.alpha, st.beta))
     pieces["move"] = (jax.jit(lambda k, s_: PM._move(k, s_, Xj, True)), (jax.random.key(1), st))
     out = {}

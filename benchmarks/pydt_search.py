@@ -262,7 +262,9 @@ def outlier_check(s, iters, max_size=3):
     structure): is a root with more than four children the model's choice or the search's?"""
     import jax
     import jax.numpy as jnp
+
     from jaxhc.inference.pydt import em as E
+    from jaxhc.inference.pydt import estep, moves
     from jaxhc.inference.pydt.mcmc import FREE
 
     X, z = four_clusters(100, s)
@@ -286,10 +288,10 @@ def outlier_check(s, iters, max_size=3):
         parj = jnp.asarray(par)
         hyper = E.em_init_hyper(X, cur.c, 1.0, 0.2, cur.sigma2)
         act = parj != FREE
-        cnt = E._counts(parj, tim, act, N)
-        mu, v = E._subtree_message(parj, tim, act, jnp.asarray(X), hyper.sigma2, jnp.int32(c))
-        par_r, act_r, insub, slot = E._detach(parj, tim, jnp.int32(c))
-        sc, build = E._attach(par_r, tim, act_r, insub, jnp.where(insub, cnt, 0), jnp.int32(c), mu, v, slot,
+        cnt = estep.leaf_counts(parj, tim, act, N)
+        mu, v = moves._subtree_message(parj, tim, act, jnp.asarray(X), hyper.sigma2, jnp.int32(c))
+        par_r, act_r, insub, slot = moves._detach(parj, tim, jnp.int32(c))
+        sc, build = moves._attach(par_r, tim, act_r, insub, jnp.where(insub, cnt, 0), jnp.int32(c), mu, v, slot,
                               jnp.asarray(X), hyper, True)
         sc = np.asarray(sc)
         m = par.size

@@ -13,12 +13,16 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from jaxhc.inference.pydt import em as E  # noqa: E402
-from jaxhc.inference.pydt.mcmc import (FREE, PYDTPriors, _prior_tree, log_marginal_masked,  # noqa: E402
-                                       log_prior_masked)
+from jaxhc.inference.pydt import estep as ES  # noqa: E402
+from jaxhc.inference.pydt import moves as MV  # noqa: E402
+from jaxhc.inference.pydt import mstep as MS  # noqa: E402
+from jaxhc.inference.pydt.messages import log_marginal_masked  # noqa: E402
+from jaxhc.inference.pydt.state import PYDTPriors  # noqa: E402
+from jaxhc.models.pydt_math import FREE, log_prior_masked, sample_prior_tree  # noqa: E402
 
 
 def _random_tree(seed, N, alpha=0.5, beta=0.2):
-    return _prior_tree(jax.random.PRNGKey(seed), N, jnp.float64, 1.0, alpha, beta)
+    return sample_prior_tree(jax.random.PRNGKey(seed), N, jnp.float64, 1.0, alpha, beta)
 
 
 def _dense_posterior(parent, times, X, sigma2):
@@ -79,8 +83,8 @@ def test_eq17_time_terms_equal_log_prior():
     parent, times = _random_tree(3, N)
     active = parent != FREE
     internal = active & (jnp.arange(2 * N - 1) >= N)
-    cnt = E._counts(parent, times, active, N)
-    J = E._J(parent, active, cnt, N, 0.5, 0.2)
+    cnt = ES.leaf_counts(parent, times, active, N)
+    J = MS._J(parent, active, cnt, N, 0.5, 0.2)
     c = 1.3
     t2 = jnp.where(internal, 1.0 - (1.0 - times) * 0.7, times)  # keeps the ordering
     lp = lambda t: log_prior_masked(parent, t, active, jnp.arange(2 * N - 1) < N, c, 0.5, 0.2)  # noqa: E731
@@ -118,8 +122,8 @@ def test_m_step_time_optimum_not_below_start():
     hyper = E.em_init_hyper(X, 1.0, 0.5, 0.2, 0.5)
     est = E.e_step(parent, times, X, hyper, learn=False)
     active = parent != FREE
-    J = E._J(parent, active, est.counts, N, 0.5, 0.2)
-    G = lambda t: E.time_objective(t, parent, active, est.b, 1 / hyper.sigma2, hyper.c_mean, J, N, D)  # noqa: E731
+    J = MS._J(parent, active, est.counts, N, 0.5, 0.2)
+    G = lambda t: MS.time_objective(t, parent, active, est.b, 1 / hyper.sigma2, hyper.c_mean, J, N, D)  # noqa: E731
     t_new, _ = E.m_step(parent, times, X, est, hyper, learn=False)
     assert float(G(t_new)) >= float(G(times))
     # at the optimum the gradient in logit t vanishes
@@ -199,10 +203,10 @@ def _attach_scores_and_truth(parent, times, X, hyper, s):
     N = X.shape[0]
     m = parent.shape[0]
     active = parent != FREE
-    cnt = E._counts(parent, times, active, N)
-    mu_s, v_s = E._subtree_message(parent, times, active, X, hyper.sigma2, s)
-    par_r, act_r, insub, slot = E._detach(parent, times, s)
-    sc, build = E._attach(par_r, times, act_r, insub, jnp.where(insub, cnt, 0), s, mu_s, v_s, slot, X, hyper, True)
+    cnt = ES.leaf_counts(parent, times, active, N)
+    mu_s, v_s = MV._subtree_message(parent, times, active, X, hyper.sigma2, s)
+    par_r, act_r, insub, slot = MV._detach(parent, times, s)
+    sc, build = MV._attach(par_r, times, act_r, insub, jnp.where(insub, cnt, 0), s, mu_s, v_s, slot, X, hyper, True)
 
     def exact(j):
         p2, t2 = build(j)
@@ -243,9 +247,9 @@ def test_regraft_and_collapse_propose_valid_trees_scored_by_their_bound():
     n_int = int(np.sum(np.asarray(parent)[N:] != FREE))
     for move in ("collapse", "regraft"):
         if move == "collapse":
-            pars, tims, sc = E._propose_collapse(parent, times, hyper, X, None, pri, learn, True, 3)
+            pars, tims, sc = MV.propose_collapse(parent, times, hyper, X, None, pri, learn, True, 3)
         else:
-            pars, tims, sc = E._propose_regraft(parent, times, hyper, X, None, pri, learn, True, True, 3)
+            pars, tims, sc = MV.propose_regraft(parent, times, hyper, X, None, pri, learn, True, True, 3)
         sc = np.asarray(sc)
         assert np.all(np.isfinite(sc)) and np.all(np.diff(sc) <= 0)
         for j in range(3):
@@ -337,7 +341,7 @@ def test_predictive_integrates_to_one_1d():
     grid = np.linspace(-12, 12, 6001)[:, None]
     for alpha, beta in [(0.5, 0.2), (0.0, 0.0)]:
         if alpha == 0.0:  # a binary tree for the DDT
-            parent, times = _prior_tree(jax.random.PRNGKey(7), N, jnp.float64, 1.0, 0.0, 0.0)
+            parent, times = sample_prior_tree(jax.random.PRNGKey(7), N, jnp.float64, 1.0, 0.0, 0.0)
         lp = E.pydt_predictive_logpdf((parent, times), grid, X, c=1.0, alpha=alpha, beta=beta, sigma2=0.8)
         total = np.trapezoid(np.exp(lp), grid[:, 0])
         np.testing.assert_allclose(total, 1.0, atol=1e-6)

@@ -13,18 +13,21 @@ from scipy.special import log_ndtr  # noqa: E402
 from scipy.stats import multivariate_normal  # noqa: E402
 
 from jaxhc.inference.pydt import em as E  # noqa: E402
-from jaxhc.inference.pydt.mcmc import FREE, PYDTPriors, _prior_tree  # noqa: E402
+from jaxhc.inference.pydt import ep as EP  # noqa: E402
+from jaxhc.inference.pydt import estep as ES  # noqa: E402
+from jaxhc.inference.pydt import moves as MV  # noqa: E402
+from jaxhc.inference.pydt.state import PYDTPriors  # noqa: E402
 from jaxhc.metrics import dendrogram_purity  # noqa: E402
+from jaxhc.models.pydt_math import FREE, sample_prior_tree  # noqa: E402
 
-
-_e_step_diag = jax.jit(E._e_step_diag, static_argnums=(6, 7))
+_e_step_diag = jax.jit(ES.e_step_diag, static_argnums=(6, 7))
 
 
 @jax.jit
 def _site_fixed_point(est, sites, S):
     N = S.shape[0]
-    mu_c, v_c = E._cavity(est.mean[:N], est.var[:N], sites)
-    _, tau, nu = E._probit_site(S, mu_c, v_c)
+    mu_c, v_c = EP._cavity(est.mean[:N], est.var[:N], sites)
+    _, tau, nu = EP._probit_site(S, mu_c, v_c)
     return tau, nu
 
 
@@ -35,18 +38,18 @@ def _attach_scores(parent, times, X, sigma2, hyper, V):
     m = parent.shape[0]
     active = parent != FREE
     s = jnp.argmax(active & (parent >= 0) & (jnp.arange(m) >= N)).astype(jnp.int32)
-    cnt = E._counts(parent, times, active, N)
-    par_r, act_r, insub, slot = E._detach(parent, times, s)
+    cnt = ES.leaf_counts(parent, times, active, N)
+    par_r, act_r, insub, slot = MV._detach(parent, times, s)
     cnt_sub = jnp.where(insub, cnt, 0)
-    mu_g, v_g = E._subtree_message(parent, times, active, X, sigma2, s)
-    mu_d, v_d = E._subtree_message(parent, times, active, X, sigma2, s, V)
-    sc_g, _ = E._attach(par_r, times, act_r, insub, cnt_sub, s, mu_g, v_g, slot, X, hyper, True)
-    sc_d, _ = E._attach(par_r, times, act_r, insub, cnt_sub, s, mu_d, v_d, slot, X, hyper, True, V)
+    mu_g, v_g = MV._subtree_message(parent, times, active, X, sigma2, s)
+    mu_d, v_d = MV._subtree_message(parent, times, active, X, sigma2, s, V)
+    sc_g, _ = MV._attach(par_r, times, act_r, insub, cnt_sub, s, mu_g, v_g, slot, X, hyper, True)
+    sc_d, _ = MV._attach(par_r, times, act_r, insub, cnt_sub, s, mu_d, v_d, slot, X, hyper, True, V)
     return (mu_g, v_g, sc_g), (mu_d, v_d, sc_d)
 
 
 def _tree(seed, N):
-    return _prior_tree(jax.random.PRNGKey(seed), N, jnp.float64, 1.0, 0.5, 0.2)
+    return sample_prior_tree(jax.random.PRNGKey(seed), N, jnp.float64, 1.0, 0.5, 0.2)
 
 
 def _leaf_cov(parent, times, N, sigma2):
@@ -121,7 +124,7 @@ def test_tilted_moments_by_quadrature():
         Z = p.sum()
         m = p @ x / Z
         var = p @ x ** 2 / Z - m ** 2
-        logZ, tau, nu = E._probit_site(jnp.asarray(s), jnp.asarray(mu), jnp.asarray(v))
+        logZ, tau, nu = EP._probit_site(jnp.asarray(s), jnp.asarray(mu), jnp.asarray(v))
         np.testing.assert_allclose(float(logZ), np.log(Z), rtol=1e-8)
         np.testing.assert_allclose(1.0 / v + float(tau), 1.0 / var, rtol=1e-6)  # tilted precision
         np.testing.assert_allclose((mu / v + float(nu)) / (1.0 / v + float(tau)), m, rtol=1e-6, atol=1e-9)
@@ -227,7 +230,7 @@ def test_probit_predictive(two_cluster_fit):
     grid = np.array([[0, 0], [0, 1], [1, 0], [1, 1]], float)
     for alpha, beta in [(0.5, 0.2), (0.0, 0.0)]:
         if alpha == 0.0:
-            parent, times = _prior_tree(jax.random.PRNGKey(7), N, jnp.float64, 1.0, 0.0, 0.0)
+            parent, times = sample_prior_tree(jax.random.PRNGKey(7), N, jnp.float64, 1.0, 0.0, 0.0)
         p = E.pydt_predictive_logpdf((parent, times), grid, Ys, c=1.0, alpha=alpha, beta=beta, sigma2=1.5,
                                      likelihood="probit")
         np.testing.assert_allclose(np.exp(p).sum(), 1.0, atol=1e-12)

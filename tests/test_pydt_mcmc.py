@@ -12,6 +12,7 @@ import pytest
 from scipy import integrate, stats
 
 from jaxhc.inference.pydt import mcmc as P
+from jaxhc.models.pydt_math import sample_prior_tree
 
 FREE = P.FREE
 
@@ -43,7 +44,7 @@ def _lca_time(parent, times, i, j):
 
 def test_message_passing_equals_dense_gaussian_on_masked_trees():
     N, s2 = 7, 0.7
-    trees = jax.jit(jax.vmap(lambda k: P._prior_tree(k, N, jnp.float64, 1.0, 1.0, 0.3)))(
+    trees = jax.jit(jax.vmap(lambda k: sample_prior_tree(k, N, jnp.float64, 1.0, 1.0, 0.3)))(
         jax.random.split(jax.random.key(0), 4))
     Xs = np.random.default_rng(0).normal(size=(4, N, 2))
     lml = jax.jit(jax.vmap(lambda p, t, x: P.log_marginal_masked(p, t, p != FREE, x, s2)))
@@ -60,7 +61,7 @@ def test_masked_prior_equals_the_model_density():
     from jaxhc.models import pydt
 
     N = 7
-    trees = jax.jit(jax.vmap(lambda k: P._prior_tree(k, N, jnp.float64, 1.0, 1.0, 0.3)))(
+    trees = jax.jit(jax.vmap(lambda k: sample_prior_tree(k, N, jnp.float64, 1.0, 1.0, 0.3)))(
         jax.random.split(jax.random.key(12), 3))
     for i in range(3):
         par, tim = np.asarray(trees[0][i]), np.asarray(trees[1][i])
@@ -81,7 +82,7 @@ def _structure_freqs(draws, N):
 def test_moves_without_data_sample_the_prior(alpha, beta):
     N, c = 4, 1.0
     S = 20000
-    draws = jax.jit(jax.vmap(lambda k: P._prior_tree(k, N, jnp.float64, c, alpha, beta)))(
+    draws = jax.jit(jax.vmap(lambda k: sample_prior_tree(k, N, jnp.float64, c, alpha, beta)))(
         jax.random.split(jax.random.key(1), S))
     prior = _structure_freqs(np.asarray(draws[0]), N)
     X = jnp.zeros((N, 1))

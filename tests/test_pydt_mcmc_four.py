@@ -9,9 +9,10 @@ from collections import Counter
 
 import jax.numpy as jnp
 import numpy as np
+from test_pydt_mcmc import _clusters  # a structure as the set of leaf bitmasks of its branch points
 
 from jaxhc.inference.pydt import mcmc as P
-from test_pydt_mcmc import _clusters  # a structure as the set of leaf bitmasks of its branch points
+from jaxhc.models.pydt_math import sample_prior_tree
 
 FREE = P.FREE
 
@@ -24,7 +25,7 @@ def test_moves_sample_the_posterior_over_structures_of_four_points():
     X = jnp.asarray([[0.0], [0.25], [1.4], [1.8]])
     # reference: S prior draws with self-normalised likelihood weights
     S = 200000
-    par, tim = jax.jit(jax.vmap(lambda k: P._prior_tree(k, N, jnp.float64, c, alpha, beta)))(
+    par, tim = jax.jit(jax.vmap(lambda k: sample_prior_tree(k, N, jnp.float64, c, alpha, beta)))(
         jax.random.split(jax.random.key(11), S))
     ll = jax.jit(jax.vmap(lambda p, t: P.log_marginal_masked(p, t, p != FREE, X, s2)))(par, tim)
     w = np.exp(np.asarray(ll) - float(np.max(ll)))

@@ -29,6 +29,10 @@ Densities (all array functions are jittable and take fixed-size ``(parent, times
   locations integrated out by upward belief propagation (section 5).
 * `probit_log_likelihood`: the probit observation model of section 5.4.
 
+The divergence function, ``H_n``, the branch factors and the tree helpers shared with the
+sampler and the EM are in `jaxhc.models.pydt_math` (re-exported here: `divergence`,
+`cumulative_divergence`, `harmonic`, `FREE`).
+
 `sample_prior` runs the generative process of section 1; `pydt` is the NumPyro program, with
 the tree as one exact site (`PYDTTree`: its ``sample`` runs the process, its ``log_prob`` is
 `log_structure_times`), the branch-point locations as Brownian increments and the leaves as
@@ -53,10 +57,21 @@ import jax.numpy as jnp
 import numpy as np
 import numpyro
 import numpyro.distributions as dist
-from jax.scipy.special import gammaln, log_ndtr, polygamma, digamma
+from jax.scipy.special import gammaln, log_ndtr
 from numpyro.distributions import constraints
 
+from .._internal.validation import numpy_rng
 from ..tree import ParentTree
+from .pydt_math import (
+    FREE,
+    check_X,
+    cumulative_divergence,
+    divergence,
+    harmonic,
+    harmonic_table,
+    log_new_branch_table,
+    time_order,
+)
 
 __all__ = [
     "FREE",
@@ -76,8 +91,6 @@ __all__ = [
     "pydt",
     "sample_prior",
 ]
-
-FREE = -2  # parent value of an unused slot in a fixed-capacity array
 
 
 # ---------------------------------------------------------------------------------------
@@ -185,89 +198,8 @@ def _unpack(tree_or_parent, times=None):
 
 
 # ---------------------------------------------------------------------------------------
-# divergence function and H_n^{alpha, beta}
-# ---------------------------------------------------------------------------------------
-def divergence(t, c):
-    """Divergence function ``a(t) = c / (1 - t)`` (section 3)."""
-    return c / (1.0 - t)
-
-
-def cumulative_divergence(t, c):
-    """Cumulative rate ``A(t) = -c log(1 - t)``."""
-    return -c * jnp.log1p(-t)
-
-
-def _exprel(x):
-    """``(e^x - 1) / x`` (1 at 0)."""
-    small = jnp.abs(x) < 1e-5
-    xs = jnp.where(small, 1.0, x)
-    return jnp.where(small, 1.0 + x / 2.0 + x * x / 6.0, jnp.expm1(xs) / xs)
-
-
-def harmonic(n, alpha, beta):
-    """``H_n^{alpha,beta} = sum_{i=1}^n Gamma(i - beta) / Gamma(i + 1 + alpha)`` elementwise.
-
-    Args:
-      n: integer array (any shape), ``n >= 0`` (``H_0 = 0``); may be traced.
-      alpha, beta: scalars (broadcast), ``0 <= beta < 1``, ``alpha >= -2 beta``.
-
-    Returns:
-      float array of ``n``'s shape.
-
-    Closed form (definition after Eq. 10): with ``s = alpha + beta`` and ``f(i) =
-    Gamma(i - beta) / Gamma(i + alpha)``, each term is ``(f(i) - f(i + 1)) / s``, so
-    ``H_n = t_1 + f(2) D exprel(-s D)`` where ``t_1`` is the first term and ``D = (G(u + s) -
-    G(u)) / s``, ``G(y) = log Gamma(n + y) - log Gamma(1 + y)``, ``u = 1 - beta``; for ``|s|``
-    small ``D`` is its Taylor series (digamma / polygamma), so ``alpha = -beta`` (``H_n =
-    psi(n + 1 - beta) - psi(1 - beta)``) is continuous. All in log space.
-    """
-    alpha = jnp.asarray(alpha, jnp.result_type(alpha, float))
-    beta = jnp.asarray(beta, jnp.result_type(beta, float))
-    nf = jnp.asarray(n).astype(jnp.result_type(alpha, beta, float))
-    u = 1.0 - beta
-    s = alpha + beta
-    t1 = jnp.exp(gammaln(u) - gammaln(2.0 + alpha))
-    f2 = jnp.exp(gammaln(1.0 + u) - gammaln(2.0 + alpha))
-
-    def G(y):
-        return gammaln(nf + y) - gammaln(1.0 + y)
-
-    small = jnp.abs(s) < 1e-3
-    ss = jnp.where(small, 1.0, s)
-    d_direct = (G(u + ss) - G(u)) / ss
-    g1 = digamma(nf + u) - digamma(1.0 + u)
-    g2 = polygamma(1, nf + u) - polygamma(1, 1.0 + u)
-    g3 = polygamma(2, nf + u) - polygamma(2, 1.0 + u)
-    d_taylor = g1 + s * g2 / 2.0 + s * s * g3 / 6.0
-    D = jnp.where(small, d_taylor, d_direct)
-    rest = f2 * D * _exprel(-s * D)
-    return jnp.where(nf >= 1, t1 + jnp.where(nf >= 2, rest, 0.0), 0.0)
-
-
-def _harmonic_table(n_max: int, alpha, beta, dtype):
-    """``[H_0, ..., H_{n_max}]`` by a cumulative sum of the terms."""
-    i = jnp.arange(1, n_max + 1, dtype=dtype)
-    terms = jnp.exp(gammaln(i - beta) - gammaln(i + 1.0 + alpha))
-    return jnp.concatenate([jnp.zeros(1, dtype), jnp.cumsum(terms)])
-
-
-def _log_new_branch_table(k_max: int, alpha, beta, dtype):
-    """``L[K] = sum_{k=3}^K log(alpha + (k - 1) beta)`` for ``K = 0..k_max`` (0 for K <= 2;
-    ``-inf`` from ``K = 3`` on when ``alpha + 2 beta = 0``)."""
-    k = jnp.arange(k_max + 1, dtype=dtype)
-    terms = jnp.where(k >= 3, jnp.log(jnp.maximum(alpha + (k - 1.0) * beta, 0.0)), 0.0)
-    return jnp.cumsum(terms)
-
-
-# ---------------------------------------------------------------------------------------
 # tree bookkeeping on fixed-size arrays
 # ---------------------------------------------------------------------------------------
-def _postorder(parent, times):
-    """Used nodes by decreasing time (children before parents), free slots last."""
-    used = parent != FREE
-    return jnp.argsort(jnp.where(used, -times, jnp.inf))
-
-
 def node_counts(parent, times):
     """Number of leaves under every node ``[m]`` (``m(b)`` of the paper; 1 for leaves, 0 for
     free slots) and number of children ``[m]``.
@@ -285,7 +217,7 @@ def node_counts(parent, times):
     has_parent = used & (parent >= 0)
     pidx = jnp.where(has_parent, parent, m)
     nkids = jax.ops.segment_sum(has_parent.astype(jnp.int32), pidx, num_segments=m + 1)[:m]
-    order = _postorder(parent, times)
+    order = time_order(parent, times, parent != FREE)
     leaf = used & (nkids == 0)
 
     def body(i, cnt):
@@ -314,11 +246,11 @@ def _log_structure_times(parent, times, c, alpha, beta):
     per_child = jnp.where(has_parent & (cnt > 1), gammaln(cntf - beta) - lg1b, 0.0)
     child_terms = jax.ops.segment_sum(per_child, pidx, num_segments=m + 1)[:m]
     tb = jnp.where(branch, times, 0.5)
-    new_branch = _log_new_branch_table(m, alpha, beta, f)[nkids]
+    new_branch = log_new_branch_table(m, alpha, beta, f)[nkids]
     eq9 = (jnp.log(c) - jnp.log1p(-tb) + new_branch + child_terms + lg1b
            - gammaln(cntf + alpha))
     # Eq. 11 over edges [ab] with m(b) >= 2 (into branch points), the root's from t = 0
-    H = _harmonic_table(m, alpha, beta, f)
+    H = harmonic_table(m, alpha, beta, f)
     ta = jnp.where(has_parent, times[jnp.maximum(parent, 0)], 0.0)
     eq11 = c * (jnp.log1p(-tb) - jnp.log1p(-ta)) * H[jnp.clip(cnt - 1, 0, m)]
     return jnp.sum(jnp.where(branch, eq9 + eq11, 0.0))
@@ -401,7 +333,7 @@ def _upward(parent, times, X, sigma2, noise_var=0.0):
     pidx = jnp.where(has_parent, parent, jnp.where(used, m, m + 1))  # m: origin, m + 1: void
     tp = jnp.where(has_parent, times[jnp.maximum(parent, 0)], 0.0)
     edge = sigma2 * (times - tp)
-    order = _postorder(parent, times)
+    order = time_order(parent, times, parent != FREE)
     Xp = jnp.concatenate([X, jnp.zeros((max(m - N, 0), D), f)])[:m]
 
     def body(i, carry):
@@ -471,24 +403,12 @@ def log_marginal_likelihood(tree, times, X, sigma2, noise_var=0.0):
     parent, times = _unpack(tree, times)
     if _concrete(parent, times, X, sigma2, noise_var):
         check_hyper(sigma2=sigma2)
-        Xn = _check_X(X)
+        Xn = check_X(X, min_rows=1)
         check_tree(parent, times, n_leaves=Xn.shape[0])
         if not float(noise_var) >= 0:
             raise ValueError(f"noise_var must be >= 0, got {noise_var}")
     return _log_marginal_likelihood_jit(jnp.asarray(parent), jnp.asarray(times), jnp.asarray(X), sigma2,
                                         noise_var)
-
-
-def _check_X(X, name="X"):
-    try:
-        Xn = np.asarray(X, dtype=float)
-    except ValueError as e:  # ragged
-        raise ValueError(f"{name} must be a rectangular [N, D] array of numbers ({e})") from None
-    if Xn.ndim != 2 or Xn.shape[0] < 1 or Xn.shape[1] < 1:
-        raise ValueError(f"{name} must be a non-empty 2-D array [N, D], got shape {Xn.shape}")
-    if not np.all(np.isfinite(Xn)):
-        raise ValueError(f"{name} must be finite")
-    return Xn
 
 
 def log_joint(tree, times, X, c, alpha, beta, sigma2):
@@ -531,7 +451,9 @@ class PYDTSample(NamedTuple):
 
 
 def _gamma_ratio(mcount, alpha, beta):
-    from math import lgamma, exp
+    """``Gamma(m - beta) / Gamma(m + 1 + alpha)`` on the host (`pydt_math.log_rate_factor`'s
+    exponential, for the NumPy process)."""
+    from math import exp, lgamma
 
     return exp(lgamma(mcount - beta) - lgamma(mcount + 1 + alpha))
 
@@ -608,11 +530,6 @@ def _sample_locations_np(rng, parent, times, D, sigma2):
     return loc
 
 
-def _rng(key):
-    data = np.asarray(jax.random.key_data(key) if jnp.issubdtype(key.dtype, jax.dtypes.prng_key) else key)
-    return np.random.default_rng(data.astype(np.uint32).ravel().tolist())
-
-
 def sample_prior(key, num_points: int, dim: int, c=1.0, alpha=0.0, beta=0.0, sigma2=1.0) -> PYDTSample:
     """A draw from the PYDT by the generative process of section 1.
 
@@ -624,7 +541,10 @@ def sample_prior(key, num_points: int, dim: int, c=1.0, alpha=0.0, beta=0.0, sig
     alpha)`` (Eq. 2) or starts a new one w.p. ``(alpha + beta K) / (m + alpha)`` (Eq. 3).
     Locations are Brownian motion with variance ``sigma2`` from the origin.
 
-    Runs in numpy (Python loops; not jittable), seeded from ``key``.
+    Runs in numpy (Python loops; not jittable), seeded from ``key`` by
+    `jaxhc._internal.validation.numpy_rng`. This is the reference implementation of the process;
+    `jaxhc.models.pydt_math.sample_prior_tree` is its jittable JAX twin (the sampler's start
+    tree): the same law, a different random stream, so one key gives different trees.
 
     Args:
       key: a JAX PRNG key; num_points: ``N >= 1``; dim: ``D >= 1``; c, alpha, beta, sigma2:
@@ -637,7 +557,7 @@ def sample_prior(key, num_points: int, dim: int, c=1.0, alpha=0.0, beta=0.0, sig
     check_hyper(c=c, alpha=alpha, beta=beta, sigma2=sigma2)
     if int(num_points) < 1 or int(dim) < 1:
         raise ValueError(f"num_points and dim must be >= 1, got {num_points}, {dim}")
-    rng = _rng(key)
+    rng = numpy_rng(key)
     parent, times = _sample_structure(rng, int(num_points), float(c), float(alpha), float(beta))
     loc = _sample_locations_np(rng, parent, times, int(dim), float(sigma2))
     return PYDTSample(ParentTree(parent, int(num_points), times), loc, loc[: int(num_points)].copy())
@@ -663,7 +583,7 @@ class PYDTTree(dist.Distribution):
 
     def sample(self, key, sample_shape=()):
         n = int(np.prod(sample_shape)) if sample_shape else 1
-        rng = _rng(key)
+        rng = numpy_rng(key)
         out = np.empty((n, 2, 2 * self.num_points - 1))
         for j in range(n):
             par, t = _sample_structure(rng, self.num_points, float(self.c), float(self.alpha),
@@ -728,7 +648,7 @@ def pydt(num_points: int = None, dim: int = None, *, c=1.0, alpha=0.0, beta=0.0,
       ``(parent int [2N - 1], times [2N - 1], X [N, D])``.
     """
     if X is not None:
-        Xn = _check_X(X)
+        Xn = check_X(X, min_rows=1)
         if num_points is not None and num_points != Xn.shape[0]:
             raise ValueError(f"num_points={num_points} but X has {Xn.shape[0]} rows")
         num_points, dim = Xn.shape

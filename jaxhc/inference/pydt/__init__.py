@@ -1,10 +1,17 @@
 """Pitman-Yor diffusion trees (Knowles & Ghahramani): ``mcmc``, the detach / reattach sampler
-(init / step kernels); ``em``, message passing and greedy Bayesian EM."""
-from . import em, mcmc
-from .em import PYDTEMResult, pydt_em, pydt_predictive_logpdf
-from .mcmc import PYDT, PYDTPriors, PYDTSamples, PYDTState, pydt_mcmc, pydt_mcmc_init, pydt_mcmc_step
+(init / step kernels); ``em``, the greedy Bayesian EM search, built on ``estep``, ``mstep``,
+``ep`` (probit observations) and ``moves`` (the structure search); ``predictive``, the
+predictive density; ``messages``, the Gaussian message passing both use; ``state``, the
+state and result types; ``checks``, the argument checks. The tree maths shared with the prior
+is `jaxhc.models.pydt_math`."""
+from . import checks, em, ep, estep, mcmc, messages, moves, mstep, predictive, state
+from .em import pydt_em
+from .mcmc import PYDT, pydt_mcmc, pydt_mcmc_init, pydt_mcmc_step
+from .predictive import pydt_predictive_logpdf
+from .state import PYDTEMResult, PYDTPriors, PYDTSamples, PYDTState
 
 __all__ = [
-    "PYDT", "PYDTEMResult", "PYDTPriors", "PYDTSamples", "PYDTState", "em", "mcmc", "pydt_em",
-    "pydt_mcmc", "pydt_mcmc_init", "pydt_mcmc_step", "pydt_predictive_logpdf",
+    "PYDT", "PYDTEMResult", "PYDTPriors", "PYDTSamples", "PYDTState", "checks", "em", "ep", "estep", "mcmc",
+    "messages", "moves", "mstep", "predictive", "pydt_em", "pydt_mcmc", "pydt_mcmc_init", "pydt_mcmc_step",
+    "pydt_predictive_logpdf", "state",
 ]
