@@ -19,24 +19,41 @@ import warnings
 
 
 def _session_compilation_cache():
-    """One JAX persistent compilation cache for the whole test session.
+    """A JAX persistent compilation cache shared by the whole test session and kept between
+    sessions.
 
-    XLA:CPU compilation is most of the suite's time on 2 cores. The controller of a session
-    (or a plain `pytest` run) makes a fresh folder and exports it in the environment before
-    JAX is imported, so the pytest-xdist workers (spawned later, with this environment),
-    the notebooks run in them and the `python` subprocesses the tests start (CLI, hang
-    reproducer) all read and write the same cache: a program compiled once in any of them
-    is loaded, not recompiled, by the others. Results do not change: the cache stores the
-    executables XLA would have built. Set JAX_COMPILATION_CACHE_DIR yourself to reuse a
-    folder across sessions; JAXHC_TEST_NO_COMPILATION_CACHE=1 turns this off."""
+    XLA:CPU compilation is about half of the suite's time on 2 cores. Before JAX is imported,
+    the controller of a session (or a plain `pytest` run) exports the cache folder in the
+    environment, so the pytest-xdist workers, the notebooks run in them and the `python`
+    subprocesses the tests start (CLI, hang reproducer) all read and write the same cache: a
+    program compiled once in any of them is loaded, not recompiled, by the others. The folder
+    is `$XDG_CACHE_HOME/jaxhc/test-xla` (default `~/.cache/jaxhc/test-xla`), the test-suite
+    twin of the CLI's `~/.cache/jaxhc/xla`, so a second run of the suite on the same machine
+    skips most compilation too; JAX keys each entry by the program, the JAX/XLA versions and
+    the flags, and caps the folder at 2 GB (least recently used entries go first). Results do
+    not change: the cache stores the executables XLA would have built.
+    JAX_COMPILATION_CACHE_DIR set by you wins; JAXHC_TEST_FRESH_CACHE=1 uses a fresh
+    temporary folder removed at the end (a cold run); JAXHC_TEST_NO_COMPILATION_CACHE=1 turns
+    the cache off."""
     if os.environ.get("JAXHC_TEST_NO_COMPILATION_CACHE") == "1":
         return None
     created = None
     if not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
-        created = tempfile.mkdtemp(prefix="jaxhc-test-jax-cache-")
-        os.environ["JAX_COMPILATION_CACHE_DIR"] = created
+        if os.environ.get("JAXHC_TEST_FRESH_CACHE") == "1":
+            created = tempfile.mkdtemp(prefix="jaxhc-test-jax-cache-")
+            folder = created
+        else:
+            base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+            folder = os.path.join(base, "jaxhc", "test-xla")
+            try:
+                os.makedirs(folder, exist_ok=True)
+            except OSError:  # read-only home: a session-only folder
+                created = tempfile.mkdtemp(prefix="jaxhc-test-jax-cache-")
+                folder = created
+        os.environ["JAX_COMPILATION_CACHE_DIR"] = folder
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+    os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(2 * 1024**3))
     return created
 
 
@@ -53,6 +70,7 @@ if os.environ.get("JAX_COMPILATION_CACHE_DIR") and os.environ.get("JAXHC_TEST_NO
                       float(os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"]))
     jax.config.update("jax_persistent_cache_min_entry_size_bytes",
                       int(os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"]))
+    jax.config.update("jax_compilation_cache_max_size", int(os.environ["JAX_COMPILATION_CACHE_MAX_SIZE"]))
 
 
 # Tests over ~10 s on 2 cores in the last full CI run (--durations; notes in the commit log):
