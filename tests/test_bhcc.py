@@ -355,12 +355,12 @@ def test_local_search_reaches_local_optima_brute_force():
     """On 8 columns (4140 partitions): from several starts the search ends where no move of
     one column and no merge of two views raises the criterion, never below its start nor
     above the best partition found by enumeration."""
-    from jaxhc.inference.bhcc.columns import _column_model
-    from jaxhc.inference.bhcc.refine import _greedy_split, _local_search, _Partition, _SetEvidence
+    from jaxhc.inference.bhcc.columns import column_model
+    from jaxhc.inference.bhcc.refine import greedy_split, _local_search, _Partition, SetEvidence
 
     X, u, _ = _views_table(2, view_sizes=(2, 3, 3))
     J = X.shape[1]
-    ev = _SetEvidence(_column_model(_BERN, X), 1.0)
+    ev = SetEvidence(column_model(_BERN, X), 1.0)
     ev([s for k in range(1, J + 1) for s in itertools.combinations(range(J), k)])
     scores = {}
     for p in _partitions(list(range(J))):
@@ -372,7 +372,7 @@ def test_local_search_reaches_local_optima_brute_force():
     for start in starts:
         P = _Partition(ev, 1.0, start)
         s0 = P.score()
-        assert _local_search(P, 20, _greedy_split(ev, 0.0, {})) > 0  # converged within the passes
+        assert _local_search(P, 20, greedy_split(ev, 0.0, {})) > 0  # converged within the passes
         s1 = P.score()
         assert s0 - 1e-12 <= s1 <= best + 1e-12
         V = P.views

@@ -708,18 +708,18 @@ def test_logdet_paths_agree_with_numpy(d):
     """The log-determinant used by the NIW marginal (unrolled elimination for d <= 10, LAPACK
     Cholesky above) and the LAPACK-free elimination loop used on jaxlib 0.10 agree with
     numpy's slogdet, also inside a compiled loop."""
-    from jaxhc.components.base import _logdet_elimination_loop, _logdet_pd
+    from jaxhc.components.base import logdet_elimination_loop, logdet_pd
 
     rng = np.random.default_rng(d)
     B = rng.normal(size=(7, d, d))
     A = B @ np.swapaxes(B, -1, -2) + 0.5 * np.eye(d)
     want = np.linalg.slogdet(A)[1]
-    np.testing.assert_allclose(_logdet_pd(jnp.asarray(A)), want, rtol=1e-10)
-    np.testing.assert_allclose(_logdet_elimination_loop(jnp.asarray(A))[0], want, rtol=1e-10)
+    np.testing.assert_allclose(logdet_pd(jnp.asarray(A)), want, rtol=1e-10)
+    np.testing.assert_allclose(logdet_elimination_loop(jnp.asarray(A))[0], want, rtol=1e-10)
 
     @jax.jit
     def in_loop(A):
-        return jax.lax.fori_loop(0, 3, lambda i, acc: acc + _logdet_elimination_loop(A + i * jnp.eye(d))[0],
+        return jax.lax.fori_loop(0, 3, lambda i, acc: acc + logdet_elimination_loop(A + i * jnp.eye(d))[0],
                                  jnp.zeros(A.shape[0]))
 
     want3 = sum(np.linalg.slogdet(A + i * np.eye(d))[1] for i in range(3))
@@ -731,14 +731,14 @@ def test_logdet_is_nan_where_precision_is_lost(d):
     """A matrix whose small eigenvalues are below eps times its diagonal (a rank-one 1e20
     scatter plus a unit prior scale: the unit part rounds away) gets NaN on every path,
     never a finite value made of rounding error; a condition number of 1e10 stays exact."""
-    from jaxhc.components.base import _logdet_elimination_loop, _logdet_pd
+    from jaxhc.components.base import logdet_elimination_loop, logdet_pd
 
     rng = np.random.default_rng(d)
     u = rng.normal(size=d)
     for big, lost in ((1e20, True), (1e10, False)):
         A = np.eye(d) + big * np.outer(u, u) / (u @ u)
-        got = [float(_logdet_pd(jnp.asarray(A)))]
-        out, piv = _logdet_elimination_loop(jnp.asarray(A))
+        got = [float(logdet_pd(jnp.asarray(A)))]
+        out, piv = logdet_elimination_loop(jnp.asarray(A))
         got.append(float(jnp.where(jnp.any(~(piv > 4 * np.finfo(float).eps * np.diag(A))), jnp.nan, out)))
         if lost:
             assert all(np.isnan(g) for g in got), got

@@ -38,8 +38,8 @@ from .._internal.validation import real_array
 
 __all__ = ["Component", "ColumnParameters", "ColumnSplitError"]
 
-_LOG_PI = float(np.log(np.pi))
-_LOG_2PI = float(np.log(2 * np.pi))
+LOG_PI = float(np.log(np.pi))
+LOG_2PI = float(np.log(2 * np.pi))
 
 
 def betaln(a, b):
@@ -48,12 +48,12 @@ def betaln(a, b):
     return gammaln(a) + gammaln(b) - gammaln(a + b)
 
 
-def _concrete(*xs) -> bool:
+def concrete(*xs) -> bool:
     return not any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(xs))
 
 
 
-def _as_data(X, name="X") -> np.ndarray:
+def as_data(X, name="X") -> np.ndarray:
     """Host float array, 2-D, non-empty; raises clear errors."""
     arr = real_array(X, name, "[n, d]")
     if arr.ndim != 2:
@@ -63,7 +63,7 @@ def _as_data(X, name="X") -> np.ndarray:
     return arr.astype(np.float64) if arr.dtype == bool else arr
 
 
-def _data_variance(X, name="X") -> np.ndarray:
+def data_variance(X, name="X") -> np.ndarray:
     """Per-column variance for the empirical priors (1 for constant columns or one row);
     a ValueError where it overflows (entries beyond ~1e154)."""
     with np.errstate(over="ignore", invalid="ignore"):
@@ -74,7 +74,7 @@ def _data_variance(X, name="X") -> np.ndarray:
     return np.where(var > 0, var, 1.0)
 
 
-def _check_finite(arr, name, allow_nan: bool):
+def check_finite(arr, name, allow_nan: bool):
     if allow_nan:
         if np.any(np.isinf(arr)):
             raise ValueError(f"{name} contains inf values")
@@ -224,13 +224,13 @@ class Component(eqx.Module):
 
     def validate_data(self, X, name: str = "X") -> np.ndarray:
         """Checks ``X`` eagerly and returns it as a host float array ``[n, d]``."""
-        arr = _as_data(X, name)
+        arr = as_data(X, name)
         if arr.shape[1] != self.dim:
             raise ValueError(
                 f"{name} has {arr.shape[1]} columns but {type(self).__name__} was built for "
                 f"{self.dim} dimensions"
             )
-        _check_finite(arr, name, self.supports_missing)
+        check_finite(arr, name, self.supports_missing)
         self._check_domain(arr, name)
         return arr
 
@@ -241,7 +241,7 @@ def _jaxlib_deadlocks() -> bool:
     Cholesky calls of one program run at once (BHC's merge loop froze in about 1 of 4 fresh
     processes for NIW data with d > 10; ``benchmarks/deadlock_repro.py``).
     pyproject.toml excludes these releases; if one is installed anyway we warn and avoid
-    LAPACK in `_logdet_pd`."""
+    LAPACK in `logdet_pd`."""
     import jaxlib
 
     return str(getattr(jaxlib, "__version__", "")).startswith("0.10.")
@@ -260,7 +260,7 @@ if _XLA_LOGDET:
     )
 
 
-def _logdet_elimination_loop(A):
+def logdet_elimination_loop(A):
     """``(log-determinant, pivots)`` of positive definite ``[..., d, d]`` by Gaussian elimination in a
     ``fori_loop`` of XLA ops (no LAPACK call, so no jaxlib 0.10 deadlock; ~3x the time of a
     batched Cholesky at d = 30)."""
@@ -279,11 +279,11 @@ def _logdet_elimination_loop(A):
     return out, piv
 
 
-# `_logdet_pd` returns NaN where a pivot is below ``_PIVOT_TOL * eps`` times its diagonal entry
+# `logdet_pd` returns NaN where a pivot is below ``_PIVOT_TOL * eps`` times its diagonal entry
 _PIVOT_TOL = 4.0
 
 
-def _logdet_pd(A):
+def logdet_pd(A):
     """log-determinant of positive definite matrices ``[..., d, d]``.
 
     For ``d <= 10`` an unrolled elimination vectorised over the batch (faster than a
@@ -293,7 +293,7 @@ def _logdet_pd(A):
     tol = _PIVOT_TOL * jnp.finfo(A.dtype).eps
     diag = jnp.diagonal(A, axis1=-2, axis2=-1)
     if d > 10 and _XLA_LOGDET:
-        out, piv = _logdet_elimination_loop(A)
+        out, piv = logdet_elimination_loop(A)
     elif d <= 10:
         out = jnp.zeros(A.shape[:-2], A.dtype)
         pivs = []
@@ -315,7 +315,7 @@ def _logdet_pd(A):
     return jnp.where(lost, jnp.nan, out)
 
 
-def _lookup(table, n):
+def lookup_table(table, n):
     """``table[n]`` for integer-valued float counts ``n`` (any batch shape)."""
     return jnp.take(table, jnp.round(n).astype(jnp.int32), axis=0, mode="clip")
 
@@ -323,14 +323,14 @@ def _lookup(table, n):
 # Unconstrained parameterisations (``unconstrain`` / ``constrain``) are total: every real
 # vector maps to a valid component, so gradient steps can never produce a component whose
 # constructor refuses it. Positive scalars are ``exp(u)`` with ``u`` clipped to
-# [-_LOG_BOUND, _LOG_BOUND]; positive definite matrices are a log-Cholesky factor plus a
-# relative floor on the spectrum, ``A = L L^T + _PD_FLOOR * tr(L L^T) / d * I``, so that A
-# stays numerically positive definite (condition number below ~1 / _PD_FLOOR) whatever L is.
-_LOG_BOUND = 30.0
-_PD_FLOOR = 1e-8
+# [-LOG_BOUND, LOG_BOUND]; positive definite matrices are a log-Cholesky factor plus a
+# relative floor on the spectrum, ``A = L L^T + PD_FLOOR * tr(L L^T) / d * I``, so that A
+# stays numerically positive definite (condition number below ~1 / PD_FLOOR) whatever L is.
+LOG_BOUND = 30.0
+PD_FLOOR = 1e-8
 
 
-def _pos(u):
-    """``exp(u)`` with ``u`` clipped to ``[-_LOG_BOUND, _LOG_BOUND]``: always positive and finite."""
-    return jnp.exp(jnp.clip(u, -_LOG_BOUND, _LOG_BOUND))
+def positive_param(u):
+    """``exp(u)`` with ``u`` clipped to ``[-LOG_BOUND, LOG_BOUND]``: always positive and finite."""
+    return jnp.exp(jnp.clip(u, -LOG_BOUND, LOG_BOUND))
 

@@ -9,22 +9,22 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import gammaln, multigammaln
 
+from .._internal.dtypes import float_dtype as _float_dtype
 from .base import (
-    _LOG_2PI,
-    _LOG_BOUND,
-    _LOG_PI,
-    _PD_FLOOR,
+    LOG_2PI,
+    LOG_BOUND,
+    LOG_PI,
+    PD_FLOOR,
     ColumnParameters,
     ColumnSplitError,
     Component,
-    _as_data,
-    _check_finite,
-    _concrete,
-    _data_variance,
-    _float_dtype,
-    _logdet_pd,
-    _lookup,
-    _pos,
+    as_data,
+    check_finite,
+    concrete,
+    data_variance,
+    logdet_pd,
+    lookup_table,
+    positive_param,
 )
 
 __all__ = ["GaussianStats", "NormalInverseWishart", "NormalKnownCov", "DiagGaussianStats", "NormalGamma",
@@ -76,7 +76,7 @@ def _as_matrix(x, d, name):
 
 
 def _check_pd(A, name):
-    if _concrete(A):
+    if concrete(A):
         a = np.asarray(A)
         if not np.all(np.isfinite(a)):
             raise ValueError(f"{name} must be finite")
@@ -87,10 +87,10 @@ def _check_pd(A, name):
 
 def _chol_params(A):
     """Inverse of `_chol_unparams`: the log-Cholesky factor of ``A - floor * I``. A matrix
-    with a condition number beyond ~1 / _PD_FLOOR maps to one whose smallest eigenvalues are
+    with a condition number beyond ~1 / PD_FLOOR maps to one whose smallest eigenvalues are
     raised to the floor (the round trip is exact otherwise)."""
     d = A.shape[-1]
-    floor = _PD_FLOOR * jnp.trace(A) / (d * (1.0 + _PD_FLOOR))
+    floor = PD_FLOOR * jnp.trace(A) / (d * (1.0 + PD_FLOOR))
     lam_min = jnp.linalg.eigvalsh(A)[0]
     L = jnp.linalg.cholesky(A - jnp.minimum(floor, 0.5 * lam_min) * jnp.eye(d, dtype=A.dtype))
     diag = jnp.log(jnp.diagonal(L))
@@ -98,14 +98,14 @@ def _chol_params(A):
 
 
 def _chol_unparams(U):
-    """``L L^T + _PD_FLOOR tr(L L^T) / d I`` with ``L = tril(U, -1) + diag(exp(diag U))``
+    """``L L^T + PD_FLOOR tr(L L^T) / d I`` with ``L = tril(U, -1) + diag(exp(diag U))``
     (entries clipped so that nothing overflows): positive definite for every real ``U``."""
     d = U.shape[-1]
-    big = float(np.exp(_LOG_BOUND))
+    big = float(np.exp(LOG_BOUND))
     low = jnp.clip(jnp.tril(U, -1), -big, big)
-    L = low + jnp.diag(_pos(jnp.diagonal(U)))
+    L = low + jnp.diag(positive_param(jnp.diagonal(U)))
     A = L @ L.T
-    floor = _PD_FLOOR * jnp.sum(L * L) / d
+    floor = PD_FLOOR * jnp.sum(L * L) / d
     return 0.5 * (A + A.T) + floor * jnp.eye(d, dtype=A.dtype)
 
 
@@ -139,12 +139,12 @@ class NormalInverseWishart(Component):
 
     def __check_init__(self):
         d = self.mean.shape[0]
-        if _concrete(self.kappa, self.dof):
+        if concrete(self.kappa, self.dof):
             if not (np.ndim(self.kappa) == 0 and float(self.kappa) > 0 and np.isfinite(float(self.kappa))):
                 raise ValueError(f"kappa must be a positive scalar, got {self.kappa}")
             if not (np.ndim(self.dof) == 0 and float(self.dof) > d - 1 and np.isfinite(float(self.dof))):
                 raise ValueError(f"dof must be a scalar > d - 1 = {d - 1}, got {self.dof}")
-        if _concrete(self.mean) and not np.all(np.isfinite(np.asarray(self.mean))):
+        if concrete(self.mean) and not np.all(np.isfinite(np.asarray(self.mean))):
             raise ValueError("mean must be finite")
         _check_pd(self.scale, "scale")
 
@@ -157,11 +157,11 @@ class NormalInverseWishart(Component):
         """Empirical NIW: prior mean = data mean; the prior expected covariance
         ``E[Sigma] = cov_fraction * diag(var(X))`` (clusters narrower than the whole data);
         ``dof = d + 3`` by default."""
-        X = _as_data(X)
-        _check_finite(X, "X", False)
+        X = as_data(X)
+        check_finite(X, "X", False)
         d = X.shape[1]
         dof = d + 3.0 if dof is None else float(dof)
-        var = _data_variance(X)
+        var = data_variance(X)
         scale = np.diag(cov_fraction * var * (dof - d - 1))
         return cls(X.mean(axis=0), kappa, dof, scale)
 
@@ -190,15 +190,15 @@ class NormalInverseWishart(Component):
         if cache is None:
             mgl, log_kn = multigammaln(0.5 * nun, d), jnp.log(kn)
         else:
-            mgl, log_kn = _lookup(cache["mgl"], s.n), _lookup(cache["log_kn"], s.n)
+            mgl, log_kn = lookup_table(cache["mgl"], s.n), lookup_table(cache["log_kn"], s.n)
         diff = s.mean - self.mean
         Sn = self.scale + s.scatter + (k0 * s.n / kn)[..., None, None] * diff[..., :, None] * diff[..., None, :]
         return (
-            -0.5 * s.n * d * _LOG_PI
+            -0.5 * s.n * d * LOG_PI
             + mgl
             - multigammaln(0.5 * nu0, d)
-            + 0.5 * nu0 * _logdet_pd(self.scale)
-            - 0.5 * nun * _logdet_pd(Sn)
+            + 0.5 * nu0 * logdet_pd(self.scale)
+            - 0.5 * nun * logdet_pd(Sn)
             + 0.5 * d * (jnp.log(k0) - log_kn)
         )
 
@@ -244,7 +244,7 @@ class NormalInverseWishart(Component):
     def constrain(self, u) -> "NormalInverseWishart":
         d = self.dim
         return NormalInverseWishart(
-            u["mean"], _pos(u["log_kappa"]), (d - 1) + jnp.maximum(_pos(u["log_dof_excess"]), 1e-6),
+            u["mean"], positive_param(u["log_kappa"]), (d - 1) + jnp.maximum(positive_param(u["log_dof_excess"]), 1e-6),
             _chol_unparams(u["scale_chol"]),
         )
 
@@ -274,7 +274,7 @@ class NormalKnownCov(Component):
         self.noise_cov = _as_matrix(noise_cov, d, "noise_cov")
 
     def __check_init__(self):
-        if _concrete(self.mean) and not np.all(np.isfinite(np.asarray(self.mean))):
+        if concrete(self.mean) and not np.all(np.isfinite(np.asarray(self.mean))):
             raise ValueError("mean must be finite")
         _check_pd(self.prior_cov, "prior_cov")
         _check_pd(self.noise_cov, "noise_cov")
@@ -287,8 +287,8 @@ class NormalKnownCov(Component):
     def from_data(cls, X, noise_fraction: float = 0.1):
         """Empirical defaults: prior mean and covariance from the data; noise covariance
         ``noise_fraction * diag(var(X))``."""
-        X = _as_data(X)
-        _check_finite(X, "X", False)
+        X = as_data(X)
+        check_finite(X, "X", False)
         var = X.var(axis=0) if X.shape[0] > 1 else np.ones(X.shape[1])
         var = np.where(var > 0, var, 1.0)
         return cls(X.mean(axis=0), np.diag(var), np.diag(noise_fraction * var))
@@ -319,7 +319,7 @@ class NormalKnownCov(Component):
         z = jax.scipy.linalg.solve_triangular(Lc, diff[..., None], lower=True)[..., 0]
         logdet_c = 2.0 * jnp.sum(jnp.log(jnp.diagonal(Lc, axis1=-2, axis2=-1)), axis=-1)
         out = (
-            -0.5 * n * d * _LOG_2PI
+            -0.5 * n * d * LOG_2PI
             - 0.5 * (n - 1) * logdet_s
             - 0.5 * d * jnp.log(safe_n)
             - 0.5 * tr
@@ -402,11 +402,11 @@ class NormalGamma(Component):
     def __check_init__(self):
         for name in ("kappa", "a"):
             v = getattr(self, name)
-            if _concrete(v) and not (np.ndim(v) == 0 and np.isfinite(float(v)) and float(v) > 0):
+            if concrete(v) and not (np.ndim(v) == 0 and np.isfinite(float(v)) and float(v) > 0):
                 raise ValueError(f"{name} must be a positive finite scalar, got {v}")
-        if _concrete(self.b) and not (np.all(np.isfinite(np.asarray(self.b))) and np.all(np.asarray(self.b) > 0)):
+        if concrete(self.b) and not (np.all(np.isfinite(np.asarray(self.b))) and np.all(np.asarray(self.b) > 0)):
             raise ValueError("b must be positive and finite")
-        if _concrete(self.mean) and not np.all(np.isfinite(np.asarray(self.mean))):
+        if concrete(self.mean) and not np.all(np.isfinite(np.asarray(self.mean))):
             raise ValueError("mean must be finite")
 
     @property
@@ -418,9 +418,9 @@ class NormalGamma(Component):
         """Empirical defaults, matching `NormalInverseWishart.from_data` feature by feature:
         prior mean = data mean, ``E[1 / tau_j] = var_fraction * var(X_j)`` (clusters narrower
         than the whole data), shape ``a = 2`` (the NIW default ``dof = d + 3`` at ``d = 1``)."""
-        X = _as_data(X)
-        _check_finite(X, "X", False)
-        var = _data_variance(X)
+        X = as_data(X)
+        check_finite(X, "X", False)
+        var = data_variance(X)
         if not a > 1:
             raise ValueError(f"a must be > 1 for the prior variance to exist, got {a}")
         return cls(X.mean(axis=0), kappa, a, var_fraction * var * (a - 1.0))
@@ -460,7 +460,7 @@ class NormalGamma(Component):
         if cache is None:
             gl, log_kn = gammaln(self.a + 0.5 * s.n), jnp.log(kn)
         else:
-            gl, log_kn = _lookup(cache["gl"], s.n), _lookup(cache["log_kn"], s.n)
+            gl, log_kn = lookup_table(cache["gl"], s.n), lookup_table(cache["log_kn"], s.n)
         an = self.a + 0.5 * s.n
         diff = s.mean - self.mean
         bn = self.b + 0.5 * s.ss + (0.5 * self.kappa * s.n / kn)[..., None] * diff * diff
@@ -469,7 +469,7 @@ class NormalGamma(Component):
             + self.a * jnp.sum(jnp.log(self.b))
             - an * jnp.sum(jnp.log(bn), axis=-1)
             + 0.5 * d * (jnp.log(self.kappa) - log_kn)
-            - 0.5 * s.n * d * _LOG_2PI
+            - 0.5 * s.n * d * LOG_2PI
         )
 
     def unconstrain(self):
@@ -477,7 +477,7 @@ class NormalGamma(Component):
                 "log_b": jnp.log(self.b)}
 
     def constrain(self, u) -> "NormalGamma":
-        return NormalGamma(u["mean"], _pos(u["log_kappa"]), _pos(u["log_a"]), _pos(u["log_b"]))
+        return NormalGamma(u["mean"], positive_param(u["log_kappa"]), positive_param(u["log_a"]), positive_param(u["log_b"]))
 
 
 # ==========================================================================================
@@ -526,7 +526,7 @@ class IndependentNormal(Component):
         prec = 1.0 / t2 + s.n / s2
         lin = m0 / t2 + s.sx / s2
         return (
-            -0.5 * s.n * (_LOG_2PI + jnp.log(s2))
+            -0.5 * s.n * (LOG_2PI + jnp.log(s2))
             - 0.5 * jnp.log1p(s.n * t2 / s2)
             - 0.5 * s.sxx / s2
             - 0.5 * m0 * m0 / t2

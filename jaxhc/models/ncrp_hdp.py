@@ -124,7 +124,7 @@ def dp_child_log(key, log_beta_parent, gamma):
     return dirichlet_log(key, jnp.log(gamma) + log_beta_parent)
 
 
-def _normal_diag_logpdf(x, mean, var):
+def normal_diag_logpdf(x, mean, var):
     return -0.5 * jnp.sum(jnp.log(2 * jnp.pi * var) + (x - mean) ** 2 / var, axis=-1)
 
 
@@ -156,7 +156,7 @@ def ncrp_log_prob(parent, level, count, alpha, depth: int):
     return jnp.sum(t_int) + jnp.sum(t_edge)
 
 
-def _log_dirichlet_density(log_x, log_conc):
+def log_dirichlet_density(log_x, log_conc):
     """``log Dir(x; a)`` over the entries with ``a > 0`` (absent atoms are skipped)."""
     a = jnp.exp(log_conc)
     ok = (a > 0) & jnp.isfinite(log_x)
@@ -199,16 +199,16 @@ def joint_log_density(state, X, mu0, prior_var):
     par = jnp.where(nonroot, state.parent, 0)
     lv = ncrp_log_prob(state.parent, state.level, state.count, state.alpha, depth)
     lroot = gem_log_density(state.logb[0], state.gamma0)
-    ldir = jax.vmap(_log_dirichlet_density)(state.logb, jnp.log(state.gamma) + state.logb[par])
+    ldir = jax.vmap(log_dirichlet_density)(state.logb, jnp.log(state.gamma) + state.logb[par])
     ledge = jnp.sum(jnp.where(nonroot, ldir, 0.0))
     live = jnp.isfinite(state.logb[0, :-1])
     D = X.shape[1]
     mu0 = jnp.broadcast_to(jnp.asarray(mu0, X.dtype), (D,))
     v0 = jnp.broadcast_to(jnp.asarray(prior_var, X.dtype), (D,))
-    ltheta = jnp.sum(jnp.where(live, _normal_diag_logpdf(state.theta, mu0, v0), 0.0))
+    ltheta = jnp.sum(jnp.where(live, normal_diag_logpdf(state.theta, mu0, v0), 0.0))
     leaf = state.path[:, -1]
     lc = jnp.sum(state.logb[leaf, state.c])
-    lx = jnp.sum(_normal_diag_logpdf(X, state.theta[state.c], state.sigma2))
+    lx = jnp.sum(normal_diag_logpdf(X, state.theta[state.c], state.sigma2))
     return lv + lroot + ledge + ltheta + lc + lx
 
 

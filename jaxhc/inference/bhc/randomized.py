@@ -125,7 +125,6 @@ def rbhc(
     key = check_key(key, "key")
     leaf_all = component.leaf_stats(jnp.asarray(Xh))
     leaf_np = jax.tree_util.tree_map(np.asarray, leaf_all)
-    Xj = jnp.asarray(Xh)
     if progress_bar is None:
         progress_bar = n >= 5000
     bar = None

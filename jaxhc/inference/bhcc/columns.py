@@ -1,5 +1,5 @@
 """Per-column data of BHCC: the statistics of every cell plus null columns, padded views of
-column indices (`_Columns`), and the checks of the data against the component."""
+column indices (`ColumnData`), and the checks of the data against the component."""
 from __future__ import annotations
 
 from typing import Any
@@ -21,7 +21,7 @@ from ...components import (
 )
 from .hostmath import host_gammaln as _sgammaln
 
-_LOG_2PI = float(np.log(2 * np.pi))
+LOG_2PI = float(np.log(2 * np.pi))
 
 
 class _BetaView(Component):
@@ -85,7 +85,7 @@ class _BetaView(Component):
         return self
 
 
-class _Columns(eqx.Module):
+class ColumnData(eqx.Module):
     """Per-row per-column statistics of ``X [I, J]`` plus a null column ``J`` (no data).
 
     ``view(cols)`` returns the component and the leaf statistics ``[I, W]`` of the padded
@@ -146,11 +146,11 @@ class _Columns(eqx.Module):
         prec = 1.0 / t2 + n / s2
         mean = (m0 / t2 + sx / s2) / prec
         var = s2 + 1.0 / prec
-        return -0.5 * (_LOG_2PI + jnp.log(var) + (v - mean) ** 2 / var)
+        return -0.5 * (LOG_2PI + jnp.log(var) + (v - mean) ** 2 / var)
 
 
-def _column_model(component: Component, X: np.ndarray) -> _Columns:
-    """Builds `_Columns` for a column-separable component (raises `ColumnSplitError`, a
+def column_model(component: Component, X: np.ndarray) -> ColumnData:
+    """Builds `ColumnData` for a column-separable component (raises `ColumnSplitError`, a
     ``TypeError``, otherwise)."""
     I, J = X.shape
     fdt = jnp.result_type(float)
@@ -192,15 +192,15 @@ def _column_model(component: Component, X: np.ndarray) -> _Columns:
                 dense, stride = jnp.asarray(np.where(ff >= 0, g, 0.0).reshape(-1), fdt), size
         else:
             tables = tuple(jnp.asarray(_sgammaln(v[None, :] + m[:, None]), fdt) for v in (a1, b1, a1 + b1))
-        return _Columns(True, bool(shared), J, jnp.asarray(a1, fdt), jnp.asarray(b1, fdt), jnp.asarray(tt, fdt), s,
+        return ColumnData(True, bool(shared), J, jnp.asarray(a1, fdt), jnp.asarray(b1, fdt), jnp.asarray(tt, fdt), s,
                         tables, dense, stride)
     mean, pv, nv = (np.broadcast_to(np.asarray(x, float), (J,)) for x in (par.p1, par.p2, par.p3))
     comp = IndependentNormal(np.append(mean, np.zeros(npad)), np.append(pv, np.ones(npad)), np.append(nv, np.ones(npad)))
     s = tuple(x.reshape(I, J + npad) for x in comp.stats(Xj[:, :, None, None]))
-    return _Columns(False, False, J, comp.mean, comp.prior_var, comp.noise_var, s, None)
+    return ColumnData(False, False, J, comp.mean, comp.prior_var, comp.noise_var, s, None)
 
 
-def _real_array(X, name: str) -> np.ndarray:
+def check_real_table(X, name: str) -> np.ndarray:
     """``X`` as a host float array after checking that it is real and numeric (strings,
     objects and complex numbers raise a ``TypeError`` naming ``name``; ragged rows a
     ``ValueError``). NaN entries are kept (they mark missing values)."""
@@ -231,9 +231,9 @@ def _check_gaussian_scale(arr: np.ndarray, mean, prior_var, noise_var, name: str
             f"columns) and the component's prior with it")
 
 
-def _validate(X, component, name: str = "X") -> np.ndarray:
+def validate_inputs(X, component, name: str = "X") -> np.ndarray:
     """Host float array ``[I, J]`` after checking dtype, shape, domain and missing values."""
-    arr = _real_array(X, name)
+    arr = check_real_table(X, name)
     if arr.ndim != 2:
         raise ValueError(f"{name} must be a 2-D array [rows, columns], got shape {arr.shape}")
     if arr.shape[0] == 0 or arr.shape[1] == 0:

@@ -6,12 +6,12 @@ from typing import Sequence
 import jax.numpy as jnp
 import numpy as np
 
-from .columns import _Columns
+from .columns import ColumnData
 from .hostmath import host_gammaln as _sgammaln
-from .views import _Slots
+from .views import ViewSlots
 
 
-def _merge_log(log_alpha, na, nb, log_da, log_db, log_pa, log_pb, log_h1):
+def merge_log(log_alpha, na, nb, log_da, log_db, log_pa, log_pb, log_h1):
     """Eq. 6-8 for merging subtrees a and b (numpy, broadcasts)."""
     lag = log_alpha + _sgammaln(na + nb)
     ldd = log_da + log_db
@@ -22,7 +22,7 @@ def _merge_log(log_alpha, na, nb, log_da, log_db, log_pa, log_pb, log_h1):
     return log_d, log_pT, x - log_pT, y - log_pT, x - y
 
 
-def _greedy_merges(la: float, cols_of: list, cnt, node_h1, node_d, node_pT, node_1mr, node_r, evaluate,
+def greedy_merges(la: float, cols_of: list, cnt, node_h1, node_d, node_pT, node_1mr, node_r, evaluate,
                    on_merge=None, progress=None) -> np.ndarray:
     """The merge loop of Algorithm 1 over ``m`` starting subtrees (slots ``0..m-1``, tree nodes
     ``0..m-1``, columns ``cols_of[s]``, column counts ``cnt [m]``), filling the per-node arrays
@@ -40,7 +40,7 @@ def _greedy_merges(la: float, cols_of: list, cnt, node_h1, node_d, node_pT, node
     iu, ju = np.triu_indices(m, 1)
     h = evaluate([cols_of[a] + cols_of[b] for a, b in zip(iu, ju)], iu, ju)
     H[iu, ju] = H[ju, iu] = h
-    *_, lo = _merge_log(la, cnt[iu], cnt[ju], node_d[iu], node_d[ju], node_pT[iu], node_pT[ju], h)
+    *_, lo = merge_log(la, cnt[iu], cnt[ju], node_d[iu], node_d[ju], node_pT[iu], node_pT[ju], h)
     S[iu, ju] = S[ju, iu] = lo
     children = np.zeros((m - 1, 2), np.int64)
     for t in range(m - 1):
@@ -48,7 +48,7 @@ def _greedy_merges(la: float, cols_of: list, cnt, node_h1, node_d, node_pT, node
         a, b = min(a, b), max(a, b)
         na, nb = node_of[a], node_of[b]
         k = m + t
-        ld, lp, lr, l1, _ = _merge_log(la, cnt[a], cnt[b], node_d[na], node_d[nb], node_pT[na], node_pT[nb], H[a, b])
+        ld, lp, lr, l1, _ = merge_log(la, cnt[a], cnt[b], node_d[na], node_d[nb], node_pT[na], node_pT[nb], H[a, b])
         children[t] = (min(na, nb), max(na, nb))
         node_h1[k], node_d[k], node_pT[k], node_r[k], node_1mr[k] = H[a, b], ld, lp, lr, l1
         node_of[a], cols_of[a], cnt[a] = k, cols_of[a] + cols_of[b], cnt[a] + cnt[b]
@@ -62,14 +62,14 @@ def _greedy_merges(la: float, cols_of: list, cnt, node_h1, node_d, node_pT, node
             h = evaluate([cols_of[a] + cols_of[o] for o in others], np.full(len(others), a), others)
             H[a, others] = H[others, a] = h
             nd_o = node_of[others]
-            *_, lo = _merge_log(la, cnt[a], cnt[others], ld, node_d[nd_o], lp, node_pT[nd_o], h)
+            *_, lo = merge_log(la, cnt[a], cnt[others], ld, node_d[nd_o], lp, node_pT[nd_o], h)
             S[a, others] = S[others, a] = lo
         if progress is not None:
             progress(1)
     return children
 
 
-def _bhcc_core(cd: _Columns, alpha: float, col_ids: Sequence[int], progress=None):
+def bhcc_core(cd: ColumnData, alpha: float, col_ids: Sequence[int], progress=None):
     """Algorithm 1 over the columns ``col_ids`` of ``cd``. Returns ``children`` (node ids
     local: leaves ``0..m-1`` = ``col_ids``), and per-node ``log_h1, log_d, log_pT, log_1mr,
     log_r``."""
@@ -77,7 +77,7 @@ def _bhcc_core(cd: _Columns, alpha: float, col_ids: Sequence[int], progress=None
     m = len(col_ids)
     la = float(np.log(alpha))
     log_alpha = jnp.log(jnp.asarray(alpha, jnp.result_type(float)))
-    slots = _Slots(cd, col_ids)
+    slots = ViewSlots(cd, col_ids)
     h1_leaf = slots.evidence([[c] for c in col_ids], np.arange(m), np.full(m, slots.empty), log_alpha)
     N = 2 * m - 1
     node_h1 = np.full(N, np.nan)
@@ -88,6 +88,6 @@ def _bhcc_core(cd: _Columns, alpha: float, col_ids: Sequence[int], progress=None
     node_h1[:m], node_d[:m], node_pT[:m] = h1_leaf, la, h1_leaf
     if m == 1:
         return np.zeros((0, 2), np.int64), node_h1, node_d, node_pT, node_1mr, node_r
-    children = _greedy_merges(la, [[c] for c in col_ids], np.ones(m), node_h1, node_d, node_pT, node_1mr, node_r,
+    children = greedy_merges(la, [[c] for c in col_ids], np.ones(m), node_h1, node_d, node_pT, node_1mr, node_r,
                               lambda cl, ia, ib: slots.evidence(cl, ia, ib, log_alpha), slots.merge, progress)
     return children, node_h1, node_d, node_pT, node_1mr, node_r

@@ -13,9 +13,9 @@ from jax.scipy.special import gammaln, logsumexp
 from ...components import (
     IndependentNormal,
 )
-from .columns import _column_model, _Columns, _real_array, _validate
+from .columns import column_model, ColumnData, check_real_table, validate_inputs
 from .result import BHCCResult
-from .views import _VIEW_CHUNK, _grouped, _pad_views, _views_full
+from .views import VIEW_CHUNK, grouped_views, pad_views, views_full
 
 
 def _row_weights(children, log_r, log_1mr, I, size_weighted):
@@ -52,9 +52,9 @@ def _node_stats(leaf, out_stats):
 
 
 @partial(jax.jit, static_argnames=("mode",))
-def _views_predict(cd: _Columns, cols, outs, log_alpha, q_view, q_a, q_b, mode: str):
+def _views_predict(cd: ColumnData, cols, outs, log_alpha, q_view, q_a, q_b, mode: str):
     """Per query ``q`` (view ``q_view[q]`` of the batch ``cols [B, W]`` with row-BHC outputs
-    ``outs`` from `_views_full`), per mode:
+    ``outs`` from `views_full`), per mode:
 
     - ``"cell"``: ``log sum_{m in path(i)} w_m p(X_ij = v | D_m)`` with ``q_a = (i, pos)``
       int ``[Q, 2]`` and ``q_b`` = values ``[Q, K]`` (column index ``cols[view, pos]``);
@@ -86,7 +86,7 @@ def _views_predict(cd: _Columns, cols, outs, log_alpha, q_view, q_a, q_b, mode: 
 
 
 @jax.jit
-def _views_column_predict(cd: _Columns, cols, outs, log_alpha, Y, ycol, sign=1.0, base=1.0):
+def views_column_predict(cd: ColumnData, cols, outs, log_alpha, Y, ycol, sign=1.0, base=1.0):
     """``log p(y | view's row tree)`` ``[B, Q]`` of new columns ``Y [Q, I]`` (prior of column
     ``ycol [Q]``) for every view of ``cols [B, W]``: Eq. 12 summed over the row tree's
     consistent partitions, as the evidence ratio ``p(X_view, y | T_rows) / p(X_view | T_rows)``.
@@ -138,34 +138,34 @@ def _views_column_predict(cd: _Columns, cols, outs, log_alpha, Y, ycol, sign=1.0
         return lp[-1] - base * lpT_inner[-1]
 
     return jax.vmap(one)(children, log_h1, log_d, log_pT, leaf_h1)
-_QUERY_CHUNK = {"cell": 1024, "row": 256, "column": 512}
+QUERY_CHUNK = {"cell": 1024, "row": 256, "column": 512}
 
 
-def _node_queries(cd: _Columns, col_lists, alpha, mode, per_node_queries):
+def node_queries(cd: ColumnData, col_lists, alpha, mode, per_node_queries):
     """Runs `_views_predict` for the views ``col_lists`` (column ids of ``cd``);
     ``per_node_queries[n] = (q_a, q_b)`` arrays for view ``n``. Returns a list of result
-    arrays, one per view. Views run in chunks of `_VIEW_CHUNK`, queries in fixed-size
+    arrays, one per view. Views run in chunks of `VIEW_CHUNK`, queries in fixed-size
     chunks (padded), so one program compiles per view width and mode."""
     J = cd.n_cols
     log_alpha = jnp.log(jnp.asarray(alpha, jnp.result_type(float)))
     results = [None] * len(col_lists)
-    B, Qc = _VIEW_CHUNK, _QUERY_CHUNK[mode]
-    chunks = [(idx[s0 : s0 + B], W) for idx, W in _grouped(col_lists) for s0 in range(0, len(idx), B)]
+    B, Qc = VIEW_CHUNK, QUERY_CHUNK[mode]
+    chunks = [(idx[s0 : s0 + B], W) for idx, W in grouped_views(col_lists) for s0 in range(0, len(idx), B)]
     for idx, W in chunks:
-        cols = jnp.asarray(_pad_views([col_lists[i] for i in idx], W, J, B))
-        outs = _views_full(cd, cols, log_alpha)
+        cols = jnp.asarray(pad_views([col_lists[i] for i in idx], W, J, B))
+        outs = views_full(cd, cols, log_alpha)
         if mode == "column":  # every view gets the same new columns
             Y, ycol = per_node_queries[idx[0]]
             if len(Y) == 0:
                 for i in idx:
                     results[i] = np.zeros(0)
                 continue
-            Qc = _QUERY_CHUNK["column"]
+            Qc = QUERY_CHUNK["column"]
             Qp = -(-len(Y) // Qc) * Qc
             Yp = np.concatenate([Y, np.repeat(Y[:1], Qp - len(Y), axis=0)])
             yc = np.concatenate([ycol, np.repeat(ycol[:1], Qp - len(Y))]).astype(np.int32)
             res = np.concatenate([
-                np.asarray(_views_column_predict(cd, cols, outs, log_alpha, jnp.asarray(Yp[s0 : s0 + Qc]),
+                np.asarray(views_column_predict(cd, cols, outs, log_alpha, jnp.asarray(Yp[s0 : s0 + Qc]),
                                                  jnp.asarray(yc[s0 : s0 + Qc])))
                 for s0 in range(0, Qp, Qc)], axis=1)
             for r, i in enumerate(idx):
@@ -203,9 +203,9 @@ def _node_queries(cd: _Columns, col_lists, alpha, mode, per_node_queries):
 
 
 def _result_queries(res: "BHCCResult", nodes, mode, per_node_queries):
-    cd = _column_model(res.component, res.X)
+    cd = column_model(res.component, res.X)
     sets = res.tree.leaf_sets()
-    return _node_queries(cd, [list(np.flatnonzero(sets[k])) for k in nodes], res.alpha, mode, per_node_queries)
+    return node_queries(cd, [list(np.flatnonzero(sets[k])) for k in nodes], res.alpha, mode, per_node_queries)
 
 
 def _pad_rows_to(a, W):
@@ -228,10 +228,10 @@ def bhcc_predictive_row(result: BHCCResult, X_new) -> np.ndarray:
     view's DPM predictive the BHC predictive of its row tree (`jaxhc.bhc_predictive`).
     Returns ``[m]``."""
     _check_result(result)
-    Xn = _real_array(X_new, "X_new")
+    Xn = check_real_table(X_new, "X_new")
     if Xn.ndim != 2 or Xn.shape[1] != result.n_columns:
         raise ValueError(f"X_new must have shape [m, {result.n_columns}], got {Xn.shape}")
-    _validate(np.concatenate([result.X[:1] * np.nan, Xn]), result.component, "X_new")
+    validate_inputs(np.concatenate([result.X[:1] * np.nan, Xn]), result.component, "X_new")
     J = result.n_columns
     lr = result.node_log_r()
     nodes = _live_nodes(result, lr)
@@ -271,7 +271,7 @@ def bhcc_predictive_column(result: BHCCResult, Y, column: Optional[int] = None) 
     Returns ``[m]``.
     """
     _check_result(result)
-    Yn = _real_array(Y, "Y")
+    Yn = check_real_table(Y, "Y")
     I = result.X.shape[0]
     if Yn.ndim != 2 or Yn.shape[1] != I:
         raise ValueError(f"Y must have shape [m, {I}] (one new column per row of Y), got {Yn.shape}")
@@ -280,7 +280,7 @@ def bhcc_predictive_column(result: BHCCResult, Y, column: Optional[int] = None) 
     c = 0 if column is None else int(column)
     if not 0 <= c < result.n_columns:
         raise ValueError(f"column must be in [0, {result.n_columns}), got {column}")
-    _validate(np.concatenate([result.X[:, [c]], Yn.T], axis=1), _restrict(result.component, [c] * (len(Yn) + 1)), "Y")
+    validate_inputs(np.concatenate([result.X[:, [c]], Yn.T], axis=1), _restrict(result.component, [c] * (len(Yn) + 1)), "Y")
     lw = result.log_omega(size_weighted=True)
     nodes = _live_nodes(result, lw)
     qs = [(Yn, np.full(len(Yn), c, np.int32)) for _ in nodes]
@@ -326,7 +326,7 @@ def bhcc_predictive_cell(result: BHCCResult, rows, cols, values) -> np.ndarray:
     _check_result(result)
     rows = _index_array(rows, "rows")
     cols = _index_array(cols, "cols")
-    vals = _real_array(values, "values")
+    vals = check_real_table(values, "values")
     squeeze = vals.ndim == 1
     vals2 = vals[:, None] if squeeze else vals
     I, J = result.X.shape
@@ -340,7 +340,7 @@ def bhcc_predictive_cell(result: BHCCResult, rows, cols, values) -> np.ndarray:
     if Q * K:  # each candidate in its column's domain (e.g. 0 / 1 for BetaBernoulli)
         Xq = np.full((Q * K, J), np.nan)
         Xq[np.arange(Q * K), np.repeat(cols, K)] = vals2.reshape(-1)
-        _validate(Xq, result.component, "values")
+        validate_inputs(Xq, result.component, "values")
     lw = result.log_omega()
     nodes = _live_nodes(result, lw)
     sets = result.tree.leaf_sets()

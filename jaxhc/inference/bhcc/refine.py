@@ -11,25 +11,25 @@ from jax.scipy.special import gammaln
 
 from ..._internal.pool import pool_map
 from ...tree import Tree
-from .columns import _Columns
+from .columns import ColumnData
 from .hostmath import host_gammaln as _sgammaln
-from .merges import _greedy_merges
-from .predictive import _QUERY_CHUNK, _views_column_predict
-from .views import _JOB_THREADS, _VIEW_CHUNK, _grouped, _pad_views, _views_full
+from .merges import greedy_merges
+from .predictive import QUERY_CHUNK, views_column_predict
+from .views import JOB_THREADS, VIEW_CHUNK, grouped_views, pad_views, views_full
 
 _REFINE_TOL = 1e-8  # nats: criterion gains up to this are ties (numerical noise), not improvements
 
 
-class _SetEvidence:
+class SetEvidence:
     """``log p(X[:, S] | BHC)`` (BHC's DPM lower bound over the rows) of column sets ``S``,
     cached by ``frozenset``. Every set is evaluated by the program that gives a view its row
-    BHC (`_views_full` at `_width`, `_VIEW_CHUNK` sets per call, as `_view_rows`) and the
+    BHC (`views_full` at `view_width`, `VIEW_CHUNK` sets per call, as `_view_rows`) and the
     bound is formed as `BHCResult.dpm_lower_bound` is, so the value of a set is bitwise the
     ``dpm_lower_bound`` of the view a result reports for it (ties among rows make a row BHC
     sensitive to rounding: another evaluation order could pick another row tree). Sets not
     yet cached are evaluated together, grouped by padded width, chunks on the thread pool."""
 
-    def __init__(self, cd: _Columns, alpha: float):
+    def __init__(self, cd: ColumnData, alpha: float):
         self.cd = cd
         self.alpha = float(alpha)
         self.log_alpha = jnp.log(jnp.asarray(alpha, jnp.result_type(float)))
@@ -49,21 +49,21 @@ class _SetEvidence:
         self.n_evaluated += len(keys)
         const = gammaln(alpha), gammaln(I + alpha)  # as in `assemble_result` (bhc/greedy.py)
         jobs = []
-        for idx, W in _grouped(lists):
-            for s0 in range(0, len(idx), _VIEW_CHUNK):
-                sub = idx[s0 : s0 + _VIEW_CHUNK]
-                jobs.append((sub, _pad_views([lists[i] for i in sub], W, cd.n_cols, _VIEW_CHUNK)))
+        for idx, W in grouped_views(lists):
+            for s0 in range(0, len(idx), VIEW_CHUNK):
+                sub = idx[s0 : s0 + VIEW_CHUNK]
+                jobs.append((sub, pad_views([lists[i] for i in sub], W, cd.n_cols, VIEW_CHUNK)))
 
         def run(job):
             sub, cols = job
-            outs = _views_full(cd, jnp.asarray(cols), self.log_alpha)
+            outs = views_full(cd, jnp.asarray(cols), self.log_alpha)
             if I > 1:
                 lp, ld = np.asarray(outs[4])[: len(sub), -1], np.asarray(outs[3])[: len(sub), -1]
             else:
                 lp, ld = np.asarray(outs[7])[: len(sub), 0], np.full(len(sub), np.log(alpha))
             return [float(p + d + const[0] - const[1]) for p, d in zip(lp, ld)]
 
-        results = pool_map(run, jobs, max_workers=_JOB_THREADS)
+        results = pool_map(run, jobs, max_workers=JOB_THREADS)
         for (sub, _), r in zip(jobs, results):
             for i, v in zip(sub, r):
                 self.cache[keys[i]] = v
@@ -75,7 +75,7 @@ class _Partition:
     of the column partition times the views' row-BHC evidences, up to ``Gamma(alpha) /
     Gamma(J + alpha)``). Views are kept sorted, in order of their first column."""
 
-    def __init__(self, ev: _SetEvidence, alpha: float, views):
+    def __init__(self, ev: SetEvidence, alpha: float, views):
         self.ev = ev
         self.la = float(np.log(alpha))
         self.set(views)
@@ -204,7 +204,7 @@ def _split_views(P: _Partition, propose) -> bool:
     return changed
 
 
-def _group_tree(ev: _SetEvidence, la: float, groups):
+def _group_tree(ev: SetEvidence, la: float, groups):
     """Algorithm 1's greedy merges with the column sets ``groups`` as the starting subtrees,
     each a single hypothesis (``d = alpha Gamma(|g|)``, ``p(X_g | T_g) = p(X_g | BHC)``: its
     only tree-consistent partition is itself). Returns ``children [m-1, 2]`` (local ids) and
@@ -218,12 +218,12 @@ def _group_tree(ev: _SetEvidence, la: float, groups):
     node_h1[:m], node_d[:m], node_pT[:m] = h, la + _sgammaln(sizes), h
     if m == 1:
         return np.zeros((0, 2), np.int64), node_h1, node_d, node_pT, node_1mr, node_r
-    children = _greedy_merges(la, [list(g) for g in groups], sizes, node_h1, node_d, node_pT, node_1mr, node_r,
+    children = greedy_merges(la, [list(g) for g in groups], sizes, node_h1, node_d, node_pT, node_1mr, node_r,
                               lambda cl, ia, ib: ev(cl))
     return children, node_h1, node_d, node_pT, node_1mr, node_r
 
 
-def _tree_over_views(ev: _SetEvidence, la: float, J: int, views):
+def _tree_over_views(ev: SetEvidence, la: float, J: int, views):
     """A column tree whose cut at ``r < 0.5`` is ``views`` when no merge of views gains: every
     view is one hypothesis with ``r = 1`` (as a group truncated by RBHCC's ``levels``: a comb
     of its columns whose inner nodes carry no hypothesis, ``log_h1`` NaN), and the views are
@@ -261,7 +261,7 @@ def _tree_views(children, J, node_r) -> list:
     return [tuple(np.flatnonzero(labels == g).tolist()) for g in range(int(labels.max()) + 1)]
 
 
-def _tree_splits(children, J, node_h1) -> dict:
+def tree_splits(children, J, node_h1) -> dict:
     """``{frozenset(node's columns): (left columns, right columns)}`` of every inner node of a
     column tree whose children both carry a hypothesis (finite ``log_h1``)."""
     sets = [(c,) for c in range(J)]
@@ -273,7 +273,7 @@ def _tree_splits(children, J, node_h1) -> dict:
     return out
 
 
-def _column_estimates(cd: _Columns, alpha: float, X: np.ndarray, views, budget: int) -> dict:
+def _column_estimates(cd: ColumnData, alpha: float, X: np.ndarray, views, budget: int) -> dict:
     """Screened single-column moves: every column's best candidate by a fixed-row-tree
     estimate of the gain (RBHCC's rule for placing a column, Eq. 11-12), for the ``budget``
     columns with the highest estimates (whatever their sign: the estimates rank moves, the
@@ -292,20 +292,20 @@ def _column_estimates(cd: _Columns, alpha: float, X: np.ndarray, views, budget: 
     add = np.empty((V, J))
     loo, alone = np.zeros(J), np.zeros(J)
     Y = np.asarray(X, float).T
-    Qc = _QUERY_CHUNK["column"]
+    Qc = QUERY_CHUNK["column"]
     Qp = -(-J // Qc) * Qc
     Yp = np.concatenate([Y, np.repeat(Y[:1], Qp - J, axis=0)])
     yc = np.concatenate([np.arange(J), np.zeros(Qp - J, np.int64)]).astype(np.int32)
     const = float(_sgammaln(alpha) - _sgammaln(I + alpha))
-    for idx, W in _grouped(views):
-        for s0 in range(0, len(idx), _VIEW_CHUNK):
-            sub = idx[s0 : s0 + _VIEW_CHUNK]
-            cols = jnp.asarray(_pad_views([views[i] for i in sub], W, J, _VIEW_CHUNK))
-            outs = _views_full(cd, cols, log_alpha)
-            log_d_root = np.asarray(outs[3][:, -1]) if I > 1 else np.full(_VIEW_CHUNK, la)
+    for idx, W in grouped_views(views):
+        for s0 in range(0, len(idx), VIEW_CHUNK):
+            sub = idx[s0 : s0 + VIEW_CHUNK]
+            cols = jnp.asarray(pad_views([views[i] for i in sub], W, J, VIEW_CHUNK))
+            outs = views_full(cd, cols, log_alpha)
+            log_d_root = np.asarray(outs[3][:, -1]) if I > 1 else np.full(VIEW_CHUNK, la)
 
             def pred(sign, base):
-                return np.concatenate([np.asarray(_views_column_predict(
+                return np.concatenate([np.asarray(views_column_predict(
                     cd, cols, outs, log_alpha, jnp.asarray(Yp[q : q + Qc]), jnp.asarray(yc[q : q + Qc]), sign, base))
                     for q in range(0, Qp, Qc)], axis=1)[:, :J]
 
@@ -351,7 +351,7 @@ def _local_search(P: _Partition, passes: int, propose, estimates=None) -> int:
     return left
 
 
-def _refine(ev: _SetEvidence, cd: _Columns, X: np.ndarray, alpha: float, children, node_h1, node_r, passes: int,
+def refine_partition(ev: SetEvidence, cd: ColumnData, X: np.ndarray, alpha: float, children, node_h1, node_r, passes: int,
             propose, screen: Optional[int] = None):
     """Local search over the column partition from the cut of a column tree, then a tree for it.
 
@@ -387,7 +387,7 @@ def _refine(ev: _SetEvidence, cd: _Columns, X: np.ndarray, alpha: float, childre
     return rebuilt + (P.score() - start,)
 
 
-def _greedy_split(ev: _SetEvidence, la: float, cache: dict):
+def greedy_split(ev: SetEvidence, la: float, cache: dict):
     """``propose(view)`` for `_split_views`: the top split of Algorithm 1's tree over the view's
     own columns (built once per view, with the splits of all its nodes added to ``cache``)."""
 
@@ -395,7 +395,7 @@ def _greedy_split(ev: _SetEvidence, la: float, cache: dict):
         key = frozenset(view)
         if key not in cache:
             ch, h1, *_ = _group_tree(ev, la, [(c,) for c in view])
-            local = _tree_splits(ch, len(view), h1)
+            local = tree_splits(ch, len(view), h1)
             for k, (l, r) in local.items():
                 cache.setdefault(frozenset(view[i] for i in k),
                                  (tuple(view[i] for i in l), tuple(view[i] for i in r)))
@@ -405,7 +405,7 @@ def _greedy_split(ev: _SetEvidence, la: float, cache: dict):
     return propose
 
 
-def _check_refine(refine, refine_passes):
+def check_refine(refine, refine_passes):
     if not isinstance(refine, (bool, np.bool_)):
         raise ValueError(f"refine must be True or False, got {refine!r}")
     if isinstance(refine_passes, bool) or not isinstance(refine_passes, (int, np.integer)) or refine_passes < 1:

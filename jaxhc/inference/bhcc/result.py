@@ -10,9 +10,9 @@ import numpy as np
 from ...components import Component
 from ...tree import Tree
 from ..bhc.greedy import BHCResult, assemble_result
-from .columns import _column_model, _Columns
+from .columns import column_model, ColumnData
 from .hostmath import host_gammaln as _sgammaln
-from .views import _VIEW_CHUNK, _grouped, _pad_views, _views_full
+from .views import VIEW_CHUNK, grouped_views, pad_views, views_full
 
 
 class BHCCView(NamedTuple):
@@ -109,7 +109,7 @@ class BHCCResult(NamedTuple):
     def view_of(self, columns: Sequence[int]) -> BHCCView:
         """A `BHCCView` (row BHC) of any set of columns."""
         cols = np.asarray(columns, np.int64)
-        (rows,) = _view_rows(_column_model(self.component, self.X), [cols], self.alpha)
+        (rows,) = _view_rows(column_model(self.component, self.X), [cols], self.alpha)
         sets = self.tree.leaf_sets()
         hit = np.flatnonzero(np.all(sets == np.isin(np.arange(self.n_columns), cols)[None, :], axis=1))
         node = int(hit[0]) if len(hit) else -1
@@ -117,17 +117,17 @@ class BHCCResult(NamedTuple):
         return BHCCView(cols, node, log_r, rows)
 
 
-def _view_rows(cd: "_Columns", col_lists, alpha) -> list:
+def _view_rows(cd: "ColumnData", col_lists, alpha) -> list:
     """The row `BHCResult` of each view in ``col_lists``, run padded (programs shared with
     the predictive passes) and sliced to the view's own columns."""
     log_alpha = jnp.log(jnp.asarray(alpha, jnp.result_type(float)))
     out = [None] * len(col_lists)
-    B = _VIEW_CHUNK
-    for idx, W in _grouped(col_lists):
+    B = VIEW_CHUNK
+    for idx, W in grouped_views(col_lists):
         for s0 in range(0, len(idx), B):
             sub = idx[s0 : s0 + B]
-            cols = _pad_views([col_lists[i] for i in sub], W, cd.n_cols, B)
-            outs = _views_full(cd, jnp.asarray(cols), log_alpha)
+            cols = pad_views([col_lists[i] for i in sub], W, cd.n_cols, B)
+            outs = views_full(cd, jnp.asarray(cols), log_alpha)
             for r, i in enumerate(sub):
                 w = len(col_lists[i])
                 c = jnp.asarray(np.asarray(col_lists[i], np.int32))
@@ -150,7 +150,7 @@ def _views_of(X, component, alpha, tree, log_r_nodes) -> tuple:
     labels = tree.cut(0.5, scores=np.exp(log_r_nodes[tree.n_leaves:]))
     sets = tree.leaf_sets()
     groups = [np.flatnonzero(labels == g) for g in range(int(labels.max()) + 1)]
-    rows = _view_rows(_column_model(component, X), groups, alpha)
+    rows = _view_rows(column_model(component, X), groups, alpha)
     views = []
     for cols, rr in zip(groups, rows):
         member = np.isin(np.arange(tree.n_leaves), cols)
@@ -159,7 +159,7 @@ def _views_of(X, component, alpha, tree, log_r_nodes) -> tuple:
     return tuple(views)
 
 
-def _finish(children, J, node_h1, node_d, node_pT, node_1mr, node_log_r, X, component, alpha, *, heights=None,
+def finish_result(children, J, node_h1, node_d, node_pT, node_1mr, node_log_r, X, component, alpha, *, heights=None,
             refine_gain=0.0):
     log_r = node_log_r[J:]
     tree = Tree(np.asarray(children, np.int64).reshape(-1, 2),

@@ -10,13 +10,13 @@ import numpy as np
 
 from ..._internal.validation import check_alpha, check_component
 from ...components import Component
-from .columns import _column_model, _Columns, _validate
+from .columns import column_model, ColumnData, validate_inputs
 from .hostmath import host_gammaln as _sgammaln
-from .merges import _bhcc_core, _merge_log
-from .predictive import _node_queries
-from .refine import _check_refine, _greedy_split, _refine, _SetEvidence, _tree_splits
-from .result import BHCCResult, _finish
-from .views import _dpm_bound, _pad_views, _row_bhc, _width
+from .merges import bhcc_core, merge_log
+from .predictive import node_queries
+from .refine import check_refine, greedy_split, refine_partition, SetEvidence, tree_splits
+from .result import BHCCResult, finish_result
+from .views import dpm_bound, pad_views, row_bhc, view_width
 
 
 def bhcc(X, component: Component, alpha: float = 1.0, *, refine: bool = True, refine_passes: int = 10,
@@ -70,9 +70,9 @@ def bhcc(X, component: Component, alpha: float = 1.0, *, refine: bool = True, re
     """
     check_component(component)
     alpha = check_alpha(alpha)
-    _check_refine(refine, refine_passes)
-    Xh = _validate(X, component)
-    cd = _column_model(component, Xh)
+    check_refine(refine, refine_passes)
+    Xh = validate_inputs(X, component)
+    cd = column_model(component, Xh)
     J = Xh.shape[1]
     if progress_bar is None:
         progress_bar = J >= 100
@@ -82,28 +82,28 @@ def bhcc(X, component: Component, alpha: float = 1.0, *, refine: bool = True, re
 
         bar = tqdm(total=J - 1, desc="BHCC column merges", leave=False)
     try:
-        children, h1, d, pT, l1, lr = _bhcc_core(cd, alpha, range(J), None if bar is None else bar.update)
+        children, h1, d, pT, l1, lr = bhcc_core(cd, alpha, range(J), None if bar is None else bar.update)
     finally:
         if bar is not None:
             bar.close()
     gain = 0.0
     if refine and J > 1:
-        ev = _SetEvidence(cd, alpha)
-        out = _refine(ev, cd, Xh, alpha, children, h1, lr, refine_passes,
-                      _greedy_split(ev, float(np.log(alpha)), _tree_splits(children, J, h1)))
+        ev = SetEvidence(cd, alpha)
+        out = refine_partition(ev, cd, Xh, alpha, children, h1, lr, refine_passes,
+                      greedy_split(ev, float(np.log(alpha)), tree_splits(children, J, h1)))
         if out is not None:
             children, h1, d, pT, l1, lr, gain = out
-    return _finish(children, J, h1, d, pT, l1, lr, Xh, component, alpha, refine_gain=gain)
+    return finish_result(children, J, h1, d, pT, l1, lr, Xh, component, alpha, refine_gain=gain)
 
 
 @jax.jit
-def _direct_evidence(cd: _Columns, cols, log_alpha):
+def _direct_evidence(cd: ColumnData, cols, log_alpha):
     """``log p(X[:, cols] | BHC)`` of one padded view (no pair tables: for wide views)."""
-    return _dpm_bound(_row_bhc(cd, cols, log_alpha)[2], log_alpha, cd.n_rows)
+    return dpm_bound(row_bhc(cd, cols, log_alpha)[2], log_alpha, cd.n_rows)
 
 
-def _group_evidence(cd: _Columns, cols, log_alpha) -> float:
-    return float(_direct_evidence(cd, jnp.asarray(_pad_views([list(cols)], _width(len(cols)), cd.n_cols, 1)[0]),
+def _group_evidence(cd: ColumnData, cols, log_alpha) -> float:
+    return float(_direct_evidence(cd, jnp.asarray(pad_views([list(cols)], view_width(len(cols)), cd.n_cols, 1)[0]),
                                   log_alpha))
 
 
@@ -127,7 +127,7 @@ def _subtree_weights(children, log_r, log_1mr, sizes, top) -> np.ndarray:
     return out
 
 
-def _filter_split(cd: _Columns, Xh: np.ndarray, alpha: float, cols: np.ndarray, rng, subset_size: int):
+def _filter_split(cd: ColumnData, Xh: np.ndarray, alpha: float, cols: np.ndarray, rng, subset_size: int):
     """One filtering level of Algorithm 2: BHCC on a random subset ``V0`` of ``subset_size``
     columns of ``cols``; the root of its tree splits ``V0`` in two and every other column goes
     to the side with the larger CRP-weighted new-column predictive (Eq. 11-12). Returns the
@@ -135,7 +135,7 @@ def _filter_split(cd: _Columns, Xh: np.ndarray, alpha: float, cols: np.ndarray, 
     m = len(cols)
     perm = rng.permutation(m)
     sub, rest = cols[perm[:subset_size]], cols[perm[subset_size:]]
-    ch, h1, d, pT, l1, lr = _bhcc_core(cd, alpha, sub)
+    ch, h1, d, pT, l1, lr = bhcc_core(cd, alpha, sub)
     s = len(sub)
     sizes = np.concatenate([np.ones(s), np.zeros(s - 1)])
     for t, (a, b) in enumerate(ch):
@@ -150,7 +150,7 @@ def _filter_split(cd: _Columns, Xh: np.ndarray, alpha: float, cols: np.ndarray, 
     wb = _subtree_weights(ch, lr, l1, sizes, top_b)
     nodes = np.flatnonzero(np.isfinite(wa) | np.isfinite(wb))
     Y = Xh[:, rest].T
-    outs = _node_queries(cd, [col_lists[k] for k in nodes], alpha, "column",
+    outs = node_queries(cd, [col_lists[k] for k in nodes], alpha, "column",
                          [(Y, rest.astype(np.int32)) for _ in nodes])
     la_, lb_ = np.full(len(rest), -np.inf), np.full(len(rest), -np.inf)
     for k, o in zip(nodes, outs):
@@ -209,7 +209,7 @@ def rbhcc(key, X, component: Component, alpha: float = 1.0, *, subset_size: int 
     """
     check_component(component)
     alpha = check_alpha(alpha)
-    Xh = _validate(X, component)
+    Xh = validate_inputs(X, component)
     I, J = Xh.shape
     if not (isinstance(subset_size, (int, np.integer)) and subset_size >= 2):
         raise ValueError(f"subset_size must be an integer >= 2, got {subset_size!r}")
@@ -217,11 +217,11 @@ def rbhcc(key, X, component: Component, alpha: float = 1.0, *, subset_size: int 
         raise ValueError(f"threshold must be an integer >= subset_size={subset_size}, got {threshold!r}")
     if levels is not None and not (isinstance(levels, (int, np.integer)) and levels >= 0):
         raise ValueError(f"levels must be None or a non-negative integer, got {levels!r}")
-    _check_refine(refine, refine_passes)
+    check_refine(refine, refine_passes)
     from ..._internal.validation import check_key, numpy_rng
 
     rng = numpy_rng(check_key(key, "key"))
-    cd = _column_model(component, Xh)
+    cd = column_model(component, Xh)
     la = float(np.log(alpha))
     log_alpha = jnp.log(jnp.asarray(alpha, jnp.result_type(float)))
     N = 2 * J - 1
@@ -241,7 +241,7 @@ def rbhcc(key, X, component: Component, alpha: float = 1.0, *, subset_size: int 
         return J + len(children) - 1
 
     def plain(cols):
-        ch, h1, d, pT, l1, lr = _bhcc_core(cd, alpha, cols)
+        ch, h1, d, pT, l1, lr = bhcc_core(cd, alpha, cols)
         ids = list(int(c) for c in cols)
         node_h1[ids], node_d[ids], node_pT[ids] = h1[: len(ids)], d[: len(ids)], pT[: len(ids)]
         for t, (a, b) in enumerate(ch):
@@ -277,7 +277,7 @@ def rbhcc(key, X, component: Component, alpha: float = 1.0, *, subset_size: int 
         ka = rec(np.sort(side_a), depth + 1)
         kb = rec(np.sort(side_b), depth + 1)
         h = _group_evidence(cd, cols, log_alpha)
-        ld, lp, lr_, l1_, _ = _merge_log(la, len(side_a), len(side_b), node_d[ka], node_d[kb], node_pT[ka],
+        ld, lp, lr_, l1_, _ = merge_log(la, len(side_a), len(side_b), node_d[ka], node_d[kb], node_pT[ka],
                                          node_pT[kb], h)
         k = new_node(ka, kb)
         node_h1[k], node_d[k], node_pT[k], node_1mr[k], node_r[k] = h, ld, lp, l1_, lr_
@@ -292,8 +292,8 @@ def rbhcc(key, X, component: Component, alpha: float = 1.0, *, subset_size: int 
     children = np.asarray(children, np.int64).reshape(-1, 2)
     gain = 0.0
     if refine and J > 1:
-        ev = _SetEvidence(cd, alpha)
-        small = _greedy_split(ev, la, _tree_splits(children, J, node_h1))
+        ev = SetEvidence(cd, alpha)
+        small = greedy_split(ev, la, tree_splits(children, J, node_h1))
 
         def propose(view):
             key = frozenset(view)
@@ -303,8 +303,8 @@ def rbhcc(key, X, component: Component, alpha: float = 1.0, *, subset_size: int 
             small.cache[key] = (tuple(sorted(a.tolist())), tuple(sorted(b.tolist())))
             return small.cache[key]
 
-        out = _refine(ev, cd, Xh, alpha, children, node_h1, node_r, refine_passes, propose,
+        out = refine_partition(ev, cd, Xh, alpha, children, node_h1, node_r, refine_passes, propose,
                       screen=subset_size if J >= threshold else None)
         if out is not None:
             children, node_h1, node_d, node_pT, node_1mr, node_r, gain = out
-    return _finish(children, J, node_h1, node_d, node_pT, node_1mr, node_r, Xh, component, alpha, refine_gain=gain)
+    return finish_result(children, J, node_h1, node_d, node_pT, node_1mr, node_r, Xh, component, alpha, refine_gain=gain)

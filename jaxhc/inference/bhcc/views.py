@@ -1,5 +1,5 @@
 """Batched row BHC over padded views (column index vectors): the DPM evidence of many
-candidate views at once (`_Slots`), and the full row-BHC outputs of a batch (`_views_full`)."""
+candidate views at once (`ViewSlots`), and the full row-BHC outputs of a batch (`views_full`)."""
 from __future__ import annotations
 
 from functools import partial
@@ -11,10 +11,10 @@ from jax.scipy.special import gammaln
 
 from ..._internal.pool import pool_map
 from ..bhc.greedy import bhc_core
-from .columns import _Columns
+from .columns import ColumnData
 
 
-def _width(m: int) -> int:
+def view_width(m: int) -> int:
     """Padded view width: a power of 4 (>= 2), so few programs compile."""
     w = 2
     while w < m:
@@ -22,7 +22,7 @@ def _width(m: int) -> int:
     return w
 
 
-def _row_bhc(cd: _Columns, cols, log_alpha):
+def row_bhc(cd: ColumnData, cols, log_alpha):
     """BHC over the rows of one padded view; returns the raw per-merge outputs."""
     comp, leaf = cd.view(cols)
     I = cd.n_rows
@@ -34,7 +34,7 @@ def _row_bhc(cd: _Columns, cols, log_alpha):
     return comp, leaf, bhc_core(comp, log_alpha, leaf, jnp.asarray(I, jnp.int32), row_batch=I)
 
 
-def _dpm_bound(out, log_alpha, I):
+def dpm_bound(out, log_alpha, I):
     alpha = jnp.exp(log_alpha)
     leaf_log_h1 = out[7]
     log_pT = out[4][-1] if I > 1 else leaf_log_h1[0]
@@ -43,7 +43,7 @@ def _dpm_bound(out, log_alpha, I):
 
 
 @jax.jit
-def _pair_tables(cd: _Columns, cols):
+def _pair_tables(cd: ColumnData, cols):
     """Per column ``j`` of ``cols [m]``: the pair log marginals ``P_j [I, I]`` (rows ``i, i'``
     merged, column ``j`` only) and the leaf log marginals ``l_j [I]``; one extra all-zero
     slot is appended (the empty column set)."""
@@ -67,7 +67,7 @@ _CHUNK_VIEWS = 32
 
 
 @jax.jit
-def _pairs_evidence(cd: _Columns, cols, P, L, ia, ib, count, log_alpha):
+def _pairs_evidence(cd: ColumnData, cols, P, L, ia, ib, count, log_alpha):
     """``log p(X[:, view] | BHC)`` (BHC's DPM lower bound) of the first ``count`` padded
     views ``cols [B, W]``, view ``q`` being the union of the column sets of slots ``ia[q]``
     and ``ib[q]``. The initial pair log-odds of each row BHC are sums of the slots' pair
@@ -90,10 +90,10 @@ def _pairs_evidence(cd: _Columns, cols, P, L, ia, ib, count, log_alpha):
 
 
 # column jobs of one step run at most this many at a time in the library's shared thread pool
-_JOB_THREADS = 4
+JOB_THREADS = 4
 
 
-def _pad_views(col_lists, W, J, B):
+def pad_views(col_lists, W, J, B):
     arr = np.full((B, W), J, np.int32)
     for r, c in enumerate(col_lists):
         arr[r, : len(c)] = c
@@ -102,18 +102,18 @@ def _pad_views(col_lists, W, J, B):
     return arr
 
 
-def _grouped(col_lists):
+def grouped_views(col_lists):
     """Yields ``(indices, W)``: the views of each padded width."""
-    widths = np.array([_width(len(c)) for c in col_lists])
+    widths = np.array([view_width(len(c)) for c in col_lists])
     for W in np.unique(widths):
         yield np.flatnonzero(widths == W), int(W)
 
 
-class _Slots:
+class ViewSlots:
     """Device-resident pair tables of the current column clusters (one slot each, plus an
     empty slot at the end)."""
 
-    def __init__(self, cd: _Columns, col_ids):
+    def __init__(self, cd: ColumnData, col_ids):
         self.cd = cd
         self.P, self.L = _pair_tables(cd, jnp.asarray(np.asarray(col_ids, np.int32)))
         self.empty = int(self.P.shape[0]) - 1
@@ -132,10 +132,10 @@ class _Slots:
             return out
         ia, ib = np.asarray(ia, np.int32), np.asarray(ib, np.int32)
         jobs = []
-        for idx, W in _grouped(col_lists):
+        for idx, W in grouped_views(col_lists):
             for s0 in range(0, len(idx), _CHUNK_VIEWS):
                 sub = idx[s0 : s0 + _CHUNK_VIEWS]
-                cols = _pad_views([col_lists[i] for i in sub], W, cd.n_cols, _CHUNK_VIEWS)
+                cols = pad_views([col_lists[i] for i in sub], W, cd.n_cols, _CHUNK_VIEWS)
                 pa = np.zeros(_CHUNK_VIEWS, np.int32)
                 pb = np.zeros(_CHUNK_VIEWS, np.int32)
                 pa[: len(sub)], pb[: len(sub)] = ia[sub], ib[sub]
@@ -147,17 +147,17 @@ class _Slots:
                                   jnp.int32(len(sub)), log_alpha)
             return np.asarray(res)[: len(sub)]
 
-        results = pool_map(run, jobs, max_workers=_JOB_THREADS)
+        results = pool_map(run, jobs, max_workers=JOB_THREADS)
         for (sub, *_), r in zip(jobs, results):
             out[sub] = r
         return out
 
 
 @jax.jit
-def _views_full(cd: _Columns, cols, log_alpha):
+def views_full(cd: ColumnData, cols, log_alpha):
     """Full row-BHC outputs of the padded views ``cols [B, W]`` (one view after the other,
     see `_pairs_evidence`)."""
-    return jax.lax.map(lambda c: _row_bhc(cd, c, log_alpha)[2], cols)
+    return jax.lax.map(lambda c: row_bhc(cd, c, log_alpha)[2], cols)
 
 
-_VIEW_CHUNK = 16
+VIEW_CHUNK = 16

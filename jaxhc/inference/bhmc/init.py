@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ...models.ncrp_hdp import (
-    _normal_diag_logpdf,
+    normal_diag_logpdf,
     dp_child_log,
 )
 from .moves import point_update
@@ -116,7 +116,7 @@ def _init_jit(key, X, hyper, cfg, epsilon, L, M, K):
     # c_n among the instantiated components by Eq. 2 with the root's weights (the chain's
     # leaf weights, drawn from the sparse HDP, would put nearly every point in one component);
     # Eq. 3-4 then give every chain node weight on all the components in use
-    ll = _normal_diag_logpdf(X[:, None, :], theta[None], st.sigma2)
+    ll = normal_diag_logpdf(X[:, None, :], theta[None], st.sigma2)
     logits = logb[0, :K][None] + ll
     c = jax.random.categorical(kc, logits, axis=1).astype(jnp.int32)
     st = st._replace(c=c)

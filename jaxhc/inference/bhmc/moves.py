@@ -8,7 +8,7 @@ import jax.numpy as jnp
 from jax.scipy.special import logsumexp
 
 from ...models.ncrp_hdp import (
-    _normal_diag_logpdf,
+    normal_diag_logpdf,
     beta_log,
     dirichlet_log,
     dp_child_log,
@@ -22,8 +22,8 @@ from .state import NEG_INF, OVERFLOW_COMPONENTS, OVERFLOW_NODES, BHMCState
 # ------------------------------------------------------------------------------------------
 def _comp_loglik(x, theta, sigma2, cfg):
     """``log N(x; theta_k, sigma2 I)`` for every slot ``[K]`` and ``log f*(x)``."""
-    ll = _normal_diag_logpdf(x[None, :], theta, sigma2)
-    lfs = _normal_diag_logpdf(x, cfg.mu0, cfg.prior_var + sigma2)
+    ll = normal_diag_logpdf(x[None, :], theta, sigma2)
+    lfs = normal_diag_logpdf(x, cfg.mu0, cfg.prior_var + sigma2)
     return ll, lfs
 
 

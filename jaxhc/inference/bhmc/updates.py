@@ -10,8 +10,8 @@ import jax.numpy as jnp
 from jax.scipy.special import gammaln
 
 from ...models.ncrp_hdp import (
-    _log_dirichlet_density,
-    _normal_diag_logpdf,
+    log_dirichlet_density,
+    normal_diag_logpdf,
     dirichlet_log,
     ncrp_log_prob,
 )
@@ -187,7 +187,7 @@ def _hyper_targets(st: BHMCState, X, cfg):
         return n_live * jnp.log(g0) + (g0 - 1.0) * star0 + _gamma_logpdf(g0, 3.5, 1.0)
 
     def t_gamma(g):
-        d = jax.vmap(_log_dirichlet_density)(st.logb, jnp.log(g) + st.logb[par])
+        d = jax.vmap(log_dirichlet_density)(st.logb, jnp.log(g) + st.logb[par])
         return jnp.where(g < cfg.gamma_max, jnp.sum(jnp.where(nonroot, d, 0.0)), NEG_INF)
 
     def t_sigma2(s2):
@@ -228,5 +228,5 @@ def complete_data_log_likelihood(st: BHMCState, X):
     L = st.path.shape[1] - 1
     leaf = st.path[:, L]
     lc = jnp.sum(st.logb[leaf, st.c])
-    lx = jnp.sum(_normal_diag_logpdf(X, st.theta[st.c], st.sigma2))
+    lx = jnp.sum(normal_diag_logpdf(X, st.theta[st.c], st.sigma2))
     return lc + lx + ncrp_log_prob(st.parent, st.level, st.count, st.alpha, L)
