@@ -1,4 +1,5 @@
 """Timing and subprocess helpers shared by the benchmark scripts."""
+
 from __future__ import annotations
 
 import json
@@ -57,10 +58,18 @@ def machine(extra: dict | None = None) -> dict:
             mem = int(next(l for l in f if l.startswith("MemTotal")).split()[1]) / 2**20
     except (OSError, StopIteration):
         mem = None
-    out = {"platform": platform.platform(), "cpu": cpu, "cpu_count": os.cpu_count(), "mem_gb": mem,
-           "python": platform.python_version(), "jax": jax.__version__, "numpy": numpy.__version__,
-           "backend": jax.default_backend(), "devices": [str(d) for d in jax.devices()],
-           "loadavg_start": list(os.getloadavg())}
+    out = {
+        "platform": platform.platform(),
+        "cpu": cpu,
+        "cpu_count": os.cpu_count(),
+        "mem_gb": mem,
+        "python": platform.python_version(),
+        "jax": jax.__version__,
+        "numpy": numpy.__version__,
+        "backend": jax.default_backend(),
+        "devices": [str(d) for d in jax.devices()],
+        "loadavg_start": list(os.getloadavg()),
+    }
     out.update(extra or {})
     return out
 
@@ -80,7 +89,7 @@ def run_worker(script: str, mode: str, argv: list, timeout: float) -> dict:
     lines = [l for l in p.stdout.splitlines() if l.startswith("RESULT ")]
     if p.returncode != 0 or not lines:
         return {"error": (p.stderr or p.stdout)[-2000:], "worker_wall_s": wall}
-    res = json.loads(lines[-1][len("RESULT "):])
+    res = json.loads(lines[-1][len("RESULT ") :])
     res["worker_wall_s"] = wall
     res["loadavg_1min_before_after"] = [load0, os.getloadavg()[0]]
     return res

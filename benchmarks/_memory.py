@@ -1,4 +1,5 @@
 """Memory probes shared by the benchmark scripts (resident set size of this process)."""
+
 from __future__ import annotations
 
 import os

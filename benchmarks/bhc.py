@@ -36,6 +36,7 @@ Method (recorded in the JSON under ``"method"``):
   process RBHC then also runs on the data of the BHC configs with d = 10 and n in
   {2000, 4000} (same seeds), so its log evidence can be compared with greedy BHC's.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -82,7 +83,6 @@ def worker(args) -> dict:
     import jax
 
     jax.config.update("jax_enable_x64", True)
-    import numpy as np
     from scipy.cluster.hierarchy import linkage
 
     import jaxhc
@@ -101,8 +101,9 @@ def worker(args) -> dict:
         key = jax.random.PRNGKey(0)
         params = inspect.signature(jaxhc.rbhc).parameters
         kw = {"progress_bar": False} if "progress_bar" in params else {}
-        out["rbhc_defaults"] = {k: repr(v.default) for k, v in params.items()
-                                if v.default is not inspect.Parameter.empty}
+        out["rbhc_defaults"] = {
+            k: repr(v.default) for k, v in params.items() if v.default is not inspect.Parameter.empty
+        }
         rss0 = _rss_mb()
         times, evs, cpu = [], [], []
         with RssSampler() as samp:
@@ -234,8 +235,21 @@ def _jaxlib_version():
 
 
 def run_config(algo: str, n: int, d: int, repeats: int, timeout: float, compare_sizes=()) -> dict:
-    cmd = [sys.executable, os.path.abspath(__file__), "--_worker", "--algo", algo, "--n", str(n), "--d", str(d),
-           "--repeats", str(repeats), "--compare-sizes", ",".join(str(m) for m in compare_sizes)]
+    cmd = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--_worker",
+        "--algo",
+        algo,
+        "--n",
+        str(n),
+        "--d",
+        str(d),
+        "--repeats",
+        str(repeats),
+        "--compare-sizes",
+        ",".join(str(m) for m in compare_sizes),
+    ]
     env = dict(os.environ)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     load0 = os.getloadavg()[0]
@@ -249,7 +263,7 @@ def run_config(algo: str, n: int, d: int, repeats: int, timeout: float, compare_
     if p.returncode != 0 or not lines:
         tail = (p.stderr or p.stdout).strip().splitlines()[-5:]
         return {"algo": algo, "n": n, "d": d, "status": f"failed (rc={p.returncode})", "error": tail}
-    out = json.loads(lines[-1][len("RESULT "):])
+    out = json.loads(lines[-1][len("RESULT ") :])
     out["process_wall_s"] = wall
     # 1-min load average before / after (2-core box: > ~1.2 means something else competed)
     out["loadavg_1min_before_after"] = [round(load0, 2), round(os.getloadavg()[0], 2)]
@@ -262,41 +276,55 @@ def _fmt(x, spec=".2f", none="-"):
 
 def print_tables(results, growth, checks, rbhc_rows, growth_cpu=None):
     growth_cpu = growth_cpu or {}
-    hdr = (f"{'n':>6} {'d':>3} {'compile s':>10} {'BHC s':>9} {'BHC cpu s':>10} {'scipy avg s':>12} {'BHC/scipy':>10} "
-           f"{'run dRSS MB':>12} {'1st-call dRSS MB':>17} {'log p(D|T)':>14}")
-    print("\nGreedy BHC (NIW.from_data, alpha=1, float64); run time after compilation "
-          "(wall; 'cpu' = process CPU time, all threads)")
+    hdr = (
+        f"{'n':>6} {'d':>3} {'compile s':>10} {'BHC s':>9} {'BHC cpu s':>10} {'scipy avg s':>12} {'BHC/scipy':>10} "
+        f"{'run dRSS MB':>12} {'1st-call dRSS MB':>17} {'log p(D|T)':>14}"
+    )
+    print(
+        "\nGreedy BHC (NIW.from_data, alpha=1, float64); run time after compilation "
+        "(wall; 'cpu' = process CPU time, all threads)"
+    )
     print(hdr)
     print("-" * len(hdr))
     for r in results:
         if r.get("status") != "ok":
             print(f"{r['n']:>6} {r['d']:>3}  {r.get('status')}")
             continue
-        print(f"{r['n']:>6} {r['d']:>3} {r['compile_s']:>10.2f} {r['run_s']:>9.3f} {r['run_cpu_s']:>10.3f} "
-              f"{r['scipy_average_s']:>12.4f} "
-              f"{r['ratio_bhc_over_scipy']:>10.0f} {r['run_peak_delta_mb']:>12.0f} {r['peak_delta_mb']:>17.0f} "
-              f"{r['log_evidence']:>14.2f}")
+        print(
+            f"{r['n']:>6} {r['d']:>3} {r['compile_s']:>10.2f} {r['run_s']:>9.3f} {r['run_cpu_s']:>10.3f} "
+            f"{r['scipy_average_s']:>12.4f} "
+            f"{r['ratio_bhc_over_scipy']:>10.0f} {r['run_peak_delta_mb']:>12.0f} {r['peak_delta_mb']:>17.0f} "
+            f"{r['log_evidence']:>14.2f}"
+        )
     if growth:
-        print("\nGrowth exponent of BHC run time, n = 1000 -> 4000 (log ratio / log 4); target <= "
-              f"{TARGETS['growth_exponent_max']}")
+        print(
+            "\nGrowth exponent of BHC run time, n = 1000 -> 4000 (log ratio / log 4); target <= "
+            f"{TARGETS['growth_exponent_max']}"
+        )
         for d, g in growth.items():
             gc = growth_cpu.get(d)
-            print(f"  d={d}: {g:.2f}  {'OK' if g <= TARGETS['growth_exponent_max'] else 'MISSED'}"
-                  + (f"   (from CPU time: {gc:.2f})" if gc is not None else ""))
+            print(
+                f"  d={d}: {g:.2f}  {'OK' if g <= TARGETS['growth_exponent_max'] else 'MISSED'}"
+                + (f"   (from CPU time: {gc:.2f})" if gc is not None else "")
+            )
     if rbhc_rows:
         print("\nRandomized BHC")
         for r in rbhc_rows:
             if r.get("status") != "ok":
                 print(f"  n={r['n']} d={r['d']}: {r.get('status')}")
             else:
-                print(f"  n={r['n']} d={r['d']}: first call (incl. compile) {r['first_call_s']:.1f} s, "
-                      f"second call {_fmt(r.get('run_s'), '.1f')} s, log p(D|T) = {r['log_evidence']:.1f} "
-                      f"({r['log_evidence_per_point']:.3f}/point), peak dRSS {r['peak_delta_mb']:.0f} MB")
+                print(
+                    f"  n={r['n']} d={r['d']}: first call (incl. compile) {r['first_call_s']:.1f} s, "
+                    f"second call {_fmt(r.get('run_s'), '.1f')} s, log p(D|T) = {r['log_evidence']:.1f} "
+                    f"({r['log_evidence_per_point']:.3f}/point), peak dRSS {r['peak_delta_mb']:.0f} MB"
+                )
                 for c in r.get("compare", []):
                     line = f"    same data as BHC n={c['n']} d={c['d']}: RBHC {c['time_s']:.1f} s, log p(D|T) = {c['log_evidence']:.1f}"
                     if "bhc_log_evidence" in c:
-                        line += (f" vs BHC {c['bhc_log_evidence']:.1f} ({c['bhc_run_s']:.1f} s); "
-                                 f"RBHC - BHC = {c['delta_per_point']:+.3f}/point")
+                        line += (
+                            f" vs BHC {c['bhc_log_evidence']:.1f} ({c['bhc_run_s']:.1f} s); "
+                            f"RBHC - BHC = {c['delta_per_point']:+.3f}/point"
+                        )
                     print(line)
     if checks:
         print("\nTargets")
@@ -312,9 +340,13 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=None, help="timed calls after the first (default 3; 2 for n>=4000)")
     ap.add_argument("--rbhc-n", type=int, default=None, help="RBHC size (default 20000; 1000 with --quick)")
     ap.add_argument("--rbhc-repeats", type=int, default=1, help="RBHC calls after the first (default 1)")
-    ap.add_argument("--rbhc-compare", type=str, default=None,
-                    help="comma-separated n (d=10) at which RBHC also runs on the BHC benchmark's data to "
-                         "compare log evidence (default: the BHC sizes with d=10 among 2000,4000)")
+    ap.add_argument(
+        "--rbhc-compare",
+        type=str,
+        default=None,
+        help="comma-separated n (d=10) at which RBHC also runs on the BHC benchmark's data to "
+        "compare log evidence (default: the BHC sizes with d=10 among 2000,4000)",
+    )
     ap.add_argument("--no-rbhc", action="store_true")
     ap.add_argument("--timeout", type=float, default=1800.0, help="per-config subprocess timeout, s")
     ap.add_argument("--out", type=str, default=None, help=f"JSON output (default {DEFAULT_OUT}; --quick: none)")
@@ -323,8 +355,9 @@ def main(argv=None):
     ap.add_argument("--algo", default="bhc", help=argparse.SUPPRESS)
     ap.add_argument("--n", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--d", type=int, help=argparse.SUPPRESS)
-    ap.add_argument("--compare-sizes", type=lambda v: [int(x) for x in v.split(",") if x], default=[],
-                    help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--compare-sizes", type=lambda v: [int(x) for x in v.split(",") if x], default=[], help=argparse.SUPPRESS
+    )
     args = ap.parse_args(argv)
 
     if args._worker:
@@ -332,7 +365,11 @@ def main(argv=None):
         print("RESULT " + json.dumps(res), flush=True)
         return 0
 
-    sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else ([100, 200, 400] if args.quick else [500, 1000, 2000, 4000])
+    sizes = (
+        [int(s) for s in args.sizes.split(",")]
+        if args.sizes
+        else ([100, 200, 400] if args.quick else [500, 1000, 2000, 4000])
+    )
     dims = [int(s) for s in args.dims.split(",")] if args.dims else [2, 10]
     rbhc_n = args.rbhc_n or (1000 if args.quick else 20000)
     out_path = args.out or (None if args.quick else DEFAULT_OUT)
@@ -348,9 +385,12 @@ def main(argv=None):
             print(f"  BHC n={n} d={d} ...", end=" ", flush=True)
             r = run_config("bhc", n, d, reps, args.timeout)
             results.append(r)
-            print(r.get("status") if r.get("status") != "ok" else
-                  f"compile {r['compile_s']:.2f} s, run {r['run_s']:.3f} s, scipy {r['scipy_average_s']:.4f} s",
-                  flush=True)
+            print(
+                r.get("status")
+                if r.get("status") != "ok"
+                else f"compile {r['compile_s']:.2f} s, run {r['run_s']:.3f} s, scipy {r['scipy_average_s']:.4f} s",
+                flush=True,
+            )
 
     by = {(r["n"], r["d"]): r for r in results if r.get("status") == "ok"}
     growth, growth_cpu = {}, {}
@@ -379,24 +419,45 @@ def main(argv=None):
 
     checks = []
     for d, g in growth.items():
-        checks.append({"name": f"BHC growth exponent n=1000->4000, d={d}", "value": round(g, 3),
-                       "target": f"<= {TARGETS['growth_exponent_max']}",
-                       "result": "met" if g <= TARGETS["growth_exponent_max"] else "missed"})
+        checks.append(
+            {
+                "name": f"BHC growth exponent n=1000->4000, d={d}",
+                "value": round(g, 3),
+                "target": f"<= {TARGETS['growth_exponent_max']}",
+                "result": "met" if g <= TARGETS["growth_exponent_max"] else "missed",
+            }
+        )
     if (2000, 10) in by:
         v = by[(2000, 10)]["run_s"]
-        checks.append({"name": "BHC n=2000 d=10 run time after compilation (s)", "value": round(v, 3),
-                       "target": f"<= {TARGETS['bhc_n2000_d10_s']}",
-                       "result": "met" if v <= TARGETS["bhc_n2000_d10_s"] else "missed"})
+        checks.append(
+            {
+                "name": "BHC n=2000 d=10 run time after compilation (s)",
+                "value": round(v, 3),
+                "target": f"<= {TARGETS['bhc_n2000_d10_s']}",
+                "result": "met" if v <= TARGETS["bhc_n2000_d10_s"] else "missed",
+            }
+        )
     for r in rbhc_rows:
         if r["n"] == 20000 and r["d"] == 10:
             if r.get("status") == "ok":
                 v = r["first_call_s"]
-                checks.append({"name": "RBHC n=20000 d=10 first call incl. compile (s)", "value": round(v, 2),
-                               "target": f"<= {TARGETS['rbhc_n20000_d10_s']}",
-                               "result": "met" if v <= TARGETS["rbhc_n20000_d10_s"] else "missed"})
+                checks.append(
+                    {
+                        "name": "RBHC n=20000 d=10 first call incl. compile (s)",
+                        "value": round(v, 2),
+                        "target": f"<= {TARGETS['rbhc_n20000_d10_s']}",
+                        "result": "met" if v <= TARGETS["rbhc_n20000_d10_s"] else "missed",
+                    }
+                )
             else:
-                checks.append({"name": "RBHC n=20000 d=10 (s)", "value": None,
-                               "target": f"<= {TARGETS['rbhc_n20000_d10_s']}", "result": r.get("status")})
+                checks.append(
+                    {
+                        "name": "RBHC n=20000 d=10 (s)",
+                        "value": None,
+                        "target": f"<= {TARGETS['rbhc_n20000_d10_s']}",
+                        "result": r.get("status"),
+                    }
+                )
 
     print_tables(results, growth, checks, rbhc_rows, growth_cpu)
 
@@ -411,16 +472,16 @@ def main(argv=None):
                 "compile_s": "first jaxhc.bhc call minus median of later calls (fresh process per config)",
                 "run_s": "median of later calls, end to end incl. host tree assembly, block_until_ready",
                 "peak_delta_mb": "ru_maxrss after all BHC calls minus RSS just before the first call "
-                                 "(dominated by compilation at small n)",
+                "(dominated by compilation at small n)",
                 "run_peak_delta_mb": "peak RSS sampled every 5 ms during the post-compilation calls minus "
-                                     "RSS just before them (working memory of a compiled run)",
+                "RSS just before them (working memory of a compiled run)",
                 "scipy_average_s": "scipy.cluster.hierarchy.linkage(X, 'average'), median, same process",
                 "growth_exponent": "log(run_s(4000) / run_s(1000)) / log(4)",
                 "run_cpu_s": "process CPU time (all threads) of the same calls, median; less sensitive "
-                             "to other load on the machine than wall time",
+                "to other load on the machine than wall time",
                 "loadavg_1min_before_after": "1-minute load average before/after each config's subprocess",
                 "rbhc": "jaxhc.rbhc(PRNGKey(0), X, comp, 1.0): first call (incl. compile) and a second call; "
-                        "compare: RBHC in the same process on the BHC configs' data (same seeds)",
+                "compare: RBHC in the same process on the BHC configs' data (same seeds)",
             },
             "targets": TARGETS,
             "bhc": results,

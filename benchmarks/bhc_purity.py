@@ -33,6 +33,7 @@ with Euclidean distance for ``single``, ``complete`` and ``average``, on the sam
 (``jaxhc.metrics.dendrogram_purity``). Reported: mean and standard error
 (``std(ddof=1) / sqrt(reps)``) over the subsets.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -122,19 +123,27 @@ def learned_candidates(name, X):
     the same family from its two starting priors; for iris / wine, full-covariance NIW
     against per-feature Normal-Gamma, as `jaxhc demo` and `jaxhc bhc` choose)."""
     if name.startswith("digits"):
-        return [("BetaBernoulli", jaxhc.BetaBernoulli.from_data(X)),
-                ("BetaBernoulli from Beta(1,1)", jaxhc.BetaBernoulli(1.0, 1.0))]
-    return [("NormalInverseWishart", jaxhc.NormalInverseWishart.from_data(X)),
-            ("NormalGamma", jaxhc.NormalGamma.from_data(X))]
+        return [
+            ("BetaBernoulli", jaxhc.BetaBernoulli.from_data(X)),
+            ("BetaBernoulli from Beta(1,1)", jaxhc.BetaBernoulli(1.0, 1.0)),
+        ]
+    return [
+        ("NormalInverseWishart", jaxhc.NormalInverseWishart.from_data(X)),
+        ("NormalGamma", jaxhc.NormalGamma.from_data(X)),
+    ]
 
 
 COMPONENT_DESC = {
     "digits3": {"BHC": "BetaBernoulli.from_data(X) (mean-matched Beta prior)", "BHC Beta(1,1)": "BetaBernoulli(1, 1)"},
     "digits10": {"BHC": "BetaBernoulli.from_data(X) (mean-matched Beta prior)", "BHC Beta(1,1)": "BetaBernoulli(1, 1)"},
-    "iris": {"BHC": "NormalInverseWishart.from_data(X)",
-             "BHC cov_frac=1": "NormalInverseWishart.from_data(X, cov_fraction=1.0) (supplementary)"},
-    "wine": {"BHC": "NormalInverseWishart.from_data(X)",
-             "BHC cov_frac=1": "NormalInverseWishart.from_data(X, cov_fraction=1.0) (supplementary)"},
+    "iris": {
+        "BHC": "NormalInverseWishart.from_data(X)",
+        "BHC cov_frac=1": "NormalInverseWishart.from_data(X, cov_fraction=1.0) (supplementary)",
+    },
+    "wine": {
+        "BHC": "NormalInverseWishart.from_data(X)",
+        "BHC cov_frac=1": "NormalInverseWishart.from_data(X, cov_fraction=1.0) (supplementary)",
+    },
 }
 
 
@@ -161,8 +170,7 @@ def evaluate(name, reps, verbose=True, learned=True):
                 fit = jaxhc.learn_hyperparameters(X, comp, 1.0, objective="dpm_lower_bound")
                 fits.append((fam, fit, time.perf_counter() - t0))
             best = max(fits, key=lambda f: float(f[1].result.dpm_lower_bound))
-            for meth, (fam, fit, secs) in (("BHC, learned", fits[0]),
-                                           ("BHC, evidence-selected family", best)):
+            for meth, (fam, fit, secs) in (("BHC, learned", fits[0]), ("BHC, evidence-selected family", best)):
                 times.setdefault(meth, []).append(secs if meth == "BHC, learned" else sum(f[2] for f in fits))
                 scores.setdefault(meth, []).append(dendrogram_purity(fit.result.tree, y))
             selected.append(best[0])
@@ -226,10 +234,14 @@ LEARN_DATASETS = ("digits3", "iris", "wine", "breast_cancer")
 def learn_families(name, X):
     """(family name, data, starting component) for the learning table."""
     if name.startswith("digits"):
-        return [("BetaBernoulli", X, jaxhc.BetaBernoulli.from_data(X)),
-                ("BetaBernoulli from Beta(1,1)", X, jaxhc.BetaBernoulli(1.0, 1.0))]
-    return [("NormalInverseWishart", X, jaxhc.NormalInverseWishart.from_data(X)),
-            ("NormalKnownCov", X, jaxhc.NormalKnownCov.from_data(X))]
+        return [
+            ("BetaBernoulli", X, jaxhc.BetaBernoulli.from_data(X)),
+            ("BetaBernoulli from Beta(1,1)", X, jaxhc.BetaBernoulli(1.0, 1.0)),
+        ]
+    return [
+        ("NormalInverseWishart", X, jaxhc.NormalInverseWishart.from_data(X)),
+        ("NormalKnownCov", X, jaxhc.NormalKnownCov.from_data(X)),
+    ]
 
 
 def _scores(X, y, comp, alpha):
@@ -266,8 +278,11 @@ def evaluate_learning(name, reps, steps=100, max_rounds=10, verbose=True):
             after["alpha"] = float(fit.alpha)
             rows.setdefault(fam, []).append({"before": before, "after": after, "seconds": secs})
             if verbose:
-                print(f"  {name} subset {seed} {fam}: evidence {before['evidence']:.1f} -> {after['evidence']:.1f}, "
-                      f"purity {before['purity']:.3f} -> {after['purity']:.3f}", flush=True)
+                print(
+                    f"  {name} subset {seed} {fam}: evidence {before['evidence']:.1f} -> {after['evidence']:.1f}, "
+                    f"purity {before['purity']:.3f} -> {after['purity']:.3f}",
+                    flush=True,
+                )
     out = {}
     for link in ("ward", "average"):  # the baselines, on the same subsets
         rows[f"{link} linkage"] = []
@@ -294,8 +309,10 @@ def print_learning_table(all_res):
     print("\nHyperparameter learning (means over subsets; 'true > cut': subsets where the true labelling has a")
     print("higher DPM log joint log p(D, c) than BHC's r < 0.5 cut under the same model, i.e. the search, not the")
     print("model, falls short there)")
-    hdr = ("| data | family | evidence before -> after | purity before -> after | clusters | "
-           "log p(D, c_cut) | log p(D, c_true) | true > cut |")
+    hdr = (
+        "| data | family | evidence before -> after | purity before -> after | clusters | "
+        "log p(D, c_cut) | log p(D, c_true) | true > cut |"
+    )
     print(hdr)
     print("|---|---|---|---|---|---|---|---|")
     for r in all_res:
@@ -304,12 +321,14 @@ def print_learning_table(all_res):
             if fam.endswith("linkage"):
                 print(f"| {r['dataset']} (n={r['n']}, d={r['d']}) | {fam} (baseline) | | {s['purity']:.3f} | | | | |")
                 continue
-            print(f"| {r['dataset']} (n={r['n']}, d={r['d']}) | {fam} | {s['before_evidence']:.1f} -> {s['after_evidence']:.1f} "
-                  f"| {s['before_purity']:.3f} -> {s['after_purity']:.3f} "
-                  f"| {s['before_clusters']:.1f} -> {s['after_clusters']:.1f} "
-                  f"| {s['before_joint_cut']:.1f} -> {s['after_joint_cut']:.1f} "
-                  f"| {s['before_joint_true']:.1f} -> {s['after_joint_true']:.1f} "
-                  f"| {s['before_true_beats_cut']} -> {s['after_true_beats_cut']} of {r['reps']} |")
+            print(
+                f"| {r['dataset']} (n={r['n']}, d={r['d']}) | {fam} | {s['before_evidence']:.1f} -> {s['after_evidence']:.1f} "
+                f"| {s['before_purity']:.3f} -> {s['after_purity']:.3f} "
+                f"| {s['before_clusters']:.1f} -> {s['after_clusters']:.1f} "
+                f"| {s['before_joint_cut']:.1f} -> {s['after_joint_cut']:.1f} "
+                f"| {s['before_joint_true']:.1f} -> {s['after_joint_true']:.1f} "
+                f"| {s['before_true_beats_cut']} -> {s['after_true_beats_cut']} of {r['reps']} |"
+            )
 
 
 def main(argv=None):
@@ -318,28 +337,44 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, default=None, help="subsets per data set (default 10)")
     ap.add_argument("--datasets", type=str, default=",".join(DATASETS), help=f"subset of {','.join(DATASETS)}")
     ap.add_argument("--out", type=str, default=None, help=f"JSON output (default {DEFAULT_OUT}; --quick: none)")
-    ap.add_argument("--no-learned", action="store_true",
-                    help="skip the rows 'BHC, learned' and 'BHC, evidence-selected family'")
-    ap.add_argument("--learn", action="store_true",
-                    help=f"hyperparameter learning table instead (data sets {','.join(LEARN_DATASETS)}; "
-                         f"default 3 subsets; JSON {LEARN_OUT})")
+    ap.add_argument(
+        "--no-learned", action="store_true", help="skip the rows 'BHC, learned' and 'BHC, evidence-selected family'"
+    )
+    ap.add_argument(
+        "--learn",
+        action="store_true",
+        help=f"hyperparameter learning table instead (data sets {','.join(LEARN_DATASETS)}; "
+        f"default 3 subsets; JSON {LEARN_OUT})",
+    )
     args = ap.parse_args(argv)
     if args.learn:
         reps = args.reps or (1 if args.quick else 3)
-        names = [s for s in args.datasets.split(",") if s] if args.datasets != ",".join(DATASETS) else list(LEARN_DATASETS)
+        names = (
+            [s for s in args.datasets.split(",") if s] if args.datasets != ",".join(DATASETS) else list(LEARN_DATASETS)
+        )
         t0 = time.perf_counter()
-        res = [evaluate_learning(n, reps, steps=30 if args.quick else 100, max_rounds=2 if args.quick else 10)
-               for n in names]
+        res = [
+            evaluate_learning(n, reps, steps=30 if args.quick else 100, max_rounds=2 if args.quick else 10)
+            for n in names
+        ]
         print_learning_table(res)
         print(f"\ntotal {time.perf_counter() - t0:.1f} s")
         out_path = args.out or (None if args.quick else LEARN_OUT)
         if out_path:
             with open(out_path, "w") as f:
-                json.dump({"benchmark": "bhc_purity --learn", "jax": jax.__version__,
-                           "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
-                           "method": "subsets as for purity; alpha=1 and from_data defaults, then "
-                                     "learn_hyperparameters(steps=100, max_rounds=10); dpm_log_joint of the "
-                                     "r<0.5 cut and of the true labels", "datasets": res}, f, indent=1)
+                json.dump(
+                    {
+                        "benchmark": "bhc_purity --learn",
+                        "jax": jax.__version__,
+                        "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+                        "method": "subsets as for purity; alpha=1 and from_data defaults, then "
+                        "learn_hyperparameters(steps=100, max_rounds=10); dpm_log_joint of the "
+                        "r<0.5 cut and of the true labels",
+                        "datasets": res,
+                    },
+                    f,
+                    indent=1,
+                )
             print(f"wrote {out_path}")
         return 0
     reps = args.reps or (2 if args.quick else 10)
@@ -372,12 +407,12 @@ def main(argv=None):
                 "digits10": "binarized digits, 10 classes, 20 per class",
                 "iris/wine": "80% random subsample, standardized on the subsample",
                 "bhc": "alpha=1, float64; BetaBernoulli.from_data (digits), NIW.from_data (iris/wine); "
-                       "digits also BetaBernoulli(1,1); iris/wine also NIW.from_data(X, cov_fraction=1.0)",
+                "digits also BetaBernoulli(1,1); iris/wine also NIW.from_data(X, cov_fraction=1.0)",
                 "bhc_learned": "learn_hyperparameters(objective='dpm_lower_bound') (alpha and the prior) from "
-                               "BetaBernoulli.from_data (digits) / NIW.from_data (iris/wine)",
+                "BetaBernoulli.from_data (digits) / NIW.from_data (iris/wine)",
                 "bhc_evidence_selected": "the highest learned DPM lower bound among BetaBernoulli from from_data and "
-                                         "from Beta(1,1) (digits), NIW.from_data and NormalGamma.from_data "
-                                         "(iris/wine)",
+                "from Beta(1,1) (digits), NIW.from_data and NormalGamma.from_data "
+                "(iris/wine)",
                 "linkage": "scipy.cluster.hierarchy.linkage, Euclidean",
                 "score": "jaxhc.metrics.dendrogram_purity; mean and se = std(ddof=1)/sqrt(reps)",
             },

@@ -36,6 +36,7 @@ Three studies, all in this one process (float64, ``jax_enable_x64``):
 The targets (from the issue) are checked at the end: BHCC on 100 x 200 <= 60 s and RBHCC on
 100 x 2000 <= 60 s on a 2-core CPU.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -143,8 +144,9 @@ def run_fold(Xtr, rows, cols, truth, views_true, rows_true, methods, seed, level
             lp = bhc_cells(res, rows, cols, K)
             extra = {"n_clusters": int(res.n_clusters(0.5)), "dpm_lower_bound": float(res.dpm_lower_bound)}
         elif m == "DPM Gibbs":
-            s = gibbs.dpm_gibbs(jax.random.key(seed), Xtr, comp, 1.0, num_samples=ns, num_warmup=warm, thin=thin,
-                                progress_bar=False)
+            s = gibbs.dpm_gibbs(
+                jax.random.key(seed), Xtr, comp, 1.0, num_samples=ns, num_warmup=warm, thin=thin, progress_bar=False
+            )
             lab = jax.block_until_ready(s.labels)
             fit = time.perf_counter()
             lp = sampled_cells(lambda r, c, v: gibbs.dpm_predict_cells(Xtr, comp, lab, r, c, v), rows, cols, K)
@@ -156,23 +158,40 @@ def run_fold(Xtr, rows, cols, truth, views_true, rows_true, methods, seed, level
                 res = jaxhc.rbhcc(jax.random.key(seed), Xtr, comp, 1.0, levels=levels, progress_bar=False)
             fit = time.perf_counter()
             lp = jaxhc.bhcc_predictive_cell(res, rows, cols, vals)
-            extra = {"n_views": len(res.views), "cdpm_lower_bound": float(res.cdpm_lower_bound),
-                     "view_ari": float(_ari(views_true, res.cut(0.5)))}
+            extra = {
+                "n_views": len(res.views),
+                "cdpm_lower_bound": float(res.cdpm_lower_bound),
+                "view_ari": float(_ari(views_true, res.cut(0.5))),
+            }
         elif m == "CDPM MCMC":
-            s = gibbs.cdpm_mcmc(jax.random.key(seed), Xtr, comp, 1.0, num_samples=ns, num_warmup=warm, thin=thin,
-                                heat=0.8, progress_bar=False)
+            s = gibbs.cdpm_mcmc(
+                jax.random.key(seed),
+                Xtr,
+                comp,
+                1.0,
+                num_samples=ns,
+                num_warmup=warm,
+                thin=thin,
+                heat=0.8,
+                progress_bar=False,
+            )
             U, Z = jax.block_until_ready((s.column_views, s.row_labels))
             fit = time.perf_counter()
             lp = sampled_cells(lambda r, c, v: gibbs.cdpm_predict_cells(Xtr, comp, U, Z, r, c, v), rows, cols, K)
-            extra = {"mean_views": float(np.mean([len(np.unique(u)) for u in np.asarray(U)])),
-                     "view_ari_last": float(_ari(views_true, np.asarray(U)[-1]))}
+            extra = {
+                "mean_views": float(np.mean([len(np.unique(u)) for u in np.asarray(U)])),
+                "view_ari_last": float(_ari(views_true, np.asarray(U)[-1])),
+            }
         else:
             raise ValueError(m)
         end = time.perf_counter()
         out[m] = dict(score(np.asarray(lp), truth), fit_s=fit - t0, predict_s=end - fit, **extra)
         r = out[m]
-        log(f"    {m:<10} acc {r['acc']:.3f}  acc+-2 {r['acc_pm2']:.3f}  log p {r['log_p']:8.3f}  "
-            f"fit {r['fit_s']:6.1f} s  pred {r['predict_s']:5.1f} s", flush=True)
+        log(
+            f"    {m:<10} acc {r['acc']:.3f}  acc+-2 {r['acc_pm2']:.3f}  log p {r['log_p']:8.3f}  "
+            f"fit {r['fit_s']:6.1f} s  pred {r['predict_s']:5.1f} s",
+            flush=True,
+        )
     return out
 
 
@@ -192,8 +211,9 @@ def prediction_study(args, log=print):
 
     results = []
     for V in args.views:
-        X, cv, rl = jaxhc.datasets.cross_clustering_synthetic(100 + V, n_rows=args.rows, n_cols=args.cols, n_views=V,
-                                                              n_clusters=4, trials=TRIALS)
+        X, cv, rl = jaxhc.datasets.cross_clustering_synthetic(
+            100 + V, n_rows=args.rows, n_cols=args.cols, n_views=V, n_clusters=4, trials=TRIALS
+        )
         I, J = X.shape
         folds = folds_of(I, J, args.folds, seed=V)
         per_fold = []
@@ -203,15 +223,40 @@ def prediction_study(args, log=print):
             Xtr = X.copy()
             Xtr[rows, cols] = np.nan
             log(f"  {V} views, {I} x {J}, fold {f + 1}/{args.folds} ({len(idx)} held-out cells)", flush=True)
-            per_fold.append(run_fold(Xtr, rows, cols, X[rows, cols], cv, rl, args.methods, seed=1000 * V + f,
-                                     levels=args.levels, mcmc=args.mcmc, log=log))
+            per_fold.append(
+                run_fold(
+                    Xtr,
+                    rows,
+                    cols,
+                    X[rows, cols],
+                    cv,
+                    rl,
+                    args.methods,
+                    seed=1000 * V + f,
+                    levels=args.levels,
+                    mcmc=args.mcmc,
+                    log=log,
+                )
+            )
         summary = {}
         for m in args.methods:
             rs = [pf[m] for pf in per_fold]
             summary[m] = {k: float(np.mean([r[k] for r in rs])) for k in rs[0]}
-            summary[m]["acc_se"] = float(np.std([r["acc"] for r in rs], ddof=1) / np.sqrt(len(rs))) if len(rs) > 1 else None
-        results.append({"n_views": V, "rows": I, "cols": J, "folds": args.folds, "folds_run": args.run_folds,
-                        "view_sizes": np.bincount(cv).tolist(), "per_fold": per_fold, "mean": summary})
+            summary[m]["acc_se"] = (
+                float(np.std([r["acc"] for r in rs], ddof=1) / np.sqrt(len(rs))) if len(rs) > 1 else None
+            )
+        results.append(
+            {
+                "n_views": V,
+                "rows": I,
+                "cols": J,
+                "folds": args.folds,
+                "folds_run": args.run_folds,
+                "view_sizes": np.bincount(cv).tolist(),
+                "per_fold": per_fold,
+                "mean": summary,
+            }
+        )
     return results
 
 
@@ -242,22 +287,34 @@ def runtime_study(args, log=print):
             c0 = time.process_time()
             res, t1 = _timed(call)
             cpu1 = time.process_time() - c0
-            row = {"cols": J, "first_s": t1, "first_cpu_s": cpu1, "n_views": len(res.views),
-                   "view_ari": float(_ari(cv, res.cut(0.5))), "cdpm_lower_bound": float(res.cdpm_lower_bound),
-                   "loadavg_1min": os.getloadavg()[0]}
+            row = {
+                "cols": J,
+                "first_s": t1,
+                "first_cpu_s": cpu1,
+                "n_views": len(res.views),
+                "view_ari": float(_ari(cv, res.cut(0.5))),
+                "cdpm_lower_bound": float(res.cdpm_lower_bound),
+                "loadavg_1min": os.getloadavg()[0],
+            }
             if args.second_calls:
                 _, t2 = _timed(call)
                 row["second_s"] = t2
                 row["compile_s_est"] = max(t1 - t2, 0.0)
             rows.append(row)
-            log(f"  {name:<5} 100 x {J:<5} first {t1:7.1f} s" + (f"  second {row['second_s']:7.1f} s" if "second_s" in row else "")
-                + f"  views {row['n_views']}  view ARI {row['view_ari']:.3f}", flush=True)
+            log(
+                f"  {name:<5} 100 x {J:<5} first {t1:7.1f} s"
+                + (f"  second {row['second_s']:7.1f} s" if "second_s" in row else "")
+                + f"  views {row['n_views']}  view ARI {row['view_ari']:.3f}",
+                flush=True,
+            )
         # slope of the compiled (second) calls; of the first calls with --no-second-calls
         use = rows
         tt = [r.get("second_s", r["first_s"]) for r in use]
         slope = float(np.polyfit(np.log([r["cols"] for r in use]), np.log(tt), 1)[0]) if len(use) >= 2 else None
         out[name] = {"rows": rows, "loglog_slope": slope, "slope_sizes": [r["cols"] for r in use]}
-        log(f"  {name} log-log slope of time vs columns ({[r['cols'] for r in use]}): {slope if slope is None else round(slope, 2)}")
+        log(
+            f"  {name} log-log slope of time vs columns ({[r['cols'] for r in use]}): {slope if slope is None else round(slope, 2)}"
+        )
     return out
 
 
@@ -270,8 +327,9 @@ def levels_study(args, log=print):
     import jaxhc
 
     comp = jaxhc.BetaBinomial(0.5, 0.5, TRIALS)
-    X, cv, rl = jaxhc.datasets.cross_clustering_synthetic(55, n_rows=args.rows, n_cols=args.levels_cols,
-                                                          n_views=args.levels_views, n_clusters=4, trials=TRIALS)
+    X, cv, rl = jaxhc.datasets.cross_clustering_synthetic(
+        55, n_rows=args.rows, n_cols=args.levels_cols, n_views=args.levels_views, n_clusters=4, trials=TRIALS
+    )
     I, J = X.shape
     idx = folds_of(I, J, args.folds, seed=55)[0]
     rows, cols = np.divmod(idx, J)
@@ -281,18 +339,42 @@ def levels_study(args, log=print):
     out = []
     for L in args.level_list:
         t0 = time.perf_counter()
-        res = jaxhc.rbhcc(jax.random.key(0), Xtr, comp, 1.0, subset_size=args.levels_subset,
-                          threshold=2 * args.levels_subset, levels=L, progress_bar=False)
+        res = jaxhc.rbhcc(
+            jax.random.key(0),
+            Xtr,
+            comp,
+            1.0,
+            subset_size=args.levels_subset,
+            threshold=2 * args.levels_subset,
+            levels=L,
+            progress_bar=False,
+        )
         t1 = time.perf_counter()
         lp = jaxhc.bhcc_predictive_cell(res, rows, cols, vals)
-        r = dict(score(lp, X[rows, cols]), levels=L, fit_s=t1 - t0, predict_s=time.perf_counter() - t1,
-                 n_views=len(res.views), view_ari=float(_ari(cv, res.cut(0.5))),
-                 cdpm_lower_bound=float(res.cdpm_lower_bound))
+        r = dict(
+            score(lp, X[rows, cols]),
+            levels=L,
+            fit_s=t1 - t0,
+            predict_s=time.perf_counter() - t1,
+            n_views=len(res.views),
+            view_ari=float(_ari(cv, res.cut(0.5))),
+            cdpm_lower_bound=float(res.cdpm_lower_bound),
+        )
         out.append(r)
-        log(f"  L={L}: acc {r['acc']:.3f}  acc+-2 {r['acc_pm2']:.3f}  log p {r['log_p']:.3f}  views {r['n_views']}  "
-            f"view ARI {r['view_ari']:.3f}  bound {r['cdpm_lower_bound']:.1f}  fit {r['fit_s']:.1f} s", flush=True)
-    return {"rows": I, "cols": J, "n_views": args.levels_views, "subset_size": args.levels_subset,
-            "threshold": 2 * args.levels_subset, "held_out_cells": len(idx), "results": out}
+        log(
+            f"  L={L}: acc {r['acc']:.3f}  acc+-2 {r['acc_pm2']:.3f}  log p {r['log_p']:.3f}  views {r['n_views']}  "
+            f"view ARI {r['view_ari']:.3f}  bound {r['cdpm_lower_bound']:.1f}  fit {r['fit_s']:.1f} s",
+            flush=True,
+        )
+    return {
+        "rows": I,
+        "cols": J,
+        "n_views": args.levels_views,
+        "subset_size": args.levels_subset,
+        "threshold": 2 * args.levels_subset,
+        "held_out_cells": len(idx),
+        "results": out,
+    }
 
 
 # ------------------------------------------------------------------------------------------
@@ -322,23 +404,42 @@ def main(argv=None):
     ap.add_argument("--cols", type=int, default=None, help="columns of the prediction tables (default 200; 60 quick)")
     ap.add_argument("--views", type=ints, default=None, help="views of the prediction tables (default 2,3,4)")
     ap.add_argument("--folds", type=int, default=10, help="folds the cells are partitioned into (default 10)")
-    ap.add_argument("--run-folds", type=int, default=None,
-                    help="how many of the folds are held out and predicted (default 1; --folds N --run-folds N "
-                         "is the paper's full cross-validation)")
-    ap.add_argument("--methods", type=lambda v: v.split(","), default=list(METHODS),
-                    help=f"comma-separated subset of {','.join(METHODS)}")
-    ap.add_argument("--levels", type=int, default=6, help="RBHCC filtering levels in the prediction and runtime studies")
+    ap.add_argument(
+        "--run-folds",
+        type=int,
+        default=None,
+        help="how many of the folds are held out and predicted (default 1; --folds N --run-folds N "
+        "is the paper's full cross-validation)",
+    )
+    ap.add_argument(
+        "--methods",
+        type=lambda v: v.split(","),
+        default=list(METHODS),
+        help=f"comma-separated subset of {','.join(METHODS)}",
+    )
+    ap.add_argument(
+        "--levels", type=int, default=6, help="RBHCC filtering levels in the prediction and runtime studies"
+    )
     ap.add_argument("--mcmc", type=ints, default=None, help="warmup,samples,thin of both samplers (default 50,10,5)")
     ap.add_argument("--bhcc-cols", type=ints, default=None, help="BHCC runtime sizes (default 40,80,120,160,200)")
-    ap.add_argument("--rbhcc-cols", type=ints, default=None,
-                    help="RBHCC runtime sizes (default 40,100,200,500,1000,2000)")
-    ap.add_argument("--no-second-calls", dest="second_calls", action="store_false",
-                    help="skip the second (compiled) call at each runtime size")
+    ap.add_argument(
+        "--rbhcc-cols", type=ints, default=None, help="RBHCC runtime sizes (default 40,100,200,500,1000,2000)"
+    )
+    ap.add_argument(
+        "--no-second-calls",
+        dest="second_calls",
+        action="store_false",
+        help="skip the second (compiled) call at each runtime size",
+    )
     ap.add_argument("--level-list", type=ints, default=None, help="levels of the levels study (default 2..8)")
     ap.add_argument("--levels-cols", type=int, default=None, help="columns of the levels table (default 200)")
     ap.add_argument("--levels-views", type=int, default=8, help="views of the levels table (default 8)")
-    ap.add_argument("--levels-subset", type=int, default=16, help="RBHCC subset_size in the levels study "
-                    "(threshold = 2 x this; default 16)")
+    ap.add_argument(
+        "--levels-subset",
+        type=int,
+        default=16,
+        help="RBHCC subset_size in the levels study (threshold = 2 x this; default 16)",
+    )
     ap.add_argument("--no-prediction", action="store_true")
     ap.add_argument("--no-runtime", action="store_true")
     ap.add_argument("--no-levels", action="store_true")
@@ -366,12 +467,20 @@ def main(argv=None):
 
     jax.config.update("jax_enable_x64", True)
     info = machine()
-    print(f"machine: {info['cpu']}, {info['cpu_count']} CPUs; jax {info['jax']} ({info['backend']}); "
-          f"load {info['loadavg_start'][0]:.2f}", flush=True)
+    print(
+        f"machine: {info['cpu']}, {info['cpu_count']} CPUs; jax {info['jax']} ({info['backend']}); "
+        f"load {info['loadavg_start'][0]:.2f}",
+        flush=True,
+    )
     t_all = time.perf_counter()
-    doc = {"benchmark": "bhcc", "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
-           "machine": info, "config": {k: v for k, v in vars(args).items() if k != "out"}, "targets": TARGETS,
-           "method": __doc__}
+    doc = {
+        "benchmark": "bhcc",
+        "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "machine": info,
+        "config": {k: v for k, v in vars(args).items() if k != "out"},
+        "targets": TARGETS,
+        "method": __doc__,
+    }
     if not args.no_prediction:
         print("\nPrediction study (Fig. 2)", flush=True)
         doc["prediction"] = prediction_study(args)
@@ -391,8 +500,14 @@ def main(argv=None):
             for kind in ("first_s", "second_s"):
                 if kind in row:
                     v = row[kind]
-                    checks.append({"name": f"{name} 100 x {J} {kind.split('_')[0]} call (s)", "value": round(v, 1),
-                                   "target": f"<= {TARGETS[key]}", "result": "met" if v <= TARGETS[key] else "missed"})
+                    checks.append(
+                        {
+                            "name": f"{name} 100 x {J} {kind.split('_')[0]} call (s)",
+                            "value": round(v, 1),
+                            "target": f"<= {TARGETS[key]}",
+                            "result": "met" if v <= TARGETS[key] else "missed",
+                        }
+                    )
     doc["checks"] = checks
     doc["total_wall_s"] = time.perf_counter() - t_all
     doc["loadavg_end"] = list(os.getloadavg())

@@ -29,6 +29,7 @@ true partition's on every table where the truth outscores the greedy tree; RBHCC
 refinement mean view ARI >= 0.85; BHCC on 100 x 200 with refinement within 1.5x of the time
 without it.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -83,9 +84,14 @@ def quality_study(args, log=print):
         for name, refine in (("bhcc_off", False), ("bhcc_on", True)):
             t = time.perf_counter()
             res = jaxhc.bhcc(X, comp, 1.0, refine=refine, progress_bar=False)
-            row[name] = {"view_ari": _ari(u, res.cut(0.5)), "criterion": res.views_log_joint(),
-                         "refine_gain": res.refine_gain, "n_views": len(res.views), "s": time.perf_counter() - t,
-                         "labels": res.cut(0.5).tolist()}
+            row[name] = {
+                "view_ari": _ari(u, res.cut(0.5)),
+                "criterion": res.views_log_joint(),
+                "refine_gain": res.refine_gain,
+                "n_views": len(res.views),
+                "s": time.perf_counter() - t,
+                "labels": res.cut(0.5).tolist(),
+            }
             if not refine:
                 row["truth_criterion"] = partition_criterion(res, u)
         for name, refine in (("rbhcc_off", False), ("rbhcc_on", True)):
@@ -93,37 +99,65 @@ def quality_study(args, log=print):
             for k in range(args.keys):
                 t = time.perf_counter()
                 res = jaxhc.rbhcc(jax.random.key(k), X, comp, 1.0, refine=refine, progress_bar=False)
-                per.append({"key": k, "view_ari": _ari(u, res.cut(0.5)), "criterion": res.views_log_joint(),
-                            "refine_gain": res.refine_gain, "n_views": len(res.views), "s": time.perf_counter() - t})
-            row[name] = {"per_key": per, "view_ari": float(np.mean([p["view_ari"] for p in per])),
-                         "criterion": float(np.mean([p["criterion"] for p in per]))}
+                per.append(
+                    {
+                        "key": k,
+                        "view_ari": _ari(u, res.cut(0.5)),
+                        "criterion": res.views_log_joint(),
+                        "refine_gain": res.refine_gain,
+                        "n_views": len(res.views),
+                        "s": time.perf_counter() - t,
+                    }
+                )
+            row[name] = {
+                "per_key": per,
+                "view_ari": float(np.mean([p["view_ari"] for p in per])),
+                "criterion": float(np.mean([p["criterion"] for p in per])),
+            }
         rows.append(row)
-        log(f"  table {seed}: truth {row['truth_criterion']:9.2f} | BHCC off ARI {row['bhcc_off']['view_ari']:.3f} "
+        log(
+            f"  table {seed}: truth {row['truth_criterion']:9.2f} | BHCC off ARI {row['bhcc_off']['view_ari']:.3f} "
             f"({row['bhcc_off']['criterion']:9.2f}) on {row['bhcc_on']['view_ari']:.3f} ({row['bhcc_on']['criterion']:9.2f}) | "
-            f"RBHCC off {row['rbhcc_off']['view_ari']:.3f} on {row['rbhcc_on']['view_ari']:.3f}", flush=True)
-    summary = {k: float(np.mean([r[k]["view_ari"] for r in rows])) for k in ("bhcc_off", "bhcc_on", "rbhcc_off", "rbhcc_on")}
+            f"RBHCC off {row['rbhcc_off']['view_ari']:.3f} on {row['rbhcc_on']['view_ari']:.3f}",
+            flush=True,
+        )
+    summary = {
+        k: float(np.mean([r[k]["view_ari"] for r in rows])) for k in ("bhcc_off", "bhcc_on", "rbhcc_off", "rbhcc_on")
+    }
     truth_wins = [r["seed"] for r in rows if r["truth_criterion"] > r["bhcc_off"]["criterion"] + 1e-9]
     covered = [s for s in truth_wins if rows[s]["bhcc_on"]["criterion"] >= rows[s]["truth_criterion"] - 1e-9]
-    return {"tables": rows, "mean_view_ari": summary, "truth_beats_greedy": truth_wins,
-            "refined_at_least_truth_there": covered}
+    return {
+        "tables": rows,
+        "mean_view_ari": summary,
+        "truth_beats_greedy": truth_wins,
+        "refined_at_least_truth_there": covered,
+    }
 
 
 def print_quality(q):
     print("\nView ARI (criterion log CRP + sum of view DPM bounds, nats); RBHCC: mean over keys")
-    hdr = (f"{'table':>5} | {'truth crit':>10} | {'BHCC':>5} {'crit':>9} | {'BHCC+ref':>8} {'crit':>9} {'gain':>6} | "
-           f"{'RBHCC':>5} | {'RBHCC+ref':>9} | {'BHCC+ref s':>10}")
+    hdr = (
+        f"{'table':>5} | {'truth crit':>10} | {'BHCC':>5} {'crit':>9} | {'BHCC+ref':>8} {'crit':>9} {'gain':>6} | "
+        f"{'RBHCC':>5} | {'RBHCC+ref':>9} | {'BHCC+ref s':>10}"
+    )
     print(hdr)
     print("-" * len(hdr))
     for r in q["tables"]:
         a, b = r["bhcc_off"], r["bhcc_on"]
-        print(f"{r['seed']:>5} | {r['truth_criterion']:10.2f} | {a['view_ari']:5.3f} {a['criterion']:9.2f} | "
-              f"{b['view_ari']:8.3f} {b['criterion']:9.2f} {b['refine_gain']:6.2f} | {r['rbhcc_off']['view_ari']:5.3f} | "
-              f"{r['rbhcc_on']['view_ari']:9.3f} | {b['s']:10.1f}")
+        print(
+            f"{r['seed']:>5} | {r['truth_criterion']:10.2f} | {a['view_ari']:5.3f} {a['criterion']:9.2f} | "
+            f"{b['view_ari']:8.3f} {b['criterion']:9.2f} {b['refine_gain']:6.2f} | {r['rbhcc_off']['view_ari']:5.3f} | "
+            f"{r['rbhcc_on']['view_ari']:9.3f} | {b['s']:10.1f}"
+        )
     m = q["mean_view_ari"]
-    print(f"{'mean':>5} | {'':>10} | {m['bhcc_off']:5.3f} {'':>9} | {m['bhcc_on']:8.3f} {'':>9} {'':>6} | "
-          f"{m['rbhcc_off']:5.3f} | {m['rbhcc_on']:9.3f} |")
-    print(f"tables where the truth outscores the greedy tree: {q['truth_beats_greedy']}; "
-          f"refined >= truth on {q['refined_at_least_truth_there']}")
+    print(
+        f"{'mean':>5} | {'':>10} | {m['bhcc_off']:5.3f} {'':>9} | {m['bhcc_on']:8.3f} {'':>9} {'':>6} | "
+        f"{m['rbhcc_off']:5.3f} | {m['rbhcc_on']:9.3f} |"
+    )
+    print(
+        f"tables where the truth outscores the greedy tree: {q['truth_beats_greedy']}; "
+        f"refined >= truth on {q['refined_at_least_truth_there']}"
+    )
 
 
 # ------------------------------------------------------------------------------------------
@@ -162,15 +196,22 @@ def timing_study(args, log=print):
         runs = {False: [], True: []}
         for rep in range(args.repeats):
             for refine in (False, True):
-                r = run_worker(__file__, "time", ["--algo", algo, "--cols", str(cols), "--refine", str(int(refine))],
-                               timeout=args.timeout)
+                r = run_worker(
+                    __file__,
+                    "time",
+                    ["--algo", algo, "--cols", str(cols), "--refine", str(int(refine))],
+                    timeout=args.timeout,
+                )
                 runs[refine].append(r)
                 if "error" in r:
                     log(f"  {algo} 100 x {cols} refine={refine}: ERROR {r['error'][-300:]}", flush=True)
                     continue
-                log(f"  {algo} 100 x {cols} refine={str(refine):<5} first {r['calls_s'][0]:7.1f} s  second "
+                log(
+                    f"  {algo} 100 x {cols} refine={str(refine):<5} first {r['calls_s'][0]:7.1f} s  second "
                     f"{r['calls_s'][-1]:7.1f} s  views {r['n_views']}  ARI {r['view_ari']:.3f}  gain {r['refine_gain']:.2f}  "
-                    f"load {r['loadavg_1min_before_after'][0]:.1f}", flush=True)
+                    f"load {r['loadavg_1min_before_after'][0]:.1f}",
+                    flush=True,
+                )
         ok = {k: [r for r in v if "error" not in r] for k, v in runs.items()}
         entry = {"algo": algo, "cols": cols, "off": runs[False], "on": runs[True]}
         if ok[False] and ok[True]:
@@ -178,8 +219,11 @@ def timing_study(args, log=print):
                 off = float(np.median([r["calls_s"][i] for r in ok[False]]))
                 on = float(np.median([r["calls_s"][i] for r in ok[True]]))
                 entry[f"{kind}_off_s"], entry[f"{kind}_on_s"], entry[f"{kind}_ratio"] = off, on, on / off
-            log(f"  {algo} 100 x {cols}: median on/off first call {entry['first_ratio']:.2f}, "
-                f"second call {entry['second_ratio']:.2f}", flush=True)
+            log(
+                f"  {algo} 100 x {cols}: median on/off first call {entry['first_ratio']:.2f}, "
+                f"second call {entry['second_ratio']:.2f}",
+                flush=True,
+            )
         out.append(entry)
     return out
 
@@ -215,26 +259,51 @@ def main(argv=None):
 
     jax.config.update("jax_enable_x64", True)
     info = machine()
-    print(f"machine: {info['cpu']}, {info['cpu_count']} CPUs; jax {info['jax']} ({info['backend']}); "
-          f"load {info['loadavg_start'][0]:.2f}", flush=True)
+    print(
+        f"machine: {info['cpu']}, {info['cpu_count']} CPUs; jax {info['jax']} ({info['backend']}); "
+        f"load {info['loadavg_start'][0]:.2f}",
+        flush=True,
+    )
     t_all = time.perf_counter()
-    doc = {"benchmark": "bhcc_refine", "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
-           "machine": info, "config": {k: v for k, v in vars(args).items() if k != "out"}, "targets": TARGETS,
-           "method": __doc__}
+    doc = {
+        "benchmark": "bhcc_refine",
+        "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "machine": info,
+        "config": {k: v for k, v in vars(args).items() if k != "out"},
+        "targets": TARGETS,
+        "method": __doc__,
+    }
     checks = []
     if not args.no_quality:
         print("\nQuality: generated 60 x 36 binary tables", flush=True)
         doc["quality"] = qd = quality_study(args)
         print_quality(qd)
         m = qd["mean_view_ari"]
-        checks.append({"name": "BHCC + refinement mean view ARI", "value": round(m["bhcc_on"], 3), "target": ">= 0.9",
-                       "result": "met" if m["bhcc_on"] >= 0.9 else "missed"})
+        checks.append(
+            {
+                "name": "BHCC + refinement mean view ARI",
+                "value": round(m["bhcc_on"], 3),
+                "target": ">= 0.9",
+                "result": "met" if m["bhcc_on"] >= 0.9 else "missed",
+            }
+        )
         ok = set(qd["refined_at_least_truth_there"]) == set(qd["truth_beats_greedy"])
-        checks.append({"name": "refined criterion >= truth's where the truth beats the greedy tree",
-                       "value": f"{len(qd['refined_at_least_truth_there'])} of {len(qd['truth_beats_greedy'])}",
-                       "target": "all", "result": "met" if ok else "missed"})
-        checks.append({"name": "RBHCC + refinement mean view ARI", "value": round(m["rbhcc_on"], 3), "target": ">= 0.85",
-                       "result": "met" if m["rbhcc_on"] >= 0.85 else "missed"})
+        checks.append(
+            {
+                "name": "refined criterion >= truth's where the truth beats the greedy tree",
+                "value": f"{len(qd['refined_at_least_truth_there'])} of {len(qd['truth_beats_greedy'])}",
+                "target": "all",
+                "result": "met" if ok else "missed",
+            }
+        )
+        checks.append(
+            {
+                "name": "RBHCC + refinement mean view ARI",
+                "value": round(m["rbhcc_on"], 3),
+                "target": ">= 0.85",
+                "result": "met" if m["rbhcc_on"] >= 0.85 else "missed",
+            }
+        )
     if not args.no_timing:
         print("\nTiming (fresh subprocess per run; first call includes compilation)", flush=True)
         doc["timing"] = tm = timing_study(args)
@@ -242,8 +311,14 @@ def main(argv=None):
             if e["algo"] == "bhcc" and e["cols"] == 200 and "second_ratio" in e:
                 for kind in ("first", "second"):
                     v = e[f"{kind}_ratio"]
-                    checks.append({"name": f"BHCC 100 x 200 time with / without refinement ({kind} call)",
-                                   "value": round(v, 2), "target": "<= 1.5", "result": "met" if v <= 1.5 else "missed"})
+                    checks.append(
+                        {
+                            "name": f"BHCC 100 x 200 time with / without refinement ({kind} call)",
+                            "value": round(v, 2),
+                            "target": "<= 1.5",
+                            "result": "met" if v <= 1.5 else "missed",
+                        }
+                    )
     doc["checks"] = checks
     doc["total_wall_s"] = time.perf_counter() - t_all
     doc["loadavg_end"] = list(os.getloadavg())

@@ -51,6 +51,7 @@ Method (recorded in the JSON under ``"method"``):
 The target (from the issue): one sweep over N = 2000 in <= 2 s on a 2-core CPU after
 compilation.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -69,7 +70,7 @@ from _harness import block, fmt_t, machine  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_OUT = os.path.join(HERE, "results", "bhmc.json")
 TARGETS = {"sweep_n2000_s": 2.0}
-HYPER = dict(alpha=0.5, gamma0=1.0, gamma=0.5, sigma2=0.15 ** 2)
+HYPER = dict(alpha=0.5, gamma0=1.0, gamma=0.5, sigma2=0.15**2)
 
 
 def make_data(N, D, seed):
@@ -124,7 +125,8 @@ def _normal_logpdf(x, mean, var):
 def numpy_state(st):
     """A mutable NumPy copy of a `BHMCState`."""
     return {k: np.array(getattr(st, k)) for k in ("path", "c", "parent", "level", "count", "logb", "theta")} | {
-        k: float(getattr(st, k)) for k in ("alpha", "gamma0", "gamma", "sigma2")}
+        k: float(getattr(st, k)) for k in ("alpha", "gamma0", "gamma", "sigma2")
+    }
 
 
 def numpy_sweep(rng, s, X, mu0, prior_var):
@@ -134,7 +136,9 @@ def numpy_sweep(rng, s, X, mu0, prior_var):
     L = L1 - 1
     M, K1 = s["logb"].shape
     K = K1 - 1
-    parent, level, count, logb, theta, path, c = (s[k] for k in ("parent", "level", "count", "logb", "theta", "path", "c"))
+    parent, level, count, logb, theta, path, c = (
+        s[k] for k in ("parent", "level", "count", "logb", "theta", "path", "c")
+    )
     alpha, gamma, sigma2 = s["alpha"], s["gamma"], s["sigma2"]
     log_alpha, log_gamma = np.log(alpha), np.log(gamma)
     n_acc = n_skip = 0
@@ -226,8 +230,17 @@ def run_size(N, args, log=print):
     cfg = B.make_config(X, mu0=0.0, prior_var=1.0)
     key = jax.random.key(N)
     t = time.perf_counter()
-    st = block(B.bhmc_init(jax.random.fold_in(key, 10 ** 6), Xj, args.depth, cfg, max_nodes=args.max_nodes,
-                           max_components=args.max_components, **HYPER))
+    st = block(
+        B.bhmc_init(
+            jax.random.fold_in(key, 10**6),
+            Xj,
+            args.depth,
+            cfg,
+            max_nodes=args.max_nodes,
+            max_components=args.max_components,
+            **HYPER,
+        )
+    )
     init_s = time.perf_counter() - t  # includes compiling _init_jit
 
     def sweep(t_):
@@ -272,17 +285,35 @@ def run_size(N, args, log=print):
     points_s = statistics.median(pt)
     post_s = max(med - points_s, 0.0)  # end-of-sweep updates (estimate)
     last = infos[-1]
-    row = {"N": N, "D": args.dim, "L": args.depth, "max_nodes": args.max_nodes, "max_components": args.max_components,
-           "init_s": init_s, "first_sweep_s": first_s, "compile_s": max(first_s - med, 0.0), "sweep_s": med,
-           "sweep_times_s": times, "sweep_cpu_s": statistics.median(cpus), "points_s": points_s, "points_times_s": pt, "post_s_est": post_s,
-           "per_point_us": points_s / N * 1e6,
-           "nodes": int(last["num_nodes"]), "components": int(last["num_components"]),
-           "nodes_range": [int(min(i["num_nodes"] for i in infos)), int(max(i["num_nodes"] for i in infos))],
-           "accept_rate": float(np.mean([i["accept_rate"] for i in infos])),
-           "log_likelihood": float(last["log_likelihood"]), "loadavg_1min": os.getloadavg()[0]}
-    log(f"  N={N:5d}  compile {row['compile_s']:5.1f} s  sweep {fmt_t(med):>9} (cpu {fmt_t(row['sweep_cpu_s'])})  (point loop {fmt_t(points_s)}, "
+    row = {
+        "N": N,
+        "D": args.dim,
+        "L": args.depth,
+        "max_nodes": args.max_nodes,
+        "max_components": args.max_components,
+        "init_s": init_s,
+        "first_sweep_s": first_s,
+        "compile_s": max(first_s - med, 0.0),
+        "sweep_s": med,
+        "sweep_times_s": times,
+        "sweep_cpu_s": statistics.median(cpus),
+        "points_s": points_s,
+        "points_times_s": pt,
+        "post_s_est": post_s,
+        "per_point_us": points_s / N * 1e6,
+        "nodes": int(last["num_nodes"]),
+        "components": int(last["num_components"]),
+        "nodes_range": [int(min(i["num_nodes"] for i in infos)), int(max(i["num_nodes"] for i in infos))],
+        "accept_rate": float(np.mean([i["accept_rate"] for i in infos])),
+        "log_likelihood": float(last["log_likelihood"]),
+        "loadavg_1min": os.getloadavg()[0],
+    }
+    log(
+        f"  N={N:5d}  compile {row['compile_s']:5.1f} s  sweep {fmt_t(med):>9} (cpu {fmt_t(row['sweep_cpu_s'])})  (point loop {fmt_t(points_s)}, "
         f"{row['per_point_us']:.0f} us/point)  nodes {row['nodes']}  comps {row['components']}  "
-        f"acc {row['accept_rate']:.3f}  load {row['loadavg_1min']:.2f}", flush=True)
+        f"acc {row['accept_rate']:.3f}  load {row['loadavg_1min']:.2f}",
+        flush=True,
+    )
     return row, st, X, cfg
 
 
@@ -299,13 +330,22 @@ def run_reference(N, st, X, cfg, args, log=print):
         cpus.append(time.process_time() - c0)
         acc.append(a / X.shape[0])
         skip.append(k)
-    row = {"N": N, "numpy_sweep_s": statistics.median(times), "numpy_sweep_times_s": times,
-           "numpy_sweep_cpu_s": statistics.median(cpus),
-           "numpy_points_s": statistics.median(loops),
-           "numpy_accept_rate": float(np.mean(acc)), "new_component_skipped": skip,
-           "numpy_nodes": int(np.sum(s["count"] > 0)), "loadavg_1min": os.getloadavg()[0]}
-    log(f"  N={N:5d}  NumPy sweep {fmt_t(row['numpy_sweep_s'])}  acc {row['numpy_accept_rate']:.3f}  "
-        f"nodes {row['numpy_nodes']}  new-component draws skipped {skip}", flush=True)
+    row = {
+        "N": N,
+        "numpy_sweep_s": statistics.median(times),
+        "numpy_sweep_times_s": times,
+        "numpy_sweep_cpu_s": statistics.median(cpus),
+        "numpy_points_s": statistics.median(loops),
+        "numpy_accept_rate": float(np.mean(acc)),
+        "new_component_skipped": skip,
+        "numpy_nodes": int(np.sum(s["count"] > 0)),
+        "loadavg_1min": os.getloadavg()[0],
+    }
+    log(
+        f"  N={N:5d}  NumPy sweep {fmt_t(row['numpy_sweep_s'])}  acc {row['numpy_accept_rate']:.3f}  "
+        f"nodes {row['numpy_nodes']}  new-component draws skipped {skip}",
+        flush=True,
+    )
     return row
 
 
@@ -317,15 +357,23 @@ def loglog_slope(ns, ts):
 
 def table(rows, ref):
     refd = {r["N"]: r for r in ref}
-    lines = ["| N | compile s | sweep s | sweep cpu s | point loop s | us / point | nodes | comps | accept | NumPy sweep s | "
-             "NumPy point loop s | jaxhc / NumPy (sweep) | jaxhc / NumPy (point loop) | load |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| N | compile s | sweep s | sweep cpu s | point loop s | us / point | nodes | comps | accept | NumPy sweep s | "
+        "NumPy point loop s | jaxhc / NumPy (sweep) | jaxhc / NumPy (point loop) | load |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in rows:
         f = refd.get(r["N"])
-        lines.append(f"| {r['N']} | {r['compile_s']:.1f} | {r['sweep_s']:.3f} | {r['sweep_cpu_s']:.3f} | {r['points_s']:.3f} | "
-                     f"{r['per_point_us']:.0f} | {r['nodes']} | {r['components']} | {r['accept_rate']:.3f} | "
-                     + (f"{f['numpy_sweep_s']:.3f} | {f['numpy_points_s']:.3f} | {f['ratio_sweep']:.2f} | {f['ratio_points']:.2f} | "
-                        if f else "- | - | - | - | ") + f"{r['loadavg_1min']:.2f} |")
+        lines.append(
+            f"| {r['N']} | {r['compile_s']:.1f} | {r['sweep_s']:.3f} | {r['sweep_cpu_s']:.3f} | {r['points_s']:.3f} | "
+            f"{r['per_point_us']:.0f} | {r['nodes']} | {r['components']} | {r['accept_rate']:.3f} | "
+            + (
+                f"{f['numpy_sweep_s']:.3f} | {f['numpy_points_s']:.3f} | {f['ratio_sweep']:.2f} | {f['ratio_points']:.2f} | "
+                if f
+                else "- | - | - | - | "
+            )
+            + f"{r['loadavg_1min']:.2f} |"
+        )
     return "\n".join(lines)
 
 
@@ -343,12 +391,20 @@ def main(argv=None):
     ap.add_argument("--max-components", type=int, default=128, help="component slot capacity (default 128)")
     ap.add_argument("--warmup", type=int, default=None, help="untimed sweeps after the first (default 5; 2 quick)")
     ap.add_argument("--repeats", type=int, default=None, help="timed sweeps (default 7; 3 quick)")
-    ap.add_argument("--ref-sizes", type=ints, default=None,
-                    help="N of the NumPy reference (default 500,1000 and 2000 if 1000 took < 15 s)")
+    ap.add_argument(
+        "--ref-sizes",
+        type=ints,
+        default=None,
+        help="N of the NumPy reference (default 500,1000 and 2000 if 1000 took < 15 s)",
+    )
     ap.add_argument("--ref-repeats", type=int, default=3, help="NumPy reference sweeps per size (default 3)")
-    ap.add_argument("--path-update", choices=("mh", "gibbs"), default="mh",
-                    help="mh: Algorithm 2 (the NumPy reference's sweep); gibbs: the exact block Gibbs step "
-                         "(bhmc's default; no NumPy reference, pass --ref-sizes '')")
+    ap.add_argument(
+        "--path-update",
+        choices=("mh", "gibbs"),
+        default="mh",
+        help="mh: Algorithm 2 (the NumPy reference's sweep); gibbs: the exact block Gibbs step "
+        "(bhmc's default; no NumPy reference, pass --ref-sizes '')",
+    )
     ap.add_argument("--out", type=str, default=None, help=f"JSON output (default {DEFAULT_OUT}; --quick: none)")
     args = ap.parse_args(argv)
     q = args.quick
@@ -365,10 +421,16 @@ def main(argv=None):
 
     jax.config.update("jax_enable_x64", True)
     info = machine()
-    print(f"machine: {info['cpu']}, {info['cpu_count']} CPUs; jax {info['jax']} ({info['backend']}); "
-          f"load {info['loadavg_start'][0]:.2f}", flush=True)
-    print(f"BHMC sweep: D={args.dim}, L={args.depth}, max_nodes={args.max_nodes}, "
-          f"max_components={args.max_components}, {args.warmup} warm-up + {args.repeats} timed sweeps", flush=True)
+    print(
+        f"machine: {info['cpu']}, {info['cpu_count']} CPUs; jax {info['jax']} ({info['backend']}); "
+        f"load {info['loadavg_start'][0]:.2f}",
+        flush=True,
+    )
+    print(
+        f"BHMC sweep: D={args.dim}, L={args.depth}, max_nodes={args.max_nodes}, "
+        f"max_components={args.max_components}, {args.warmup} warm-up + {args.repeats} timed sweeps",
+        flush=True,
+    )
     t_all = time.perf_counter()
     rows, ref, states = [], [], {}
     for N in args.sizes:
@@ -402,9 +464,14 @@ def main(argv=None):
     checks = []
     r2 = next((r for r in rows if r["N"] == 2000), None)
     if r2 is not None:
-        checks.append({"name": "sweep over N = 2000 after compilation (s)", "value": round(r2["sweep_s"], 3),
-                       "target": f"<= {TARGETS['sweep_n2000_s']}",
-                       "result": "met" if r2["sweep_s"] <= TARGETS["sweep_n2000_s"] else "missed"})
+        checks.append(
+            {
+                "name": "sweep over N = 2000 after compilation (s)",
+                "value": round(r2["sweep_s"], 3),
+                "target": f"<= {TARGETS['sweep_n2000_s']}",
+                "result": "met" if r2["sweep_s"] <= TARGETS["sweep_n2000_s"] else "missed",
+            }
+        )
     tab = table(rows, ref)
     print("\n" + tab)
     print(f"\nlog-log slope of sweep time vs N ({ns}): {slope:.2f}" if slope is not None else "")
@@ -418,12 +485,24 @@ def main(argv=None):
     total = time.perf_counter() - t_all
     print(f"total {total:.0f} s", flush=True)
     if out_path:
-        doc = {"benchmark": "bhmc", "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
-               "machine": info, "config": {k: v for k, v in vars(args).items() if k != "out"} | {"hyper": HYPER},
-               "targets": TARGETS, "method": __doc__, "jaxhc": rows, "numpy_reference": ref,
-               "loglog_slope_sweep": slope, "loglog_slope_sweep_cpu": slope_cpu, "loglog_slope_point_loop": slope_pts,
-               "loglog_slope_numpy": slope_ref, "checks": checks, "table_markdown": tab, "total_wall_s": total,
-               "loadavg_end": list(os.getloadavg())}
+        doc = {
+            "benchmark": "bhmc",
+            "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+            "machine": info,
+            "config": {k: v for k, v in vars(args).items() if k != "out"} | {"hyper": HYPER},
+            "targets": TARGETS,
+            "method": __doc__,
+            "jaxhc": rows,
+            "numpy_reference": ref,
+            "loglog_slope_sweep": slope,
+            "loglog_slope_sweep_cpu": slope_cpu,
+            "loglog_slope_point_loop": slope_pts,
+            "loglog_slope_numpy": slope_ref,
+            "checks": checks,
+            "table_markdown": tab,
+            "total_wall_s": total,
+            "loadavg_end": list(os.getloadavg()),
+        }
         os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
         with open(out_path, "w") as f:
             json.dump(doc, f, indent=2)

@@ -38,6 +38,7 @@ itself prefers the found tree (a weak model for these data, not a weak sampler);
 shuffled truth scores like the truth, the model cannot tell the true top level from a wrong
 one.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -92,9 +93,16 @@ def _criterion(X, labels, components, cfg, hyper, reps=10):
     """Best complete-data log likelihood over ``reps`` draws of (B, theta) | (V, c)."""
     best = -np.inf
     for r in range(reps):
-        st = B.state_from_level_labels(X, labels, cfg, key=jax.random.key(10_000 + r), components=components,
-                                       max_nodes=X.shape[0] * labels.shape[1] + labels.shape[1] + 1,
-                                       max_components=128, **hyper)
+        st = B.state_from_level_labels(
+            X,
+            labels,
+            cfg,
+            key=jax.random.key(10_000 + r),
+            components=components,
+            max_nodes=X.shape[0] * labels.shape[1] + labels.shape[1] + 1,
+            max_components=128,
+            **hyper,
+        )
         best = max(best, float(B.complete_data_log_likelihood(st, jnp.asarray(X))))
     return best
 
@@ -143,28 +151,36 @@ def run_case(name, X, y, key, warm, keep, evidence=True, pydt_iters=30):
         row["loglik_truth"] = _criterion(X, y, None, cfg, hyper)
         row["loglik_truth_found_components"] = _criterion(X, y, res.labels, cfg, hyper)
         if y.shape[1] > 1 and np.unique(y[:, 1]).size > np.unique(y[:, 0]).size:
-            row["loglik_truth_top_shuffled"] = _criterion(X, _shuffle_top(y, np.random.default_rng(0)), None, cfg,
-                                                          hyper)
+            row["loglik_truth_top_shuffled"] = _criterion(
+                X, _shuffle_top(y, np.random.default_rng(0)), None, cfg, hyper
+            )
     return row
 
 
 def _report(r):
     ev = "  ".join(f"{k[7:]} {v:.1f}" for k, v in r.items() if k.startswith("loglik_"))
-    print(f"  {r['dataset']} seed {r.get('seed', 0)}: bhmc NMI {np.round(r['scores']['bhmc']['nmi'], 3)} ward "
-          f"{np.round(r['scores']['ward']['nmi'], 3)} best sweep {r['bhmc_best_sweep']} | log p(X, c, V | B, theta): "
-          f"{ev}", flush=True)
+    print(
+        f"  {r['dataset']} seed {r.get('seed', 0)}: bhmc NMI {np.round(r['scores']['bhmc']['nmi'], 3)} ward "
+        f"{np.round(r['scores']['ward']['nmi'], 3)} best sweep {r['bhmc_best_sweep']} | log p(X, c, V | B, theta): "
+        f"{ev}",
+        flush=True,
+    )
 
 
 def _fmt(rows, L):
     lines = []
-    head = f"{'data':10s}{'method':11s}" + "".join(f"{'NMI L' + str(l + 1):>9s}" for l in range(L)) + \
-        "".join(f"{'pur L' + str(l + 1):>9s}" for l in range(L))
+    head = (
+        f"{'data':10s}{'method':11s}"
+        + "".join(f"{'NMI L' + str(l + 1):>9s}" for l in range(L))
+        + "".join(f"{'pur L' + str(l + 1):>9s}" for l in range(L))
+    )
     lines.append(head)
     for m in METHODS:
         nmi = np.mean([r["scores"][m]["nmi"] for r in rows], axis=0)
         pur = np.mean([r["scores"][m]["purity"] for r in rows], axis=0)
-        lines.append(f"{rows[0]['dataset']:10s}{m:11s}" + "".join(f"{v:9.3f}" for v in nmi) +
-                     "".join(f"{v:9.3f}" for v in pur))
+        lines.append(
+            f"{rows[0]['dataset']:10s}{m:11s}" + "".join(f"{v:9.3f}" for v in nmi) + "".join(f"{v:9.3f}" for v in pur)
+        )
     return lines
 
 
@@ -176,9 +192,16 @@ def main():
     a = ap.parse_args()
     seeds = 2 if a.quick else a.seeds
     warm, keep = (20, 20) if a.quick else (100, 100)
-    out = {"machine": {"python": platform.python_version(), "jax": jax.__version__, "cpus": os.cpu_count(),
-                       "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")},
-           "sweeps": {"warmup": warm, "samples": keep}, "rows": []}
+    out = {
+        "machine": {
+            "python": platform.python_version(),
+            "jax": jax.__version__,
+            "cpus": os.cpu_count(),
+            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        },
+        "sweeps": {"warmup": warm, "samples": keep},
+        "rows": [],
+    }
     t0 = time.perf_counter()
     for design in ("h2", "h3"):
         rows = []

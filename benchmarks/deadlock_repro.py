@@ -33,13 +33,12 @@ Run:  python deadlock_repro.py                         # one attempt (hangs or p
       python deadlock_repro.py --runs 12 --timeout 20  # 12 fresh subprocesses; prints hangs/12
 Options: --k, --batch, --dim, --calls, --f32 (passed on to the subprocesses).
 """
+
 import argparse
 import os
 import subprocess
 import sys
 import time
-
-import numpy as np
 
 
 def n_cpus():
@@ -48,6 +47,7 @@ def n_cpus():
 
 def attempt(a):
     import jax
+
     if not a.f32:
         jax.config.update("jax_enable_x64", True)
     import jax.numpy as jnp
@@ -70,8 +70,18 @@ def attempt(a):
 def many(a):
     import jax  # only for the version; the attempts run in fresh subprocesses
 
-    cmd = [sys.executable, os.path.abspath(__file__), "--k", str(a.k), "--batch", str(a.batch),
-           "--dim", str(a.dim), "--calls", str(a.calls)] + (["--f32"] if a.f32 else [])
+    cmd = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--k",
+        str(a.k),
+        "--batch",
+        str(a.batch),
+        "--dim",
+        str(a.dim),
+        "--calls",
+        str(a.calls),
+    ] + (["--f32"] if a.f32 else [])
     hangs = 0
     for r in range(a.runs):
         t0 = time.time()
@@ -82,8 +92,10 @@ def many(a):
             hangs += 1
             status = "HANG"
         print(f"run {r + 1}/{a.runs}: {status} ({time.time() - t0:.1f}s)", flush=True)
-    print(f"hangs {hangs}/{a.runs}  jax {jax.__version__}  (k={a.k} batch={a.batch} dim={a.dim} "
-          f"calls={a.calls} {'float32' if a.f32 else 'float64'}, {n_cpus()} CPUs)")
+    print(
+        f"hangs {hangs}/{a.runs}  jax {jax.__version__}  (k={a.k} batch={a.batch} dim={a.dim} "
+        f"calls={a.calls} {'float32' if a.f32 else 'float64'}, {n_cpus()} CPUs)"
+    )
 
 
 if __name__ == "__main__":

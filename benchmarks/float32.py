@@ -10,6 +10,7 @@ off (JAX's default, float32), and compares the outputs: relative error of the lo
 log partition function, and whether the tree (or MAP tree) is the same. ``tests/test_float32.py``
 checks the CI-sized part against the tolerances documented in the README ("Precision").
 """
+
 from __future__ import annotations
 
 import argparse
@@ -154,7 +155,9 @@ def main(argv=None):
     args = ap.parse_args(argv)
     names = QUICK if args.quick else tuple(CASES)
     rows = []
-    print(f"{'case':28s} {'float64 value':>16s} {'float32 value':>16s} {'rel err':>9s} {'same tree':>9s} {'cut ARI':>7s}  float32 note")
+    print(
+        f"{'case':28s} {'float64 value':>16s} {'float32 value':>16s} {'rel err':>9s} {'same tree':>9s} {'cut ARI':>7s}  float32 note"
+    )
     for name in names:
         r = compare(name)
         rows.append(r)
@@ -171,8 +174,11 @@ def main(argv=None):
 
         os.makedirs(os.path.dirname(args.out), exist_ok=True)
         with open(args.out, "w") as f:
-            json.dump(dict(benchmark="float32", machine=machine(), date=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                           rows=rows), f, indent=1)
+            json.dump(
+                dict(benchmark="float32", machine=machine(), date=time.strftime("%Y-%m-%dT%H:%M:%S%z"), rows=rows),
+                f,
+                indent=1,
+            )
         print("wrote", args.out)
 
 

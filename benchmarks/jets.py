@@ -59,6 +59,7 @@ Sections (``--sections``; the method of each is recorded in the JSON under ``"me
   (``log_partition_prepared``) and its splits/s. "not measured" when the module is missing
   or fails.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -69,7 +70,10 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _harness import aot as _aot, block as _block, fmt_t as _fmt_t, machine, run_worker, time_calls  # noqa: E402
+from _harness import aot as _aot  # noqa: E402
+from _harness import block as _block
+from _harness import fmt_t as _fmt_t
+from _harness import machine, run_worker, time_calls
 from _memory import maxrss_mb  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -89,7 +93,7 @@ PAPER = {
     "paper_map_s": {"5": 0.05, "9": 1.6, "10": 6.1},  # trellis paper, MacBook Pro i9
     "table1": {"trellis - beam": [0.4, 0.5], "trellis - greedy": [1.5, 1.1], "beam - greedy": [1.1, 1.1]},
     "fig7": "with N = 9 both sparse trellises pass beam search at a sparsity index of about 2% and approach the "
-            "exact MAP, the BS trellis sooner",
+    "exact MAP, the BS trellis sooner",
 }
 
 
@@ -153,7 +157,8 @@ def worker_single(args) -> dict:
     out["map_s"], _ = _time_calls(lambda: comp_map(energy, leaves), args.min_time)
     out["marg_s"], _ = _time_calls(lambda: comp_marg(energy, leaves), args.min_time)
     out["solve_e2e_s"], out["solve_calls"] = _time_calls(
-        lambda: trellis.solve(energy, leaves_np, marginals=False).log_z, args.min_time)
+        lambda: trellis.solve(energy, leaves_np, marginals=False).log_z, args.min_time
+    )
     res = comp_marg(energy, leaves)
     out["log_z"], out["map_log_phi"] = float(res[0]), float(res[1])
     out["log_z_matches_solve"] = abs(out["log_z"] - float(sol.log_z)) < 1e-9
@@ -178,14 +183,19 @@ def worker_batch(args) -> dict:
     jb = ginkgo.simulate(_key(args.seed + 1000), _params(), B, min_leaves=5, max_leaves=10)
     lp, nl = jb.leaves, jb.n_leaves
     splits = int(sum(exact.num_splits(int(s)) for s in nl))
-    out = {"likelihood": lik, "batch": B, "sizes_hist": np.bincount(nl, minlength=11)[5:].tolist(),
-           "splits_total": splits}
+    out = {
+        "likelihood": lik,
+        "batch": B,
+        "sizes_hist": np.bincount(nl, minlength=11)[5:].tolist(),
+        "splits_total": splits,
+    }
     t = time.perf_counter()
     res = trellis.solve_batch(energy, lp, nl)
     _block(res.log_z)
     out["first_call_s"] = time.perf_counter() - t
-    out["e2e_s"], out["e2e_calls"] = _time_calls(lambda: trellis.solve_batch(energy, lp, nl).log_z,
-                                                 args.min_time, max_calls=7)
+    out["e2e_s"], out["e2e_calls"] = _time_calls(
+        lambda: trellis.solve_batch(energy, lp, nl).log_z, args.min_time, max_calls=7
+    )
     # the kernels alone: one AOT-compiled _batch_core per size group, on device arrays
     groups, comp_s = [], 0.0
     for n in np.unique(nl):
@@ -196,8 +206,9 @@ def worker_batch(args) -> dict:
         comp_s += c
         groups.append((comp, sub, nv))
     out["kernel_compile_s"] = comp_s
-    out["kernel_s"], _ = _time_calls(lambda: [comp(energy, sub, nv)[0] for comp, sub, nv in groups],
-                                     args.min_time, max_calls=7)
+    out["kernel_s"], _ = _time_calls(
+        lambda: [comp(energy, sub, nv)[0] for comp, sub, nv in groups], args.min_time, max_calls=7
+    )
     out["splits_per_s_e2e"] = splits / out["e2e_s"]
     out["splits_per_s_kernel"] = splits / out["kernel_s"]
     lpb = getattr(trellis, "log_partition_batch", None)
@@ -231,8 +242,10 @@ def worker_reference(args) -> dict:
         data = json.load(f)
     out = {"jets": len(data), "per_jet": []}
     # growth of the authors' time per extra leaf (their DP visits ~3^N splits), fitted on 4 -> 5
-    ct = {n: float(np.mean([j["ct_seconds"] for j in data if len(j["leaves"]) == n]))
-          for n in sorted({len(j["leaves"]) for j in data})}
+    ct = {
+        n: float(np.mean([j["ct_seconds"] for j in data if len(j["leaves"]) == n]))
+        for n in sorted({len(j["leaves"]) for j in data})
+    }
     ns = sorted(ct)
     if len(ns) >= 2:
         g = (ct[ns[-1]] / ct[ns[0]]) ** (1.0 / (ns[-1] - ns[0]))
@@ -252,8 +265,14 @@ def worker_reference(args) -> dict:
             _block(sol.log_z)
             cold = time.perf_counter() - t
             warm, _ = _time_calls(lambda: trellis.solve(energy, leaves, marginals=False).log_z, args.min_time / 4)
-            r = {"likelihood": lik, "n": len(leaves), "ct_seconds": j["ct_seconds"], "ours_s": warm,
-                 "first_call_s": cold, "ratio": j["ct_seconds"] / warm}
+            r = {
+                "likelihood": lik,
+                "n": len(leaves),
+                "ct_seconds": j["ct_seconds"],
+                "ours_s": warm,
+                "first_call_s": cold,
+                "ratio": j["ct_seconds"] / warm,
+            }
             if lik == "paper":
                 r["log_z_err"] = abs(float(sol.log_z) - j["ct_log_z"])
                 r["map_err"] = abs(float(sol.map_log_phi) - j["ct_map_log_likelihood"])
@@ -280,11 +299,26 @@ def worker_table1(args) -> dict:
     sim_s = time.perf_counter() - t
     res = jets.compare_map_methods(energy, jb.leaves, jb.n_leaves, progress_bar=False)
     rows = jets.table1(res)
-    return {"likelihood": lik, "jets": len(jb), "simulate_s": sim_s, "seconds": res.seconds,
-            "kt_backend": res.kt_backend,
-            "rows": [{"label": r.label, "mean": r.mean, "std": r.std, "n_used": r.n_used,
-                      "n_nonfinite": r.n_nonfinite, "frac_exact": r.frac_exact, "paper": r.paper} for r in rows],
-            "table": jets.format_table1(rows)}
+    return {
+        "likelihood": lik,
+        "jets": len(jb),
+        "simulate_s": sim_s,
+        "seconds": res.seconds,
+        "kt_backend": res.kt_backend,
+        "rows": [
+            {
+                "label": r.label,
+                "mean": r.mean,
+                "std": r.std,
+                "n_used": r.n_used,
+                "n_nonfinite": r.n_nonfinite,
+                "frac_exact": r.frac_exact,
+                "paper": r.paper,
+            }
+            for r in rows
+        ],
+        "table": jets.format_table1(rows),
+    }
 
 
 def _study_dict(study, jets_mod, t_total, extra) -> dict:
@@ -294,7 +328,10 @@ def _study_dict(study, jets_mod, t_total, extra) -> dict:
 
     for n in np.unique(study.n_leaves):
         sel = study.n_leaves == n
-        d = {"jets": int(sel.sum()), "beam_minus_greedy": float(np.mean((study.beam_log_phi - study.greedy_log_phi)[sel]))}
+        d = {
+            "jets": int(sel.sum()),
+            "beam_minus_greedy": float(np.mean((study.beam_log_phi - study.greedy_log_phi)[sel])),
+        }
         for (m, k), v in study.sparse_log_phi.items():
             dv = (v - study.greedy_log_phi)[sel]
             d[f"{m}@{k}"] = float(np.mean(dv[np.isfinite(dv)])) if np.isfinite(dv).any() else None
@@ -322,10 +359,22 @@ def worker_sparse(args) -> dict:
     t_bs = time.perf_counter() - t
     sizes = [int(s) for s in args.sparse_sizes.split(",")]
     study = jets.sparse_vs_sparsity(energy, test, {"sim": sim, "bs": bs, "own_beam": jets.OWN_BEAM}, sizes=sizes)
-    return _study_dict(study, jets, time.perf_counter() - t0, {
-        "likelihood": lik, "n_leaves": n, "test_jets": len(test), "train_jets": len(train),
-        "sim_seed_trees": len(sim), "bs_seed_trees": len(bs), "sim_seeds_s": t_sim, "bs_seeds_s": t_bs,
-        "sizes": sizes})
+    return _study_dict(
+        study,
+        jets,
+        time.perf_counter() - t0,
+        {
+            "likelihood": lik,
+            "n_leaves": n,
+            "test_jets": len(test),
+            "train_jets": len(train),
+            "sim_seed_trees": len(sim),
+            "bs_seed_trees": len(bs),
+            "sim_seeds_s": t_sim,
+            "bs_seeds_s": t_bs,
+            "sizes": sizes,
+        },
+    )
 
 
 def _leaf_range(text) -> tuple:
@@ -371,12 +420,24 @@ def worker_sparse_large(args) -> dict:
         t_bs += time.perf_counter() - t
     sizes = [int(s) for s in args.large_sizes.split(",")]
     study = jets.sparse_vs_sparsity(energy, test, {"sim": sim, "bs": bs, "own_beam": jets.OWN_BEAM}, sizes=sizes)
-    return _study_dict(study, jets, time.perf_counter() - t0, {
-        "likelihood": lik, "root_mass": root_mass, "n_range": [lo, hi], "test_jets": len(test),
-        "sizes_hist": {int(n): int(np.sum(test.n_leaves == n)) for n in ns},
-        "train_jets_per_n": args.large_train, "sim_seed_trees_per_n": args.large_sim_seeds,
-        "bs_seed_trees": {n: len(v) for n, v in bs.items()}, "sim_seeds_s": t_sim, "bs_seeds_s": t_bs,
-        "sizes": sizes})
+    return _study_dict(
+        study,
+        jets,
+        time.perf_counter() - t0,
+        {
+            "likelihood": lik,
+            "root_mass": root_mass,
+            "n_range": [lo, hi],
+            "test_jets": len(test),
+            "sizes_hist": {int(n): int(np.sum(test.n_leaves == n)) for n in ns},
+            "train_jets_per_n": args.large_train,
+            "sim_seed_trees_per_n": args.large_sim_seeds,
+            "bs_seed_trees": {n: len(v) for n, v in bs.items()},
+            "sim_seeds_s": t_sim,
+            "bs_seeds_s": t_bs,
+            "sizes": sizes,
+        },
+    )
 
 
 def worker_nuts(args) -> dict:
@@ -414,8 +475,11 @@ def worker_nuts(args) -> dict:
     f = jax.jit(lambda lam: trellis_batch.log_partition_prepared(_energy_traced(lik, lam), batch).sum())
     out["logz_batch_s"], _ = _time_calls(lambda: f(2.0), args.min_time, max_calls=50)
     out["splits_per_s_logz"] = splits / out["logz_batch_s"]
-    g = jax.jit(lambda lam: jax.jvp(lambda l: trellis_batch.log_partition_prepared(_energy_traced(lik, l), batch).sum(),
-                                    (lam,), (1.0,)))
+    g = jax.jit(
+        lambda lam: jax.jvp(
+            lambda l: trellis_batch.log_partition_prepared(_energy_traced(lik, l), batch).sum(), (lam,), (1.0,)
+        )
+    )
     out["logz_jvp_batch_s"], _ = _time_calls(lambda: g(2.0), args.min_time, max_calls=50)
     return out
 
@@ -439,10 +503,24 @@ def _machine() -> dict:
     return machine({"fastjet": fj})
 
 
-_WORKER_FLAGS = ("seed", "min_time", "batch", "table1_jets", "sparse_test", "sparse_train", "sim_seeds",
-                 "sparse_sizes", "large_test", "large_train", "large_sim_seeds", "large_sizes", "large_leaves",
-                 "large_root_mass", "nuts_jets",
-                 "likelihoods")
+_WORKER_FLAGS = (
+    "seed",
+    "min_time",
+    "batch",
+    "table1_jets",
+    "sparse_test",
+    "sparse_train",
+    "sim_seeds",
+    "sparse_sizes",
+    "large_test",
+    "large_train",
+    "large_sim_seeds",
+    "large_sizes",
+    "large_leaves",
+    "large_root_mass",
+    "nuts_jets",
+    "likelihoods",
+)
 
 
 def _run_worker(mode: str, args, extra: list, timeout: float) -> dict:
@@ -455,12 +533,16 @@ def _run_worker(mode: str, args, extra: list, timeout: float) -> dict:
 
 
 def _err_row(r, ncols):
-    return "| " + " | ".join([str(r.get("likelihood", "")), f"error: {r['error'][-150:]!r}"] + [""] * (ncols - 2)) + " |"
+    return (
+        "| " + " | ".join([str(r.get("likelihood", "")), f"error: {r['error'][-150:]!r}"] + [""] * (ncols - 2)) + " |"
+    )
 
 
 def table_single(rows) -> str:
-    head = ("| likelihood | N | splits | compile logZ / MAP / marg | log Z | log Z + MAP | + marginals | solve e2e "
-            "| solve cold (1st call) | Msplits/s (log Z / +MAP) | x authors (1.3-2.4 s at N=9) | load |")
+    head = (
+        "| likelihood | N | splits | compile logZ / MAP / marg | log Z | log Z + MAP | + marginals | solve e2e "
+        "| solve cold (1st call) | Msplits/s (log Z / +MAP) | x authors (1.3-2.4 s at N=9) | load |"
+    )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         if "error" in r:
@@ -473,13 +555,16 @@ def table_single(rows) -> str:
             f"| {r['likelihood']} | {r['n']} | {r['splits']:.3g} | {comp} | {_fmt_t(r['logz_s'])} | {_fmt_t(r['map_s'])} "
             f"| {_fmt_t(r['marg_s'])} | {_fmt_t(r['solve_e2e_s'])} | {_fmt_t(r['solve_cold_s'])} "
             f"| {r['splits_per_s_logz'] / 1e6:.1f} / {r['splits_per_s_map'] / 1e6:.1f} | {x} "
-            f"| {load[0]:.1f}-{load[1]:.1f} |")
+            f"| {load[0]:.1f}-{load[1]:.1f} |"
+        )
     return "\n".join(lines)
 
 
 def table_batch(rows) -> str:
-    head = ("| likelihood | jets (N = 5..10) | first call | solve_batch e2e (log Z + MAP) | kernels only | kernel compile "
-            "| Msplits/s e2e / kernel | log Z only (flat) | MAP trees (host) | load |")
+    head = (
+        "| likelihood | jets (N = 5..10) | first call | solve_batch e2e (log Z + MAP) | kernels only | kernel compile "
+        "| Msplits/s e2e / kernel | log Z only (flat) | MAP trees (host) | load |"
+    )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         if "error" in r:
@@ -490,7 +575,8 @@ def table_batch(rows) -> str:
             f"| {r['likelihood']} | {r['batch']} | {_fmt_t(r['first_call_s'])} | {_fmt_t(r['e2e_s'])} "
             f"| {_fmt_t(r['kernel_s'])} | {r['kernel_compile_s']:.1f} s "
             f"| {r['splits_per_s_e2e'] / 1e6:.1f} / {r['splits_per_s_kernel'] / 1e6:.1f} "
-            f"| {_fmt_t(r.get('logz_flat_e2e_s'))} | {_fmt_t(r.get('map_trees_s'))} | {load[0]:.1f}-{load[1]:.1f} |")
+            f"| {_fmt_t(r.get('logz_flat_e2e_s'))} | {_fmt_t(r.get('map_trees_s'))} | {load[0]:.1f}-{load[1]:.1f} |"
+        )
     return "\n".join(lines)
 
 
@@ -499,20 +585,27 @@ def table_reference(r) -> str:
         return f"reference: error {r['error'][-300:]}"
     import numpy as np
 
-    head = ("| likelihood | N | jets | ClusterTrellis s / jet (mean) | ours solve s / jet (median) | ratio min / median / max "
-            "| ours solve_batch s / jet | max abs err log Z / MAP vs ClusterTrellis |")
+    head = (
+        "| likelihood | N | jets | ClusterTrellis s / jet (mean) | ours solve s / jet (median) | ratio min / median / max "
+        "| ours solve_batch s / jet | max abs err log Z / MAP vs ClusterTrellis |"
+    )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     per = r["per_jet"]
     for lik in sorted({p["likelihood"] for p in per}, key=lambda s: s != "paper"):
         for n in sorted({p["n"] for p in per}):
             sel = [p for p in per if p["likelihood"] == lik and p["n"] == n]
             ratios = np.array([p["ratio"] for p in sel])
-            err = "-" if lik != "paper" else (f"{max(p['log_z_err'] for p in sel):.1e} / "
-                                               f"{max(p['map_err'] for p in sel):.1e}")
-            lines.append(f"| {lik} | {n} | {len(sel)} | {_fmt_t(float(np.mean([p['ct_seconds'] for p in sel])))} "
-                         f"| {_fmt_t(float(np.median([p['ours_s'] for p in sel])))} "
-                         f"| {ratios.min():.0f} / {np.median(ratios):.0f} / {ratios.max():.0f}x "
-                         f"| {_fmt_t(r.get(f'batch_{lik}_s_per_jet'))} | {err} |")
+            err = (
+                "-"
+                if lik != "paper"
+                else (f"{max(p['log_z_err'] for p in sel):.1e} / {max(p['map_err'] for p in sel):.1e}")
+            )
+            lines.append(
+                f"| {lik} | {n} | {len(sel)} | {_fmt_t(float(np.mean([p['ct_seconds'] for p in sel])))} "
+                f"| {_fmt_t(float(np.median([p['ours_s'] for p in sel])))} "
+                f"| {ratios.min():.0f} / {np.median(ratios):.0f} / {ratios.max():.0f}x "
+                f"| {_fmt_t(r.get(f'batch_{lik}_s_per_jet'))} | {err} |"
+            )
     return "\n".join(lines)
 
 
@@ -523,20 +616,26 @@ def table_table1(rows) -> str:
             out.append(f"table1 {r.get('likelihood')}: error {r['error'][-300:]}")
             continue
         secs = ", ".join(f"{k} {v:.1f} s" for k, v in r["seconds"].items())
-        out.append(f"likelihood={r['likelihood']!r}, {r['jets']} jets of 5..10 leaves (kt by {r['kt_backend']}; "
-                   f"batch times: {secs}):\n\n{r['table']}\n")
+        out.append(
+            f"likelihood={r['likelihood']!r}, {r['jets']} jets of 5..10 leaves (kt by {r['kt_backend']}; "
+            f"batch times: {secs}):\n\n{r['table']}\n"
+        )
     return "\n".join(out)
 
 
 def table_sparse(r, title) -> str:
     if "error" in r:
         return f"{title}: error {r['error'][-500:]}"
-    return f"{title} (likelihood={r['likelihood']!r}, {r['test_jets']} test jets, {r['seconds']:.0f} s):\n\n{r['table']}\n"
+    return (
+        f"{title} (likelihood={r['likelihood']!r}, {r['test_jets']} test jets, {r['seconds']:.0f} s):\n\n{r['table']}\n"
+    )
 
 
 def table_nuts(rows) -> str:
-    head = ("| likelihood | jets (N <= 9) | NUTS wall (incl. compile) | posterior mean +- sd (95%) | mean leapfrog steps "
-            "| log Z batch | Msplits/s | log Z + tangent (jvp) | load |")
+    head = (
+        "| likelihood | jets (N <= 9) | NUTS wall (incl. compile) | posterior mean +- sd (95%) | mean leapfrog steps "
+        "| log Z batch | Msplits/s | log Z + tangent (jvp) | load |"
+    )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         if "error" in r or "not_measured" in r:
@@ -548,7 +647,8 @@ def table_nuts(rows) -> str:
             f"| {r['likelihood']} | {r['jets']} | {r['nuts_s']:.1f} s | {r['mean']:.3f} +- {r['sd']:.3f} "
             f"({r['interval'][0]:.2f}, {r['interval'][1]:.2f}) | {r.get('mean_num_steps', float('nan')):.1f} "
             f"| {_fmt_t(r['logz_batch_s'])} | {r['splits_per_s_logz'] / 1e6:.1f} | {_fmt_t(r['logz_jvp_batch_s'])} "
-            f"| {load[0]:.1f}-{load[1]:.1f} |")
+            f"| {load[0]:.1f}-{load[1]:.1f} |"
+        )
     return "\n".join(lines)
 
 
@@ -558,16 +658,20 @@ def table_extrapolated(single, reference) -> str:
     if not ext or not single:
         return ""
     g = reference["ct_growth_per_leaf"]
-    head = ("| likelihood | N | authors (extrapolated: mean ct_seconds at 5 leaves x " + f"{g:.2f}" + "^(N-5)) "
-            "| ours solve e2e | ratio | ratio vs 1.3 / 2.4 s (N = 9) |")
+    head = (
+        "| likelihood | N | authors (extrapolated: mean ct_seconds at 5 leaves x " + f"{g:.2f}" + "^(N-5)) "
+        "| ours solve e2e | ratio | ratio vs 1.3 / 2.4 s (N = 9) |"
+    )
     lines = [head, "|---|---|---|---|---|---|"]
     for r in single:
         if "error" in r or str(r["n"]) not in ext:
             continue
         a = ext[str(r["n"])]
         x9 = f"{1.3 / r['solve_e2e_s']:.0f} / {2.4 / r['solve_e2e_s']:.0f}x" if r["n"] == 9 else ""
-        lines.append(f"| {r['likelihood']} | {r['n']} | {_fmt_t(a)} | {_fmt_t(r['solve_e2e_s'])} "
-                     f"| {a / r['solve_e2e_s']:.0f}x | {x9} |")
+        lines.append(
+            f"| {r['likelihood']} | {r['n']} | {_fmt_t(a)} | {_fmt_t(r['solve_e2e_s'])} "
+            f"| {a / r['solve_e2e_s']:.0f}x | {x9} |"
+        )
     return "\n".join(lines)
 
 
@@ -577,22 +681,34 @@ def check_targets(single, batch, reference, nuts) -> dict:
         s9 = [r for r in single if r.get("n") == 9 and r.get("likelihood") == lik and "error" not in r]
         if s9:
             t = s9[0]["solve_e2e_s"]
-            out[f"single_n9_ms_{lik}"] = {"value": t * 1e3, "target": TARGETS["single_n9_ms"],
-                                          "ok": t * 1e3 <= TARGETS["single_n9_ms"],
-                                          "kernel_ms": s9[0]["map_s"] * 1e3,
-                                          "speedup_vs_1.3_2.4_s": [1.3 / t, 2.4 / t]}
+            out[f"single_n9_ms_{lik}"] = {
+                "value": t * 1e3,
+                "target": TARGETS["single_n9_ms"],
+                "ok": t * 1e3 <= TARGETS["single_n9_ms"],
+                "kernel_ms": s9[0]["map_s"] * 1e3,
+                "speedup_vs_1.3_2.4_s": [1.3 / t, 2.4 / t],
+            }
         b = [r for r in batch if r.get("likelihood") == lik and "error" not in r]
         if b:
-            out[f"batch_1000_s_{lik}"] = {"value": b[0]["e2e_s"], "target": TARGETS["batch_1000_s"],
-                                          "ok": b[0]["e2e_s"] <= TARGETS["batch_1000_s"] and b[0]["batch"] >= 1000,
-                                          "kernel_s": b[0]["kernel_s"], "first_call_s": b[0]["first_call_s"]}
+            out[f"batch_1000_s_{lik}"] = {
+                "value": b[0]["e2e_s"],
+                "target": TARGETS["batch_1000_s"],
+                "ok": b[0]["e2e_s"] <= TARGETS["batch_1000_s"] and b[0]["batch"] >= 1000,
+                "kernel_s": b[0]["kernel_s"],
+                "first_call_s": b[0]["first_call_s"],
+            }
         nu = [r for r in nuts if r.get("likelihood") == lik]
         if nu:
             r = nu[0]
-            out[f"nuts_200_s_{lik}"] = ({"value": None, "ok": None, "note": r.get("not_measured") or r.get("error")}
-                                        if "nuts_s" not in r else
-                                        {"value": r["nuts_s"], "target": TARGETS["nuts_200_s"],
-                                         "ok": r["nuts_s"] <= TARGETS["nuts_200_s"] and r["jets"] >= 200})
+            out[f"nuts_200_s_{lik}"] = (
+                {"value": None, "ok": None, "note": r.get("not_measured") or r.get("error")}
+                if "nuts_s" not in r
+                else {
+                    "value": r["nuts_s"],
+                    "target": TARGETS["nuts_200_s"],
+                    "ok": r["nuts_s"] <= TARGETS["nuts_200_s"] and r["jets"] >= 200,
+                }
+            )
     if reference and "per_jet" in reference:
         import numpy as np
 
@@ -600,8 +716,11 @@ def check_targets(single, batch, reference, nuts) -> dict:
         if per:
             ratios = np.array([p["ratio"] for p in per])
             out["speedup_vs_clustertrellis_same_jets"] = {
-                "value_median": float(np.median(ratios)), "min": float(ratios.min()),
-                "target": TARGETS["speedup_vs_authors"], "ok": bool(ratios.min() >= TARGETS["speedup_vs_authors"])}
+                "value_median": float(np.median(ratios)),
+                "min": float(ratios.min()),
+                "target": TARGETS["speedup_vs_authors"],
+                "ok": bool(ratios.min() >= TARGETS["speedup_vs_authors"]),
+            }
     out["gpu"] = {"value": None, "ok": None, "note": "no GPU lent to this session: not measured"}
     return out
 
@@ -620,10 +739,17 @@ def main(argv=None):
     ap.add_argument("--sparse-train", type=int, default=None, help="training jets for the BS trellis (default 100)")
     ap.add_argument("--sim-seeds", type=int, default=None, help="simulator rank trees (default 3000)")
     ap.add_argument("--sparse-sizes", default=None, help="seed counts (default 1,3,10,30,100,300,1000,3000)")
-    ap.add_argument("--large-leaves", default="12,30",
-                    help="leaf range LO,HI of the sparse_large test jets (default 12,30, also with --quick)")
-    ap.add_argument("--large-root-mass", type=float, default=None,
-                    help="root mass of the sparse_large jets (default 5 x HI: 150 for 12,30, so such jets are common)")
+    ap.add_argument(
+        "--large-leaves",
+        default="12,30",
+        help="leaf range LO,HI of the sparse_large test jets (default 12,30, also with --quick)",
+    )
+    ap.add_argument(
+        "--large-root-mass",
+        type=float,
+        default=None,
+        help="root mass of the sparse_large jets (default 5 x HI: 150 for 12,30, so such jets are common)",
+    )
     ap.add_argument("--large-test", type=int, default=None, help="test jets of LO..HI leaves (default 45)")
     ap.add_argument("--large-train", type=int, default=None, help="training jets per N (default 10)")
     ap.add_argument("--large-sim-seeds", type=int, default=None, help="simulator rank trees per N (default 1000)")
@@ -632,10 +758,15 @@ def main(argv=None):
     ap.add_argument("--min-time", type=float, default=None, help="seconds of repeated calls per timing (default 1)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout", type=float, default=900.0, help="per worker, seconds")
-    ap.add_argument("--out", default=None, help=f"JSON output (default {os.path.relpath(DEFAULT_OUT)}; none with --quick)")
-    ap.add_argument("--update", action="store_true",
-                    help="keep the sections of an existing JSON output that this run does not redo (so a full "
-                         "run can be split into several shorter ones)")
+    ap.add_argument(
+        "--out", default=None, help=f"JSON output (default {os.path.relpath(DEFAULT_OUT)}; none with --quick)"
+    )
+    ap.add_argument(
+        "--update",
+        action="store_true",
+        help="keep the sections of an existing JSON output that this run does not redo (so a full "
+        "run can be split into several shorter ones)",
+    )
     ap.add_argument("--_worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--n", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--likelihood", default=None, help=argparse.SUPPRESS)
@@ -645,18 +776,32 @@ def main(argv=None):
     except ValueError as e:
         ap.error(str(e))
     q = args.quick
-    for name, full, quick in [("batch", 1000, 200), ("table1_jets", 5000, 300), ("sparse_test", 100, 15),
-                              ("sparse_train", 100, 15), ("sim_seeds", 3000, 300),
-                              ("sparse_sizes", "1,3,10,30,100,300,1000,3000", "1,10,100,300"),
-                              ("large_test", 45, 6), ("large_train", 10, 2), ("large_sim_seeds", 1000, 100),
-                              ("large_sizes", "1,3,10,30,100,300,1000", "1,10,100"), ("min_time", 1.0, 0.3)]:
+    for name, full, quick in [
+        ("batch", 1000, 200),
+        ("table1_jets", 5000, 300),
+        ("sparse_test", 100, 15),
+        ("sparse_train", 100, 15),
+        ("sim_seeds", 3000, 300),
+        ("sparse_sizes", "1,3,10,30,100,300,1000,3000", "1,10,100,300"),
+        ("large_test", 45, 6),
+        ("large_train", 10, 2),
+        ("large_sim_seeds", 1000, 100),
+        ("large_sizes", "1,3,10,30,100,300,1000", "1,10,100"),
+        ("min_time", 1.0, 0.3),
+    ]:
         if getattr(args, name) is None:
             setattr(args, name, quick if q else full)
 
     if args._worker:
-        fn = {"single": worker_single, "batch": worker_batch, "reference": worker_reference,
-              "table1": worker_table1, "sparse": worker_sparse, "sparse_large": worker_sparse_large,
-              "nuts": worker_nuts}[args._worker]
+        fn = {
+            "single": worker_single,
+            "batch": worker_batch,
+            "reference": worker_reference,
+            "table1": worker_table1,
+            "sparse": worker_sparse,
+            "sparse_large": worker_sparse_large,
+            "nuts": worker_nuts,
+        }[args._worker]
         print("RESULT " + json.dumps(fn(args)), flush=True)
         return
 
@@ -668,8 +813,11 @@ def main(argv=None):
     liks = [s for s in args.likelihoods.split(",") if s]
     sparse_liks = [s for s in args.sparse_likelihoods.split(",") if s]
     machine = _machine()
-    print(f"# jets benchmark: {machine['cpu']} x {machine['cpu_count']}, jax {machine['jax']} ({machine['backend']}), "
-          f"load {machine['loadavg_start'][0]:.2f}", flush=True)
+    print(
+        f"# jets benchmark: {machine['cpu']} x {machine['cpu_count']}, jax {machine['jax']} ({machine['backend']}), "
+        f"load {machine['loadavg_start'][0]:.2f}",
+        flush=True,
+    )
     t_start = time.perf_counter()
     res = {"single": [], "batch": [], "reference": {}, "table1": [], "sparse": [], "sparse_large": [], "nuts": []}
 
@@ -685,8 +833,11 @@ def main(argv=None):
                 r.setdefault("n", n)
                 res["single"].append(r)
                 if "error" not in r:
-                    print(f"  single {lik} N={n}: logZ {_fmt_t(r['logz_s'])}, +MAP {_fmt_t(r['map_s'])}, "
-                          f"e2e {_fmt_t(r['solve_e2e_s'])}, compile {r['compile_marg_s']:.1f} s", flush=True)
+                    print(
+                        f"  single {lik} N={n}: logZ {_fmt_t(r['logz_s'])}, +MAP {_fmt_t(r['map_s'])}, "
+                        f"e2e {_fmt_t(r['solve_e2e_s'])}, compile {r['compile_marg_s']:.1f} s",
+                        flush=True,
+                    )
                 else:
                     log(f"single {lik} N={n}", r)
     if "batch" in sections:
@@ -719,9 +870,13 @@ def main(argv=None):
             res["nuts"].append(r)
             log(f"nuts {lik}", r)
     machine["loadavg_end"] = list(os.getloadavg())
-    run_info = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "sections": sections,
-                "loadavg_start": machine["loadavg_start"], "loadavg_end": machine["loadavg_end"],
-                "wall_s": time.perf_counter() - t_start}
+    run_info = {
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "sections": sections,
+        "loadavg_start": machine["loadavg_start"],
+        "loadavg_end": machine["loadavg_end"],
+        "wall_s": time.perf_counter() - t_start,
+    }
     runs = [run_info]
     if args.update and out_path and os.path.exists(out_path):
         with open(out_path) as f:
@@ -756,9 +911,11 @@ def main(argv=None):
     for k, v in targets.items():
         text.append(f"- {k}: {json.dumps(v)}")
     for r in runs:
-        text.append(f"run {r['date']}: sections {','.join(r['sections'])}, wall {r['wall_s']:.0f} s, 1/5/15-min load "
-                    f"average start {[round(x, 2) for x in r['loadavg_start']]}, end "
-                    f"{[round(x, 2) for x in r['loadavg_end']]}")
+        text.append(
+            f"run {r['date']}: sections {','.join(r['sections'])}, wall {r['wall_s']:.0f} s, 1/5/15-min load "
+            f"average start {[round(x, 2) for x in r['loadavg_start']]}, end "
+            f"{[round(x, 2) for x in r['loadavg_end']]}"
+        )
     print("\n".join(text), flush=True)
 
     if out_path:
@@ -768,7 +925,10 @@ def main(argv=None):
             "machine": machine,
             "method": {s: " ".join(part.split()) for s, part in zip(SECTIONS, _section_docs())},
             "args": {k: v for k, v in vars(args).items() if not k.startswith("_") and k not in ("n", "likelihood")},
-            "targets": TARGETS, "targets_check": targets, "paper": PAPER, "runs": runs,
+            "targets": TARGETS,
+            "targets_check": targets,
+            "paper": PAPER,
+            "runs": runs,
             **res,
             "table": "\n".join(text),
         }

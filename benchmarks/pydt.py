@@ -62,6 +62,7 @@ compilation; a single chain within 5x of the anchor per iteration at N = 60-100 
 per move); 8 vmapped chains >= the anchor's throughput (>= 7692 iterations/s); EM on
 N = 200, D = 10 <= 2 minutes.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -79,11 +80,21 @@ from _harness import aot, block, fmt_t, machine, time_calls  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_OUT = os.path.join(HERE, "results", "pydt.json")
-ANCHOR = {"source": "issue text: authors' C++ sampler (davidaknowles/pydt), 200 iterations, 4-cluster set, N = 60, D = 2, "
-                    "0.03 s on the issue's 2-core machines; not run here",
-          "s_per_iter": 0.13e-3, "iters": 200, "total_s": 0.03, "N": 60, "D": 2}
-TARGETS = {"mp_n1000_s": 5e-3, "single_chain_factor": 5.0, "chains8_iters_per_s": 1.0 / ANCHOR["s_per_iter"],
-           "em_n200_d10_s": 120.0}
+ANCHOR = {
+    "source": "issue text: authors' C++ sampler (davidaknowles/pydt), 200 iterations, 4-cluster set, N = 60, D = 2, "
+    "0.03 s on the issue's 2-core machines; not run here",
+    "s_per_iter": 0.13e-3,
+    "iters": 200,
+    "total_s": 0.03,
+    "N": 60,
+    "D": 2,
+}
+TARGETS = {
+    "mp_n1000_s": 5e-3,
+    "single_chain_factor": 5.0,
+    "chains8_iters_per_s": 1.0 / ANCHOR["s_per_iter"],
+    "em_n200_d10_s": 120.0,
+}
 HYP = dict(c=1.0, alpha=0.5, beta=0.2, sigma2=1.0)
 FREE = -2
 
@@ -189,8 +200,9 @@ def run_mp(N, D, args):
     from jaxhc.inference.pydt import mcmc as PM
     from jaxhc.models import pydt as P
 
-    s = P.sample_prior(jax.random.key(N + D), N, D, c=HYP["c"], alpha=HYP["alpha"], beta=HYP["beta"],
-                       sigma2=HYP["sigma2"])
+    s = P.sample_prior(
+        jax.random.key(N + D), N, D, c=HYP["c"], alpha=HYP["alpha"], beta=HYP["beta"], sigma2=HYP["sigma2"]
+    )
     par = np.asarray(s.tree.parent, np.int32)
     tim = np.asarray(s.tree.heights, float)
     X = np.asarray(s.X, float)
@@ -225,10 +237,24 @@ def run_mp(N, D, args):
         npt.append(time.perf_counter() - t)
         reps += 1
     np_s = statistics.median(npt)
-    row = {"N": N, "D": D, "nodes": int(m), "branch_points": int(m - N), "depth_max": None,
-           "kernel_compile_s": k_cs, "kernel_s": k_s, "kernel_calls": k_n, "public_s": pub_s,
-           "masked_compile_s": m_cs, "masked_s": m_s, "masked_calls": m_n,
-           "numpy_loop_s": np_s, "loglik": val, "loglik_masked": val_m, "loglik_numpy": val_np}
+    row = {
+        "N": N,
+        "D": D,
+        "nodes": int(m),
+        "branch_points": int(m - N),
+        "depth_max": None,
+        "kernel_compile_s": k_cs,
+        "kernel_s": k_s,
+        "kernel_calls": k_n,
+        "public_s": pub_s,
+        "masked_compile_s": m_cs,
+        "masked_s": m_s,
+        "masked_calls": m_n,
+        "numpy_loop_s": np_s,
+        "loglik": val,
+        "loglik_masked": val_m,
+        "loglik_numpy": val_np,
+    }
     if N <= args.dense_max:
         import scipy.linalg as sl
 
@@ -250,8 +276,14 @@ def run_mp(N, D, args):
                 fn()
                 ts.append(time.perf_counter() - t)
             row[name + "_s"] = statistics.median(ts)
-    row["max_abs_diff"] = float(max(abs(val - val_m), abs(val - val_np), abs(val - row.get("loglik_dense_mvn", val)),
-                                    abs(val - row.get("loglik_dense_chol", val))))
+    row["max_abs_diff"] = float(
+        max(
+            abs(val - val_m),
+            abs(val - val_np),
+            abs(val - row.get("loglik_dense_mvn", val)),
+            abs(val - row.get("loglik_dense_chol", val)),
+        )
+    )
     row["ratio_kernel_vs_numpy"] = k_s / np_s
     row["ratio_masked_vs_numpy"] = m_s / np_s
     row["ratio_kernel_vs_dense"] = k_s / row["dense_chol_s"] if "dense_chol_s" in row else None
@@ -261,10 +293,12 @@ def run_mp(N, D, args):
         depth[k] = depth[par[k]] + 1 if par[k] >= 0 else 0
     row["depth_max"] = int(depth[:N].max())
     row["loadavg_1min"] = os.getloadavg()[0]
-    print(f"  N={N:5d} D={D:2d}  nodes {m:5d} depth {row['depth_max']:3d}  kernel {fmt_t(k_s):>9} "
-          f"(compile {k_cs:.1f} s, public {fmt_t(pub_s)})  masked {fmt_t(m_s):>9}  NumPy loop {fmt_t(np_s):>9}  "
-          f"dense chol {fmt_t(row.get('dense_chol_s'))} / stats {fmt_t(row.get('dense_mvn_s'))}  |diff| {row['max_abs_diff']:.1e}  load {row['loadavg_1min']:.2f}",
-          flush=True)
+    print(
+        f"  N={N:5d} D={D:2d}  nodes {m:5d} depth {row['depth_max']:3d}  kernel {fmt_t(k_s):>9} "
+        f"(compile {k_cs:.1f} s, public {fmt_t(pub_s)})  masked {fmt_t(m_s):>9}  NumPy loop {fmt_t(np_s):>9}  "
+        f"dense chol {fmt_t(row.get('dense_chol_s'))} / stats {fmt_t(row.get('dense_mvn_s'))}  |diff| {row['max_abs_diff']:.1e}  load {row['loadavg_1min']:.2f}",
+        flush=True,
+    )
     return row
 
 
@@ -365,25 +399,50 @@ def run_mcmc(N, args):
     thr_single = nm / single_s
     thr_chains = C * ncm / chains_s
     a = ANCHOR["s_per_iter"]
-    row = {"N": N, "D": 2, "init_s": init_s, "first_full_step_s": first_step_s, "full_step_s": step_s,
-           "full_step_times_s": times, "full_step_per_move_s": step_s / N, "full_step_accept": float(np.mean(accs)),
-           "moves": nm, "single_compile_s": single_cs, "single_moves_s": single_s, "single_times_s": ts,
-           "single_per_move_s": per_move, "single_moves_per_s": thr_single, "single_accept": acc_single,
-           "single_mean_tries": tries_single, "chains": C, "chain_moves": ncm, "chains_compile_s": chains_cs, "chains_moves_s": chains_s,
-           "chains_times_s": tc, "chains_moves_per_s": thr_chains, "chains_speedup_vs_single": thr_chains / thr_single,
-           "threads": workers, "threaded_chains_times_s": tp, "threaded_chains_moves_per_s": thr_par,
-           "ratio_threaded_chains_throughput_vs_anchor": thr_par * a,
-           "ratio_single_per_move_vs_anchor": per_move / a, "ratio_chains_throughput_vs_anchor": thr_chains * a,
-           "ratio_full_step_per_move_vs_anchor": step_s / N / a,
-           "move_breakdown_s": parts,
-           "branch_points": int(np.sum((np.asarray(st.parent) != FREE)[N:])),
-           "hyper_after": {k: float(getattr(st, k)) for k in ("c", "alpha", "beta", "sigma2")},
-           "loadavg_1min": os.getloadavg()[0]}
-    print(f"  N={N:4d}  full step ({N} moves + hyper) {fmt_t(step_s)} ({fmt_t(step_s / N)}/move, first "
-          f"{first_step_s:.1f} s)  single chain {nm} moves {fmt_t(single_s)} = {fmt_t(per_move)}/move "
-          f"({per_move / a:.1f}x anchor; compile {single_cs:.1f} s; acc {acc_single:.2f})  {C} chains "
-          f"{thr_chains:.0f} moves/s vmapped ({thr_chains * a:.2f}x anchor), {thr_par:.0f} moves/s in {workers} "
-          f"threads ({thr_par * a:.2f}x anchor)  load {row['loadavg_1min']:.2f}", flush=True)
+    row = {
+        "N": N,
+        "D": 2,
+        "init_s": init_s,
+        "first_full_step_s": first_step_s,
+        "full_step_s": step_s,
+        "full_step_times_s": times,
+        "full_step_per_move_s": step_s / N,
+        "full_step_accept": float(np.mean(accs)),
+        "moves": nm,
+        "single_compile_s": single_cs,
+        "single_moves_s": single_s,
+        "single_times_s": ts,
+        "single_per_move_s": per_move,
+        "single_moves_per_s": thr_single,
+        "single_accept": acc_single,
+        "single_mean_tries": tries_single,
+        "chains": C,
+        "chain_moves": ncm,
+        "chains_compile_s": chains_cs,
+        "chains_moves_s": chains_s,
+        "chains_times_s": tc,
+        "chains_moves_per_s": thr_chains,
+        "chains_speedup_vs_single": thr_chains / thr_single,
+        "threads": workers,
+        "threaded_chains_times_s": tp,
+        "threaded_chains_moves_per_s": thr_par,
+        "ratio_threaded_chains_throughput_vs_anchor": thr_par * a,
+        "ratio_single_per_move_vs_anchor": per_move / a,
+        "ratio_chains_throughput_vs_anchor": thr_chains * a,
+        "ratio_full_step_per_move_vs_anchor": step_s / N / a,
+        "move_breakdown_s": parts,
+        "branch_points": int(np.sum((np.asarray(st.parent) != FREE)[N:])),
+        "hyper_after": {k: float(getattr(st, k)) for k in ("c", "alpha", "beta", "sigma2")},
+        "loadavg_1min": os.getloadavg()[0],
+    }
+    print(
+        f"  N={N:4d}  full step ({N} moves + hyper) {fmt_t(step_s)} ({fmt_t(step_s / N)}/move, first "
+        f"{first_step_s:.1f} s)  single chain {nm} moves {fmt_t(single_s)} = {fmt_t(per_move)}/move "
+        f"({per_move / a:.1f}x anchor; compile {single_cs:.1f} s; acc {acc_single:.2f})  {C} chains "
+        f"{thr_chains:.0f} moves/s vmapped ({thr_chains * a:.2f}x anchor), {thr_par:.0f} moves/s in {workers} "
+        f"threads ({thr_par * a:.2f}x anchor)  load {row['loadavg_1min']:.2f}",
+        flush=True,
+    )
     print("    move pieces (each jitted alone): " + ", ".join(f"{k} {fmt_t(v)}" for k, v in parts.items()), flush=True)
     return row
 
@@ -411,12 +470,16 @@ def move_breakdown(st, Xj, args):
         "log_prior_masked": (jax.jit(PM.log_prior_masked), (par, tim, act, is_leaf, st.c, st.alpha, st.beta)),
         "log_marginal_masked": (jax.jit(PM.log_marginal_masked), (par, tim, act, Xj, st.sigma2)),
         "subtree_mask": (jax.jit(pydt_math.subtree_mask), (par, tim, act, s)),
-        "order_up_counts": (jax.jit(lambda p, t, a, w: pydt_math.up_counts(p, pydt_math.time_order(p, t, a), a, w)),
-                            (par, tim, act, is_leaf.astype(jnp.int32))),
+        "order_up_counts": (
+            jax.jit(lambda p, t, a, w: pydt_math.up_counts(p, pydt_math.time_order(p, t, a), a, w)),
+            (par, tim, act, is_leaf.astype(jnp.int32)),
+        ),
     }
     cnt = pieces["order_up_counts"][0](*pieces["order_up_counts"][1])
-    pieces["attach_point"] = (jax.jit(pydt_math.attach_point), (jax.random.key(0), par, tim, act, cnt, root, one, st.c,
-                                                          st.alpha, st.beta))
+    pieces["attach_point"] = (
+        jax.jit(pydt_math.attach_point),
+        (jax.random.key(0), par, tim, act, cnt, root, one, st.c, st.alpha, st.beta),
+    )
     pieces["move"] = (jax.jit(lambda k, s_: PM._move(k, s_, Xj, True)), (jax.random.key(1), st))
     out = {}
     for name, (fn, a) in pieces.items():
@@ -462,11 +525,14 @@ def run_em(args):
         print(f"  EM failed: {row['status']}", flush=True)
         return row
     row["loadavg_1min"] = os.getloadavg()[0]
-    print(f"  EM N={N} D={D}: first call (2 iterations, compiles) {row['cold_s']:.1f} s; compiled: initial tree "
-          f"{row['initial_tree_s']:.1f} s, {K} iterations {row['wall_s']:.1f} s (cpu {row['cpu_s']:.1f} s) = "
-          f"{row['per_iter_s']:.2f} s/iteration; projected num_iters=100: {row['projected_100_iters_s']:.0f} s "
-          f"(+ ~{row['compile_s_est']:.0f} s compilation); bound {row['initial_log_evidence']:.1f} -> "
-          f"{row['log_evidence']:.1f}  load {row['loadavg_1min']:.2f}", flush=True)
+    print(
+        f"  EM N={N} D={D}: first call (2 iterations, compiles) {row['cold_s']:.1f} s; compiled: initial tree "
+        f"{row['initial_tree_s']:.1f} s, {K} iterations {row['wall_s']:.1f} s (cpu {row['cpu_s']:.1f} s) = "
+        f"{row['per_iter_s']:.2f} s/iteration; projected num_iters=100: {row['projected_100_iters_s']:.0f} s "
+        f"(+ ~{row['compile_s_est']:.0f} s compilation); bound {row['initial_log_evidence']:.1f} -> "
+        f"{row['log_evidence']:.1f}  load {row['loadavg_1min']:.2f}",
+        flush=True,
+    )
     return row
 
 
@@ -478,30 +544,38 @@ def _r(x, fmt="{:.2f}"):
 
 
 def table_mp(rows):
-    lines = ["| N | D | nodes | depth | kernel compile s | kernel | masked | NumPy loop | dense Cholesky | scipy.stats MVN | "
-             "kernel / NumPy loop | masked / NumPy loop | kernel / dense Cholesky | public API | load |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| N | D | nodes | depth | kernel compile s | kernel | masked | NumPy loop | dense Cholesky | scipy.stats MVN | "
+        "kernel / NumPy loop | masked / NumPy loop | kernel / dense Cholesky | public API | load |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in rows:
-        lines.append(f"| {r['N']} | {r['D']} | {r['nodes']} | {r['depth_max']} | {r['kernel_compile_s']:.2f} | "
-                     f"{fmt_t(r['kernel_s'])} | {fmt_t(r['masked_s'])} | {fmt_t(r['numpy_loop_s'])} | "
-                     f"{fmt_t(r.get('dense_chol_s'))} | {fmt_t(r.get('dense_mvn_s'))} | {r['ratio_kernel_vs_numpy']:.3f} | {r['ratio_masked_vs_numpy']:.3f} | "
-                     f"{_r(r['ratio_kernel_vs_dense'], '{:.3f}')} | {fmt_t(r['public_s'])} | {r['loadavg_1min']:.2f} |")
+        lines.append(
+            f"| {r['N']} | {r['D']} | {r['nodes']} | {r['depth_max']} | {r['kernel_compile_s']:.2f} | "
+            f"{fmt_t(r['kernel_s'])} | {fmt_t(r['masked_s'])} | {fmt_t(r['numpy_loop_s'])} | "
+            f"{fmt_t(r.get('dense_chol_s'))} | {fmt_t(r.get('dense_mvn_s'))} | {r['ratio_kernel_vs_numpy']:.3f} | {r['ratio_masked_vs_numpy']:.3f} | "
+            f"{_r(r['ratio_kernel_vs_dense'], '{:.3f}')} | {fmt_t(r['public_s'])} | {r['loadavg_1min']:.2f} |"
+        )
     return "\n".join(lines)
 
 
 def table_mcmc(rows):
-    lines = ["| N | single chain: per move | moves/s | per move / anchor (0.13 ms) | 8 chains vmapped: moves/s | / anchor (7692/s) | "
-             "8 chains in threads: moves/s | / anchor | full step (N moves + hyper) | per move | accept | "
-             "compile s (scan / step) | load |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| N | single chain: per move | moves/s | per move / anchor (0.13 ms) | 8 chains vmapped: moves/s | / anchor (7692/s) | "
+        "8 chains in threads: moves/s | / anchor | full step (N moves + hyper) | per move | accept | "
+        "compile s (scan / step) | load |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in rows:
-        lines.append(f"| {r['N']} | {fmt_t(r['single_per_move_s'])} | {r['single_moves_per_s']:.0f} | "
-                     f"{r['ratio_single_per_move_vs_anchor']:.2f} | {r['chains_moves_per_s']:.0f} | "
-                     f"{r['ratio_chains_throughput_vs_anchor']:.2f} | {r['threaded_chains_moves_per_s']:.0f} | "
-                     f"{r['ratio_threaded_chains_throughput_vs_anchor']:.2f} | {fmt_t(r['full_step_s'])} | "
-                     f"{fmt_t(r['full_step_per_move_s'])} | {r['single_accept']:.2f} | "
-                     f"{r['single_compile_s']:.1f} / {max(r['first_full_step_s'] - r['full_step_s'], 0):.1f} | "
-                     f"{r['loadavg_1min']:.2f} |")
+        lines.append(
+            f"| {r['N']} | {fmt_t(r['single_per_move_s'])} | {r['single_moves_per_s']:.0f} | "
+            f"{r['ratio_single_per_move_vs_anchor']:.2f} | {r['chains_moves_per_s']:.0f} | "
+            f"{r['ratio_chains_throughput_vs_anchor']:.2f} | {r['threaded_chains_moves_per_s']:.0f} | "
+            f"{r['ratio_threaded_chains_throughput_vs_anchor']:.2f} | {fmt_t(r['full_step_s'])} | "
+            f"{fmt_t(r['full_step_per_move_s'])} | {r['single_accept']:.2f} | "
+            f"{r['single_compile_s']:.1f} / {max(r['first_full_step_s'] - r['full_step_s'], 0):.1f} | "
+            f"{r['loadavg_1min']:.2f} |"
+        )
     return "\n".join(lines)
 
 
@@ -522,7 +596,9 @@ def main(argv=None):
     ap.add_argument("--moves", type=int, default=None, help="moves per timed scan (default 1000)")
     ap.add_argument("--move-repeats", type=int, default=None, help="timed scans (default 3)")
     ap.add_argument("--chains", type=int, default=8)
-    ap.add_argument("--chain-moves", type=int, default=None, help="moves per chain per timed vmapped scan (default 250)")
+    ap.add_argument(
+        "--chain-moves", type=int, default=None, help="moves per chain per timed vmapped scan (default 250)"
+    )
     ap.add_argument("--full-steps", type=int, default=None, help="timed full steps (default 5)")
     ap.add_argument("--em-n", type=int, default=200)
     ap.add_argument("--em-d", type=int, default=10)
@@ -548,8 +624,11 @@ def main(argv=None):
 
     jax.config.update("jax_enable_x64", True)
     info = machine({"gpu": "none lent to this run" if jax.default_backend() == "cpu" else jax.default_backend()})
-    print(f"machine: {info['cpu']}, {info['cpu_count']} CPUs; jax {info['jax']} ({info['backend']}); "
-          f"load {info['loadavg_start'][0]:.2f}", flush=True)
+    print(
+        f"machine: {info['cpu']}, {info['cpu_count']} CPUs; jax {info['jax']} ({info['backend']}); "
+        f"load {info['loadavg_start'][0]:.2f}",
+        flush=True,
+    )
     t_all = time.perf_counter()
     mp, mc, em = [], [], None
     if "mp" in sections:
@@ -569,8 +648,10 @@ def main(argv=None):
     for D in args.dims:
         rs = [r for r in mp if r["D"] == D]
         ns = [r["N"] for r in rs]
-        slopes[f"D={D}"] = {k: loglog_slope(ns, [r[c] for r in rs]) for k, c in
-                            (("kernel", "kernel_s"), ("masked", "masked_s"), ("numpy_loop", "numpy_loop_s"))}
+        slopes[f"D={D}"] = {
+            k: loglog_slope(ns, [r[c] for r in rs])
+            for k, c in (("kernel", "kernel_s"), ("masked", "masked_s"), ("numpy_loop", "numpy_loop_s"))
+        }
         rd = [r for r in rs if "dense_mvn_s" in r]
         for c in ("dense_mvn", "dense_chol"):
             slopes[f"D={D}"][c] = loglog_slope([r["N"] for r in rd], [r[c + "_s"] for r in rd])
@@ -578,28 +659,52 @@ def main(argv=None):
     for r in mp:
         if r["N"] == 1000:
             for col, name in (("kernel_s", "models.pydt kernel"), ("masked_s", "log_marginal_masked")):
-                checks.append({"name": f"message passing N = 1000, D = {r['D']}, {name} (ms)",
-                               "value": round(r[col] * 1e3, 3), "target": "<= 5",
-                               "result": "met" if r[col] <= TARGETS["mp_n1000_s"] else "missed"})
+                checks.append(
+                    {
+                        "name": f"message passing N = 1000, D = {r['D']}, {name} (ms)",
+                        "value": round(r[col] * 1e3, 3),
+                        "target": "<= 5",
+                        "result": "met" if r[col] <= TARGETS["mp_n1000_s"] else "missed",
+                    }
+                )
     lim = TARGETS["single_chain_factor"] * ANCHOR["s_per_iter"]
     for r in mc:
-        checks.append({"name": f"single chain per move, N = {r['N']} (ms)", "value": round(r["single_per_move_s"] * 1e3, 3),
-                       "target": f"<= {lim * 1e3:.2f} (5x anchor)",
-                       "result": "met" if r["single_per_move_s"] <= lim else "missed"})
-        checks.append({"name": f"{r['chains']} chains vmapped, N = {r['N']} (moves/s)", "value": round(r["chains_moves_per_s"]),
-                       "target": f">= {TARGETS['chains8_iters_per_s']:.0f} (anchor throughput)",
-                       "result": "met" if r["chains_moves_per_s"] >= TARGETS["chains8_iters_per_s"] else "missed"})
-        checks.append({"name": f"{r['chains']} chains in {r['threads']} threads (chain_method='parallel'), "
-                               f"N = {r['N']} (moves/s)", "value": round(r["threaded_chains_moves_per_s"]),
-                       "target": f">= {TARGETS['chains8_iters_per_s']:.0f} (anchor throughput)",
-                       "result": "met" if r["threaded_chains_moves_per_s"] >= TARGETS["chains8_iters_per_s"]
-                       else "missed"})
+        checks.append(
+            {
+                "name": f"single chain per move, N = {r['N']} (ms)",
+                "value": round(r["single_per_move_s"] * 1e3, 3),
+                "target": f"<= {lim * 1e3:.2f} (5x anchor)",
+                "result": "met" if r["single_per_move_s"] <= lim else "missed",
+            }
+        )
+        checks.append(
+            {
+                "name": f"{r['chains']} chains vmapped, N = {r['N']} (moves/s)",
+                "value": round(r["chains_moves_per_s"]),
+                "target": f">= {TARGETS['chains8_iters_per_s']:.0f} (anchor throughput)",
+                "result": "met" if r["chains_moves_per_s"] >= TARGETS["chains8_iters_per_s"] else "missed",
+            }
+        )
+        checks.append(
+            {
+                "name": f"{r['chains']} chains in {r['threads']} threads (chain_method='parallel'), "
+                f"N = {r['N']} (moves/s)",
+                "value": round(r["threaded_chains_moves_per_s"]),
+                "target": f">= {TARGETS['chains8_iters_per_s']:.0f} (anchor throughput)",
+                "result": "met" if r["threaded_chains_moves_per_s"] >= TARGETS["chains8_iters_per_s"] else "missed",
+            }
+        )
     if em is not None and em.get("status") == "ok":
         v = em["projected_100_iters_cold_s"]
-        checks.append({"name": f"EM N = {em['N']}, D = {em['D']}, num_iters = 100 (default), projected from "
-                               f"{em['num_iters']} timed iterations, incl. compilation (s)",
-                       "value": round(v, 1), "target": "<= 120",
-                       "result": "met" if v <= TARGETS["em_n200_d10_s"] else "missed"})
+        checks.append(
+            {
+                "name": f"EM N = {em['N']}, D = {em['D']}, num_iters = 100 (default), projected from "
+                f"{em['num_iters']} timed iterations, incl. compilation (s)",
+                "value": round(v, 1),
+                "target": "<= 120",
+                "result": "met" if v <= TARGETS["em_n200_d10_s"] else "missed",
+            }
+        )
     if mp:
         print("\n" + table_mp(mp))
         for D, s in slopes.items():
@@ -615,11 +720,22 @@ def main(argv=None):
 
         mod = sys.modules[__name__]
         doc = inspect.getdoc(mod)
-        out = {"benchmark": "pydt", "date": _dt.datetime.now().isoformat(timespec="seconds"),
-               "machine": dict(info, loadavg_end=list(os.getloadavg())), "args": vars(args),
-               "method": doc[doc.index("Method"):], "anchor": ANCHOR, "targets": TARGETS,
-               "message_passing": mp, "slopes": slopes, "mcmc": mc, "em": em if em is not None else {"status": "not run"},
-               "gpu": "not lent to this task (CPU only)", "checks": checks, "total_s": total}
+        out = {
+            "benchmark": "pydt",
+            "date": _dt.datetime.now().isoformat(timespec="seconds"),
+            "machine": dict(info, loadavg_end=list(os.getloadavg())),
+            "args": vars(args),
+            "method": doc[doc.index("Method") :],
+            "anchor": ANCHOR,
+            "targets": TARGETS,
+            "message_passing": mp,
+            "slopes": slopes,
+            "mcmc": mc,
+            "em": em if em is not None else {"status": "not run"},
+            "gpu": "not lent to this task (CPU only)",
+            "checks": checks,
+            "total_s": total,
+        }
         os.makedirs(os.path.dirname(out_path), exist_ok=True)
         with open(out_path, "w") as f:
             json.dump(out, f, indent=1)

@@ -40,6 +40,7 @@ Method (also in the JSON under ``"method"``):
   learned (``pydt_em(..., init=(parent, times), num_iters=0)``: EM on that structure alone)
   against the learned run's tree (the search's optimum under learning).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -97,9 +98,18 @@ def tree_stats(res, z):
     part, kids = root_partition(par, N)
     nk = np.bincount(par[par >= 0], minlength=par.size)[N:]
     nk = nk[nk > 0]
-    return dict(bound=float(res.log_evidence), root_children=kids, ari=float(adjusted_rand_index(z, part)),
-                branch_points=int(nk.size), max_children=int(nk.max()), binary=bool(np.all(nk == 2)),
-                alpha=float(res.alpha), beta=float(res.beta), c=float(res.c), sigma2=float(res.sigma2))
+    return dict(
+        bound=float(res.log_evidence),
+        root_children=kids,
+        ari=float(adjusted_rand_index(z, part)),
+        branch_points=int(nk.size),
+        max_children=int(nk.max()),
+        binary=bool(np.all(nk == 2)),
+        alpha=float(res.alpha),
+        beta=float(res.beta),
+        c=float(res.c),
+        sigma2=float(res.sigma2),
+    )
 
 
 def has_new_api():
@@ -126,8 +136,13 @@ def before_module(ref=BEFORE_REF):
         import subprocess
         import tempfile
 
-        src = subprocess.run(["git", "show", f"{ref}:jaxhc/inference/pydt_em.py"], cwd=os.path.dirname(HERE),
-                             check=True, capture_output=True, text=True).stdout
+        src = subprocess.run(
+            ["git", "show", f"{ref}:jaxhc/inference/pydt_em.py"],
+            cwd=os.path.dirname(HERE),
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
         path = os.path.join(tempfile.mkdtemp(), "pydt_em_before.py")
         with open(path, "w") as fh:
             fh.write(src)
@@ -196,8 +211,16 @@ def run_one(name, s, iters, learn_ab):
     t0 = time.perf_counter()
     res = E.pydt_em(key, X, num_iters=iters, **common, **kw)
     total = time.perf_counter() - t0
-    row = dict(seed=s, **tree_stats(res, z), total_s=total, init_s=init_s, iters=iters, restarts=R,
-               per_iter_s=max(total - R * init_s, 0.0) / max(R * iters, 1), loadavg=os.getloadavg()[0])
+    row = dict(
+        seed=s,
+        **tree_stats(res, z),
+        total_s=total,
+        init_s=init_s,
+        iters=iters,
+        restarts=R,
+        per_iter_s=max(total - R * init_s, 0.0) / max(R * iters, 1),
+        loadavg=os.getloadavg()[0],
+    )
     if getattr(res, "restart_bounds", None) is not None:
         row["restart_bounds"] = [float(b) for b in res.restart_bounds]
     if getattr(res, "move_trace", None) is not None:
@@ -207,9 +230,12 @@ def run_one(name, s, iters, learn_ab):
             acc[mv][0] += 1
             acc[mv][1] += int(after > before)
         row["moves_made_improved"] = acc
-    print(f"  [{name}{' learned' if learn_ab else ''}] seed {s}: L = {row['bound']:.2f}, root children "
-          f"{row['root_children']}, ARI {row['ari']:.3f}, alpha {row['alpha']:.3f}, beta {row['beta']:.3f}, "
-          f"{total:.1f} s ({row['per_iter_s'] * 1e3:.0f} ms/iter, load {row['loadavg']:.1f})", flush=True)
+    print(
+        f"  [{name}{' learned' if learn_ab else ''}] seed {s}: L = {row['bound']:.2f}, root children "
+        f"{row['root_children']}, ARI {row['ari']:.3f}, alpha {row['alpha']:.3f}, beta {row['beta']:.3f}, "
+        f"{total:.1f} s ({row['per_iter_s'] * 1e3:.0f} ms/iter, load {row['loadavg']:.1f})",
+        flush=True,
+    )
     row["_tree"] = (np.asarray(res.parent).tolist(), np.asarray(res.times).tolist())
     return row
 
@@ -220,10 +246,15 @@ def run_configs(names, seeds, iters, learn_ab):
     blocks = {}
     for name in names:
         kw = config_kwargs(name)
-        blocks[name] = dict(config=name, kwargs={k: list(v) if isinstance(v, tuple) else v for k, v in kw.items()},
-                            code=f"commit {BEFORE_REF}" if name == "before" else "working tree",
-                            learn_alpha_beta=learn_ab, iters=config_iters(name, iters),
-                            compile_s=warm_up(name, iters, learn_ab), rows=[])
+        blocks[name] = dict(
+            config=name,
+            kwargs={k: list(v) if isinstance(v, tuple) else v for k, v in kw.items()},
+            code=f"commit {BEFORE_REF}" if name == "before" else "working tree",
+            learn_alpha_beta=learn_ab,
+            iters=config_iters(name, iters),
+            compile_s=warm_up(name, iters, learn_ab),
+            rows=[],
+        )
     for s in seeds:
         for name in names:
             blocks[name]["rows"].append(run_one(name, s, iters, learn_ab))
@@ -233,6 +264,7 @@ def run_configs(names, seeds, iters, learn_ab):
 def compare_4way_binary(fixed, learned, seeds):
     """Refit the fixed-hyperparameter tree with alpha, beta learned; compare with the learned run."""
     import jax
+
     from jaxhc.inference.pydt import em as E
 
     out = []
@@ -241,17 +273,33 @@ def compare_4way_binary(fixed, learned, seeds):
     for s in seeds:
         X, z = four_clusters(100, s)
         par, tim = byseed_f[s]["_tree"]
-        refit = E.pydt_em(jax.random.PRNGKey(s), X, alpha=1.0, beta=0.2, num_iters=0, progress_bar=False,
-                          init=(np.asarray(par), np.asarray(tim)))
+        refit = E.pydt_em(
+            jax.random.PRNGKey(s),
+            X,
+            alpha=1.0,
+            beta=0.2,
+            num_iters=0,
+            progress_bar=False,
+            init=(np.asarray(par), np.asarray(tim)),
+        )
         st = tree_stats(refit, z)
         lr = byseed_l[s]
-        out.append(dict(seed=s, fourway_refit=st, learned=dict((k, lr[k]) for k in (
-            "bound", "alpha", "beta", "root_children", "ari", "binary", "max_children")),
-            learned_minus_fourway=lr["bound"] - st["bound"]))
-        print(f"  seed {s}: 4-way tree refit (alpha, beta learned): L = {st['bound']:.2f} (alpha {st['alpha']:.3f}, "
-              f"beta {st['beta']:.3f}, root {st['root_children']}); learned search: L = {lr['bound']:.2f} "
-              f"(alpha {lr['alpha']:.3f}, beta {lr['beta']:.3f}, root {lr['root_children']}, binary {lr['binary']})",
-              flush=True)
+        out.append(
+            dict(
+                seed=s,
+                fourway_refit=st,
+                learned=dict(
+                    (k, lr[k]) for k in ("bound", "alpha", "beta", "root_children", "ari", "binary", "max_children")
+                ),
+                learned_minus_fourway=lr["bound"] - st["bound"],
+            )
+        )
+        print(
+            f"  seed {s}: 4-way tree refit (alpha, beta learned): L = {st['bound']:.2f} (alpha {st['alpha']:.3f}, "
+            f"beta {st['beta']:.3f}, root {st['root_children']}); learned search: L = {lr['bound']:.2f} "
+            f"(alpha {lr['alpha']:.3f}, beta {lr['beta']:.3f}, root {lr['root_children']}, binary {lr['binary']})",
+            flush=True,
+        )
     return out
 
 
@@ -291,8 +339,9 @@ def outlier_check(s, iters, max_size=3):
         cnt = estep.leaf_counts(parj, tim, act, N)
         mu, v = moves._subtree_message(parj, tim, act, jnp.asarray(X), hyper.sigma2, jnp.int32(c))
         par_r, act_r, insub, slot = moves._detach(parj, tim, jnp.int32(c))
-        sc, build = moves._attach(par_r, tim, act_r, insub, jnp.where(insub, cnt, 0), jnp.int32(c), mu, v, slot,
-                              jnp.asarray(X), hyper, True)
+        sc, build = moves._attach(
+            par_r, tim, act_r, insub, jnp.where(insub, cnt, 0), jnp.int32(c), mu, v, slot, jnp.asarray(X), hyper, True
+        )
         sc = np.asarray(sc)
         m = par.size
         pr = np.asarray(par_r)
@@ -316,46 +365,65 @@ def outlier_check(s, iters, max_size=3):
         out["moved"].append(dict(points=int(np.sum(part == c)), cluster=g, bound_after=float(best.log_evidence)))
         cur = best
     out["moved_tree"] = tree_stats(cur, z)
-    print(f"  seed {s}: found L = {out['found']['bound']:.2f} (refit {out['found_refit_bound']:.2f}), root "
-          f"{out['found']['root_children']}, ARI {out['found']['ari']:.3f}; small root children moved into their "
-          f"clusters: L = {out['moved_tree']['bound']:.2f}, root {out['moved_tree']['root_children']}, "
-          f"ARI {out['moved_tree']['ari']:.3f}", flush=True)
+    print(
+        f"  seed {s}: found L = {out['found']['bound']:.2f} (refit {out['found_refit_bound']:.2f}), root "
+        f"{out['found']['root_children']}, ARI {out['found']['ari']:.3f}; small root children moved into their "
+        f"clusters: L = {out['moved_tree']['bound']:.2f}, root {out['moved_tree']['root_children']}, "
+        f"ARI {out['moved_tree']['ari']:.3f}",
+        flush=True,
+    )
     return out
 
 
 def summary(block):
     rows = block["rows"]
     a = np.array([r["ari"] for r in rows])
-    return dict(min_ari=float(a.min()), mean_ari=float(a.mean()), n_ari_ge_095=int(np.sum(a >= 0.95)),
-                mean_bound=float(np.mean([r["bound"] for r in rows])),
-                median_per_iter_s=float(np.median([r["per_iter_s"] for r in rows])),
-                mean_total_s=float(np.mean([r["total_s"] for r in rows])))
+    return dict(
+        min_ari=float(a.min()),
+        mean_ari=float(a.mean()),
+        n_ari_ge_095=int(np.sum(a >= 0.95)),
+        mean_bound=float(np.mean([r["bound"] for r in rows])),
+        median_per_iter_s=float(np.median([r["per_iter_s"] for r in rows])),
+        mean_total_s=float(np.mean([r["total_s"] for r in rows])),
+    )
 
 
 def print_table(blocks, baseline):
     print()
-    print("| configuration | hyper | min ARI | seeds ARI >= 0.95 | mean bound | ms / iteration (median) | s / seed | "
-          "mean load |")
+    print(
+        "| configuration | hyper | min ARI | seeds ARI >= 0.95 | mean bound | ms / iteration (median) | s / seed | "
+        "mean load |"
+    )
     print("|---|---|---:|---:|---:|---:|---:|---:|")
-    for tag, b in ([("first run, own process", x) for x in baseline] + [("", x) for x in blocks]):
+    for tag, b in [("first run, own process", x) for x in baseline] + [("", x) for x in blocks]:
         sm = summary(b)
         name = ("before" if tag else b["config"]) + (f" ({tag})" if tag else "")
         load = np.mean([r.get("loadavg", np.nan) for r in b["rows"]])
-        print(f"| {name} | {'learned' if b['learn_alpha_beta'] else 'fixed'} | {sm['min_ari']:.3f} | "
-              f"{sm['n_ari_ge_095']}/{len(b['rows'])} | {sm['mean_bound']:.2f} | {sm['median_per_iter_s'] * 1e3:.0f} | "
-              f"{sm['mean_total_s']:.1f} | {load:.1f} |")
+        print(
+            f"| {name} | {'learned' if b['learn_alpha_beta'] else 'fixed'} | {sm['min_ari']:.3f} | "
+            f"{sm['n_ari_ge_095']}/{len(b['rows'])} | {sm['mean_bound']:.2f} | {sm['median_per_iter_s'] * 1e3:.0f} | "
+            f"{sm['mean_total_s']:.1f} | {load:.1f} |"
+        )
     print()
     print("Per seed: root children / ARI / bound")
     print()
     shown = [b for b in blocks if not b["learn_alpha_beta"]] + [b for b in blocks if b["learn_alpha_beta"]]
-    print("| seed | nearest-centre ARI | " + " | ".join(
-        f"{b['config']} ({'learned' if b['learn_alpha_beta'] else 'fixed'})" for b in shown) + " |")
+    print(
+        "| seed | nearest-centre ARI | "
+        + " | ".join(f"{b['config']} ({'learned' if b['learn_alpha_beta'] else 'fixed'})" for b in shown)
+        + " |"
+    )
     print("|---:|---:|" + "---|" * len(shown))
     for i, r0 in enumerate(shown[0]["rows"]):
         s = r0["seed"]
-        print(f"| {s} | {nearest_centre_ari(s):.3f} | " + " | ".join(
-            f"{b['rows'][i]['root_children']} / {b['rows'][i]['ari']:.3f} / {b['rows'][i]['bound']:.2f}" for b in shown)
-            + " |")
+        print(
+            f"| {s} | {nearest_centre_ari(s):.3f} | "
+            + " | ".join(
+                f"{b['rows'][i]['root_children']} / {b['rows'][i]['ari']:.3f} / {b['rows'][i]['bound']:.2f}"
+                for b in shown
+            )
+            + " |"
+        )
 
 
 def main(argv=None):
@@ -363,11 +431,19 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="2 seeds x 5 iterations, no JSON")
     ap.add_argument("--seeds", type=str, default=None, help="comma list (default 0..9)")
     ap.add_argument("--iters", type=int, default=None, help="num_iters per search (default 100, the paper's)")
-    ap.add_argument("--configs", type=str, default=None,
-                    help="comma list of before, paper, default, restarts (default: all the installed code supports)")
+    ap.add_argument(
+        "--configs",
+        type=str,
+        default=None,
+        help="comma list of before, paper, default, restarts (default: all the installed code supports)",
+    )
     ap.add_argument("--no-learned", action="store_true", help="skip the learned-hyperparameter runs")
-    ap.add_argument("--outliers", type=str, default=None,
-                    help="only the outlier check for these seeds (comma list; JSON: results/pydt_search_outliers.json)")
+    ap.add_argument(
+        "--outliers",
+        type=str,
+        default=None,
+        help="only the outlier check for these seeds (comma list; JSON: results/pydt_search_outliers.json)",
+    )
     ap.add_argument("--out", type=str, default=None, help=f"JSON output (default {DEFAULT_OUT}; --quick: none)")
     args = ap.parse_args(argv)
     import jax
@@ -380,12 +456,21 @@ def main(argv=None):
         rows = [outlier_check(int(x), iters) for x in args.outliers.split(",")]
         out = args.out or os.path.join(HERE, "results", "pydt_search_outliers.json")
         with open(out, "w") as fh:
-            json.dump(dict(date=_dt.datetime.now().isoformat(timespec="seconds"), iters=iters, method=outlier_check.__doc__,
-                           rows=rows), fh, indent=1)
+            json.dump(
+                dict(
+                    date=_dt.datetime.now().isoformat(timespec="seconds"),
+                    iters=iters,
+                    method=outlier_check.__doc__,
+                    rows=rows,
+                ),
+                fh,
+                indent=1,
+            )
         print(f"wrote {out}")
         return
-    configs = args.configs.split(",") if args.configs else (["before", "paper", "default", "restarts"] if new
-                                                             else ["paper"])
+    configs = (
+        args.configs.split(",") if args.configs else (["before", "paper", "default", "restarts"] if new else ["paper"])
+    )
     t_start = time.perf_counter()
     info = machine()
     print(f"{', '.join(configs)}: fixed alpha = 1, beta = 0.2", flush=True)
@@ -405,24 +490,36 @@ def main(argv=None):
     print_table(blocks + learned, baseline)
     if comparison:
         print()
-        print("| seed | 4-way tree refit: bound | alpha | beta | root children | learned search: bound | alpha | beta | "
-              "root children | binary | learned - 4-way |")
+        print(
+            "| seed | 4-way tree refit: bound | alpha | beta | root children | learned search: bound | alpha | beta | "
+            "root children | binary | learned - 4-way |"
+        )
         print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|")
         for c in comparison:
             f, lr = c["fourway_refit"], c["learned"]
-            print(f"| {c['seed']} | {f['bound']:.2f} | {f['alpha']:.3f} | {f['beta']:.3f} | {f['root_children']} | "
-                  f"{lr['bound']:.2f} | {lr['alpha']:.3f} | {lr['beta']:.3f} | {lr['root_children']} | "
-                  f"{'yes' if lr['binary'] else 'no'} | {c['learned_minus_fourway']:.2f} |")
+            print(
+                f"| {c['seed']} | {f['bound']:.2f} | {f['alpha']:.3f} | {f['beta']:.3f} | {f['root_children']} | "
+                f"{lr['bound']:.2f} | {lr['alpha']:.3f} | {lr['beta']:.3f} | {lr['root_children']} | "
+                f"{'yes' if lr['binary'] else 'no'} | {c['learned_minus_fourway']:.2f} |"
+            )
     for b in blocks + learned:
         for r in b["rows"]:
             r.pop("_tree", None)
     out = None if args.quick and not args.out else (args.out or DEFAULT_OUT)
     if out:
-        doc = dict(date=_dt.datetime.now().isoformat(timespec="seconds"), machine=info,
-                   wall_s=time.perf_counter() - t_start, seeds=seeds, iters=iters,
-                   method=__doc__, blocks=blocks + learned, comparison=comparison,
-                   summary={f"{b['config']}_{'learned' if b['learn_alpha_beta'] else 'fixed'}": summary(b)
-                            for b in blocks + learned})
+        doc = dict(
+            date=_dt.datetime.now().isoformat(timespec="seconds"),
+            machine=info,
+            wall_s=time.perf_counter() - t_start,
+            seeds=seeds,
+            iters=iters,
+            method=__doc__,
+            blocks=blocks + learned,
+            comparison=comparison,
+            summary={
+                f"{b['config']}_{'learned' if b['learn_alpha_beta'] else 'fixed'}": summary(b) for b in blocks + learned
+            },
+        )
         os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
         with open(out, "w") as fh:
             json.dump(doc, fh, indent=1)

@@ -25,6 +25,7 @@ Usage (from the repository root, package installed):
     python benchmarks/stress_hangs.py --list
     python benchmarks/stress_hangs.py --python /path/to/other/venv/bin/python --out /tmp/s.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -72,11 +73,14 @@ def _bhc_family(family: str, d: int) -> str:
         "niw": "X = mixture(150, {d}); comp = jaxhc.NormalInverseWishart.from_data(X)",
         "known_cov": "X = mixture(150, {d}); comp = jaxhc.NormalKnownCov.from_data(X)",
         "bernoulli": "X = (mixture(150, {d}) > 0).astype(float); comp = jaxhc.BetaBernoulli.from_data(X)",
-        "binomial": ("X = np.clip(np.round(5 + mixture(150, {d})), 0, 10); "
-                     "comp = jaxhc.BetaBinomial.from_data(X, trials=10)"),
-        "multinomial": ("P = rng.dirichlet(np.ones({d}), size=4)[rng.integers(4, size=150)]; "
-                        "X = np.stack([rng.multinomial(20, p) for p in P]).astype(float); "
-                        "comp = jaxhc.DirichletMultinomial.from_data(X)"),
+        "binomial": (
+            "X = np.clip(np.round(5 + mixture(150, {d})), 0, 10); comp = jaxhc.BetaBinomial.from_data(X, trials=10)"
+        ),
+        "multinomial": (
+            "P = rng.dirichlet(np.ones({d}), size=4)[rng.integers(4, size=150)]; "
+            "X = np.stack([rng.multinomial(20, p) for p in P]).astype(float); "
+            "comp = jaxhc.DirichletMultinomial.from_data(X)"
+        ),
     }[family].format(d=d)
     return data + "\nres = jaxhc.bhc(X, comp, 1.0)\ndone(res.log_evidence, res.tree.children)\n"
 
@@ -85,24 +89,25 @@ ENTRIES: dict[str, str] = {"bhc_repro": REPRODUCER}
 for _fam in ("niw", "known_cov", "bernoulli", "binomial", "multinomial"):
     for _d in (2, 10, 30):
         ENTRIES[f"bhc_{_fam}_d{_d}"] = _bhc_family(_fam, _d)
-ENTRIES.update({
-    "rbhc": """
+ENTRIES.update(
+    {
+        "rbhc": """
 X = np.random.default_rng(0).normal(size=(600, 30))
 res = jaxhc.rbhc(jax.random.PRNGKey(0), X, jaxhc.NormalInverseWishart.from_data(X), 1.0)
 done(res.log_evidence)
 """,
-    "learn_hyperparameters": """
+        "learn_hyperparameters": """
 X = mixture(120, 30); X = (X - X.mean(0)) / X.std(0)
 fit = jaxhc.learn_hyperparameters(X, jaxhc.NormalInverseWishart.from_data(X), 1.0, steps=10, max_rounds=2)
 done(fit.result.log_evidence)
 """,
-    "bhcc": """
+        "bhcc": """
 from jaxhc.datasets import cross_clustering_synthetic
 X, views, rows = cross_clustering_synthetic(0, n_rows=40, n_cols=16, n_views=2)
 res = jaxhc.bhcc(X, jaxhc.BetaBinomial(0.5, 0.5, trials=50), 1.0)
 done(res.cut(0.5))
 """,
-    "trellis_solve_batch": """
+        "trellis_solve_batch": """
 from jaxhc import trellis
 from jaxhc.models import ginkgo
 params = ginkgo.GinkgoParams(lam=2.0, t_cut=16.0)
@@ -110,29 +115,30 @@ jets = ginkgo.simulate(jax.random.PRNGKey(0), params, 64, min_leaves=3, max_leav
 sols = trellis.solve_batch(params.energy("exact"), jets.leaves, jets.n_leaves)
 done(sols.log_z)
 """,
-    "pydt_em": """
+        "pydt_em": """
 X = mixture(40, 2, spread=2.0)
 res = jaxhc.pydt_em(jax.random.PRNGKey(0), X, num_iters=3, progress_bar=False)
 done(res.log_evidence)
 """,
-    "pydt_mcmc": """
+        "pydt_mcmc": """
 X = mixture(30, 2, spread=2.0)
 s = jaxhc.pydt_mcmc(jax.random.key(1), X, num_samples=30, num_warmup=10, progress_bar=False)
 done(s.c, s.sigma2)
 """,
-    "bhmc": """
+        "bhmc": """
 X = mixture(60, 4)
 res = jaxhc.bhmc(jax.random.key(0), X, depth=3, num_samples=20, num_warmup=10, progress_bar=False)
 done(res.level_labels)
 """,
-    "cdpm_mcmc": """
+        "cdpm_mcmc": """
 from jaxhc.inference.gibbs import cdpm_mcmc
 X = (mixture(40, 12) > 0).astype(float)
 s = cdpm_mcmc(jax.random.PRNGKey(0), X, jaxhc.BetaBernoulli(1.0, 1.0), 1.0, num_samples=10, num_warmup=10,
               progress_bar=False)
 done(s.column_views)
 """,
-})
+    }
+)
 
 
 def run_one(python: str, code: str, timeout: float, cache_dir: str | None) -> dict:
@@ -143,8 +149,9 @@ def run_one(python: str, code: str, timeout: float, cache_dir: str | None) -> di
         env["JAXHC_STRESS_CACHE"] = cache_dir
     t = time.perf_counter()
     try:
-        p = subprocess.run([python, "-c", PRELUDE + code], capture_output=True, text=True, timeout=timeout,
-                           env=env, cwd=ROOT)
+        p = subprocess.run(
+            [python, "-c", PRELUDE + code], capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT
+        )
     except subprocess.TimeoutExpired:
         return {"status": "hang", "seconds": time.perf_counter() - t}
     sec = time.perf_counter() - t
@@ -156,8 +163,10 @@ def run_one(python: str, code: str, timeout: float, cache_dir: str | None) -> di
 
 
 def versions(python: str) -> dict:
-    code = ("import sys, platform, jax, jaxlib, numpy; print(platform.python_version(), jax.__version__, "
-            "jaxlib.__version__, numpy.__version__)")
+    code = (
+        "import sys, platform, jax, jaxlib, numpy; print(platform.python_version(), jax.__version__, "
+        "jaxlib.__version__, numpy.__version__)"
+    )
     out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=120).stdout.split()
     return dict(zip(("python", "jax", "jaxlib", "numpy"), out))
 
@@ -196,8 +205,10 @@ def stress(names, runs: int, timeout: float, python: str, cache: bool, verbose: 
 
 def _row(name, s):
     med = "-" if s["median_s"] is None else f"{s['median_s']:.1f}"
-    return (f"{name:28s} {s['runs']:5d} {s['ok']:5d} {s['hang']:5d} {s['error']:6d} {s['mismatch']:8d} "
-            f"{s['first_s']:8.1f} {med:>8s}")
+    return (
+        f"{name:28s} {s['runs']:5d} {s['ok']:5d} {s['hang']:5d} {s['error']:6d} {s['mismatch']:8d} "
+        f"{s['first_s']:8.1f} {med:>8s}"
+    )
 
 
 def main(argv=None):
@@ -207,8 +218,9 @@ def main(argv=None):
     ap.add_argument("--only", default=None, help="comma-separated entry names (default: all; see --list)")
     ap.add_argument("--python", default=sys.executable, help="interpreter to run (another venv's python)")
     ap.add_argument("--no-cache", action="store_true", help="compile in every run (no shared cache)")
-    ap.add_argument("--out", default=None, help="JSON path (default benchmarks/results/stress_hangs.json; "
-                                                 "'-' for none)")
+    ap.add_argument(
+        "--out", default=None, help="JSON path (default benchmarks/results/stress_hangs.json; '-' for none)"
+    )
     ap.add_argument("--list", action="store_true", help="list the entry points and exit")
     args = ap.parse_args(argv)
     if args.list:
@@ -219,22 +231,38 @@ def main(argv=None):
     if unknown:
         ap.error(f"unknown entry points {unknown}; --list shows them")
     ver = versions(args.python)
-    print(f"python {ver.get('python')}  jax {ver.get('jax')}  jaxlib {ver.get('jaxlib')}  "
-          f"cores {os.cpu_count()}  runs {args.runs}  timeout {args.timeout:.0f} s  "
-          f"cache {'off' if args.no_cache else 'shared per entry'}", flush=True)
-    print(f"{'entry point':28s} {'runs':>5s} {'ok':>5s} {'hang':>5s} {'error':>6s} {'mismatch':>8s} "
-          f"{'first_s':>8s} {'median_s':>8s}", flush=True)
+    print(
+        f"python {ver.get('python')}  jax {ver.get('jax')}  jaxlib {ver.get('jaxlib')}  "
+        f"cores {os.cpu_count()}  runs {args.runs}  timeout {args.timeout:.0f} s  "
+        f"cache {'off' if args.no_cache else 'shared per entry'}",
+        flush=True,
+    )
+    print(
+        f"{'entry point':28s} {'runs':>5s} {'ok':>5s} {'hang':>5s} {'error':>6s} {'mismatch':>8s} "
+        f"{'first_s':>8s} {'median_s':>8s}",
+        flush=True,
+    )
     t0 = time.time()
     results = stress(names, args.runs, args.timeout, args.python, not args.no_cache)
     total_hangs = sum(s["hang"] for s in results.values())
     total_err = sum(s["error"] + s["mismatch"] for s in results.values())
-    print(f"total: {total_hangs} hangs, {total_err} errors or mismatches in "
-          f"{sum(s['runs'] for s in results.values())} runs ({time.time() - t0:.0f} s)", flush=True)
+    print(
+        f"total: {total_hangs} hangs, {total_err} errors or mismatches in "
+        f"{sum(s['runs'] for s in results.values())} runs ({time.time() - t0:.0f} s)",
+        flush=True,
+    )
     out = args.out or os.path.join(HERE, "results", "stress_hangs.json")
     if out != "-":
         os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-        record = {"versions": ver, "cores": os.cpu_count(), "runs": args.runs, "timeout": args.timeout,
-                  "cache": not args.no_cache, "date": time.strftime("%Y-%m-%d"), "results": results}
+        record = {
+            "versions": ver,
+            "cores": os.cpu_count(),
+            "runs": args.runs,
+            "timeout": args.timeout,
+            "cache": not args.no_cache,
+            "date": time.strftime("%Y-%m-%d"),
+            "results": results,
+        }
         prev = {}
         if os.path.exists(out):
             try:

@@ -45,6 +45,7 @@ Method (recorded in the JSON under ``"method"``):
   ``search.beam`` (beam size ``N(N-1)/2`` as in the paper), mean +- std (the paper's Table 1
   on Ginkgo510: trellis - beam 0.4 +- 0.5, trellis - greedy 1.5 +- 1.1).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,7 +57,10 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _harness import aot as _aot, block as _block, fmt_t as _fmt_t, machine, run_worker  # noqa: E402
+from _harness import aot as _aot  # noqa: E402
+from _harness import block as _block
+from _harness import fmt_t as _fmt_t
+from _harness import machine, run_worker
 from _harness import time_calls as _time_calls  # noqa: E402
 from _memory import RssSampler, maxrss_mb, rss_mb  # noqa: E402
 
@@ -163,7 +167,8 @@ def make_problem(kind: str, n: int, seed: int):
         return trellis.DasguptaEnergy(1.0), dasgupta_problem(n, seed)
     if kind == "ginkgo":
         return trellis.GinkgoEnergy(lam=2.0, t_cut=16.0, likelihood="paper"), ginkgo_like_jet(
-            np.random.default_rng(seed), n)
+            np.random.default_rng(seed), n
+        )
     raise ValueError(kind)
 
 
@@ -307,8 +312,9 @@ def worker_single(args) -> dict:
 
     if n <= args.e2e_max_n:
         trellis.solve(energy, leaves_np, marginals=False)  # compiles through the jit cache
-        out["solve_e2e_s"], _ = _time_calls(lambda: trellis.solve(energy, leaves_np, marginals=False).log_z,
-                                            args.min_time)
+        out["solve_e2e_s"], _ = _time_calls(
+            lambda: trellis.solve(energy, leaves_np, marginals=False).log_z, args.min_time
+        )
     out["maxrss_mb"] = _maxrss_mb()
     out["rss_before_mb"] = rss0
 
@@ -348,15 +354,21 @@ def worker_batch(args) -> dict:
         padded = np.zeros((B, n_max, n_max))
         for b, nb in enumerate(sizes):
             padded[b, :nb, :nb] = dasgupta_problem(int(nb), int(rng.integers(1 << 30)))
-    out = {"energy": kind, "batch": B, "n_max": n_max, "sizes_hist": np.bincount(sizes, minlength=n_max + 1).tolist(),
-           "splits_total": int(sum(exact.num_splits(int(s)) for s in sizes)),
-           "splits_padded": B * exact.num_splits(n_max)}
+    out = {
+        "energy": kind,
+        "batch": B,
+        "n_max": n_max,
+        "sizes_hist": np.bincount(sizes, minlength=n_max + 1).tolist(),
+        "splits_total": int(sum(exact.num_splits(int(s)) for s in sizes)),
+        "splits_padded": B * exact.num_splits(n_max),
+    }
     t = time.perf_counter()
     res = trellis.solve_batch(energy, padded, sizes)
     _block(res.log_z)
     out["first_call_s"] = time.perf_counter() - t
-    out["e2e_s"], out["e2e_calls"] = _time_calls(lambda: trellis.solve_batch(energy, padded, sizes).log_z,
-                                                 args.min_time, max_calls=5)
+    out["e2e_s"], out["e2e_calls"] = _time_calls(
+        lambda: trellis.solve_batch(energy, padded, sizes).log_z, args.min_time, max_calls=5
+    )
     lp, nl = jnp.asarray(padded), jnp.asarray(sizes, jnp.int32)
     comp, out["compile_s"] = _aot(trellis_batch._batch_core, energy, lp, nl, n_max=n_max, marginals=False)
     out["kernel_s"], out["kernel_calls"] = _time_calls(lambda: comp(energy, lp, nl), args.min_time, max_calls=5)
@@ -393,12 +405,18 @@ def _search_compare(search, trellis, energy, jets) -> dict:
 
     J = len(jets)
     return {
-        "jets": J, "sizes": sorted({len(j) for j in jets}), "beam_size": "N(N-1)/2",
-        "trellis_minus_beam": ms(ex - bm), "trellis_minus_greedy": ms(ex - gr), "beam_minus_greedy": ms(bm - gr),
+        "jets": J,
+        "sizes": sorted({len(j) for j in jets}),
+        "beam_size": "N(N-1)/2",
+        "trellis_minus_beam": ms(ex - bm),
+        "trellis_minus_greedy": ms(ex - gr),
+        "beam_minus_greedy": ms(bm - gr),
         "frac_beam_exact": float(np.mean(np.abs(ex - bm) < 1e-8)),
         "frac_greedy_exact": float(np.mean(np.abs(ex - gr) < 1e-8)),
-        "min_trellis_minus_beam": float(np.min(ex - bm)), "min_trellis_minus_greedy": float(np.min(ex - gr)),
-        "greedy_s_per_jet": tg / J, "beam_s_per_jet": tb / J,
+        "min_trellis_minus_beam": float(np.min(ex - bm)),
+        "min_trellis_minus_greedy": float(np.min(ex - gr)),
+        "greedy_s_per_jet": tg / J,
+        "beam_s_per_jet": tb / J,
         "nonfinite": int(np.sum(~np.isfinite(gr)) + np.sum(~np.isfinite(bm))),
     }
 
@@ -438,15 +456,30 @@ def _machine() -> dict:
 
 
 def _run_worker(mode: str, args, extra: list, timeout: float) -> dict:
-    argv = ["--seed", str(args.seed), "--min-time", str(args.min_time), "--ref-max-n", str(args.ref_max_n),
-            "--e2e-max-n", str(args.e2e_max_n), "--batch", str(args.batch),
-            "--search-jets", str(args.search_jets), "--ginkgo-data", args.ginkgo_data]
+    argv = [
+        "--seed",
+        str(args.seed),
+        "--min-time",
+        str(args.min_time),
+        "--ref-max-n",
+        str(args.ref_max_n),
+        "--e2e-max-n",
+        str(args.e2e_max_n),
+        "--batch",
+        str(args.batch),
+        "--search-jets",
+        str(args.search_jets),
+        "--ginkgo-data",
+        args.ginkgo_data,
+    ]
     return run_worker(__file__, mode, argv + extra, timeout)
 
 
 def table_single(rows) -> str:
-    head = ("| energy | N | splits | compile logZ / MAP / marg | log Z | log Z + MAP | + marginals | marg / logZ "
-            "| Msplits/s | solve e2e | maxrss | run dRSS | Python ref | ref / MAP |")
+    head = (
+        "| energy | N | splits | compile logZ / MAP / marg | log Z | log Z + MAP | + marginals | marg / logZ "
+        "| Msplits/s | solve e2e | maxrss | run dRSS | Python ref | ref / MAP |"
+    )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         if "error" in r:
@@ -459,20 +492,25 @@ def table_single(rows) -> str:
             f"| {r['energy']} | {r['n']} | {r['splits']:.3g} | {comp} | {_fmt_t(r['logz_s'])} | {_fmt_t(r['map_s'])} "
             f"| {_fmt_t(r['marg_s'])} | {r['marg_over_logz']:.2f} | {r['splits_per_s'] / 1e6:.0f} "
             f"| {_fmt_t(r.get('solve_e2e_s'))} | {r['maxrss_mb']:.0f} MB | {r['run_peak_delta_mb']:.0f} MB "
-            f"| {ref} | {ratio} |")
+            f"| {ref} | {ratio} |"
+        )
     return "\n".join(lines)
 
 
 def table_batch(rows) -> str:
-    lines = ["| energy | problems | N | first call | solve_batch e2e | kernel only | compile (AOT) | Msplits/s (real) |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| energy | problems | N | first call | solve_batch e2e | kernel only | compile (AOT) | Msplits/s (real) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         if "error" in r:
             lines.append(f"| {r.get('energy')} | error: {r['error'][-200:]!r} |")
             continue
-        lines.append(f"| {r['energy']} | {r['batch']} | 5..10 (pad {r['n_max']}) | {_fmt_t(r['first_call_s'])} "
-                     f"| {_fmt_t(r['e2e_s'])} | {_fmt_t(r['kernel_s'])} | {r['compile_s']:.1f} s "
-                     f"| {r['splits_total'] / r['kernel_s'] / 1e6:.0f} |")
+        lines.append(
+            f"| {r['energy']} | {r['batch']} | 5..10 (pad {r['n_max']}) | {_fmt_t(r['first_call_s'])} "
+            f"| {_fmt_t(r['e2e_s'])} | {_fmt_t(r['kernel_s'])} | {r['compile_s']:.1f} s "
+            f"| {r['splits_total'] / r['kernel_s'] / 1e6:.0f} |"
+        )
     return "\n".join(lines)
 
 
@@ -482,26 +520,38 @@ def table_search(r) -> str:
     f = lambda m: f"{m[0]:.2f} +- {m[1]:.2f}"
     cols = [(k, v) for k, v in r.items() if isinstance(v, dict)]
     names = {"ginkgo_like_n8": "Ginkgo-like, N = 8", "generator_jets_5_10": "Ginkgo generator jets, N = 5..10"}
-    head = "| mean +- std of the log phi difference | " + " | ".join(
-        f"{names.get(k, k)} ({v['jets']} jets)" for k, v in cols) + " | paper Table 1 (Ginkgo510) |"
+    head = (
+        "| mean +- std of the log phi difference | "
+        + " | ".join(f"{names.get(k, k)} ({v['jets']} jets)" for k, v in cols)
+        + " | paper Table 1 (Ginkgo510) |"
+    )
     lines = [head, "|---" * (len(cols) + 2) + "|"]
-    for key, label, paper in [("trellis_minus_beam", "trellis - beam (beam N(N-1)/2)", "0.4 +- 0.5"),
-                              ("trellis_minus_greedy", "trellis - greedy", "1.5 +- 1.1"),
-                              ("beam_minus_greedy", "beam - greedy", "1.1 +- 1.1")]:
+    for key, label, paper in [
+        ("trellis_minus_beam", "trellis - beam (beam N(N-1)/2)", "0.4 +- 0.5"),
+        ("trellis_minus_greedy", "trellis - greedy", "1.5 +- 1.1"),
+        ("beam_minus_greedy", "beam - greedy", "1.1 +- 1.1"),
+    ]:
         lines.append(f"| {label} | " + " | ".join(f(v[key]) for _, v in cols) + f" | {paper} |")
-    lines.append("| beam / greedy find the exact MAP | " + " | ".join(
-        f"{v['frac_beam_exact']:.0%} / {v['frac_greedy_exact']:.0%}" for _, v in cols) + " | |")
+    lines.append(
+        "| beam / greedy find the exact MAP | "
+        + " | ".join(f"{v['frac_beam_exact']:.0%} / {v['frac_greedy_exact']:.0%}" for _, v in cols)
+        + " | |"
+    )
     return "\n".join(lines)
 
 
 def check_targets(single, batch) -> dict:
     """``{target: {energy: {"value", "ok"}}}`` (None where not measured)."""
-    ok = {"n10_map_ms": lambda v: v <= TARGETS["n10_map_ms"], "n12_map_ms": lambda v: v <= TARGETS["n12_map_ms"],
-          "n14_splits_per_s": lambda v: v >= TARGETS["n14_splits_per_s"],
-          "n18_exact_total_s": lambda v: v <= TARGETS["n18_exact_total_s"],
-          "n18_peak_gb": lambda v: v <= TARGETS["n18_peak_gb"], "batch_1000_s": lambda v: v <= TARGETS["batch_1000_s"],
-          "compile_s": lambda v: v <= TARGETS["compile_s"],
-          "marginals_over_logz": lambda v: v <= TARGETS["marginals_over_logz"]}
+    ok = {
+        "n10_map_ms": lambda v: v <= TARGETS["n10_map_ms"],
+        "n12_map_ms": lambda v: v <= TARGETS["n12_map_ms"],
+        "n14_splits_per_s": lambda v: v >= TARGETS["n14_splits_per_s"],
+        "n18_exact_total_s": lambda v: v <= TARGETS["n18_exact_total_s"],
+        "n18_peak_gb": lambda v: v <= TARGETS["n18_peak_gb"],
+        "batch_1000_s": lambda v: v <= TARGETS["batch_1000_s"],
+        "compile_s": lambda v: v <= TARGETS["compile_s"],
+        "marginals_over_logz": lambda v: v <= TARGETS["marginals_over_logz"],
+    }
     values = {k: {} for k in ok}
     for r in single:
         if "error" in r:
@@ -531,8 +581,10 @@ def _targets_text(targets) -> list:
         if per is None:
             lines.append(f"- {k}: target {TARGETS[k]:g}, not measured")
             continue
-        lines.append(f"- {k}: target {TARGETS[k]:g}; " + ", ".join(
-            f"{e} {v['value']:.4g} ({'OK' if v['ok'] else 'MISSED'})" for e, v in per.items()))
+        lines.append(
+            f"- {k}: target {TARGETS[k]:g}; "
+            + ", ".join(f"{e} {v['value']:.4g} ({'OK' if v['ok'] else 'MISSED'})" for e, v in per.items())
+        )
     return lines
 
 
@@ -545,9 +597,12 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=None, help="problems in the batch benchmark (default 1000)")
     ap.add_argument("--batch-energies", default="ginkgo,dasgupta")
     ap.add_argument("--search-jets", type=int, default=None)
-    ap.add_argument("--ginkgo-data", default="/work/shared/data/ginkgo_generator_jets_lam2.0.json",
-                    help="Ginkgo generator jets (JSON list with 'leaves'); the search comparison also runs on "
-                         "those with 5..10 leaves when the file exists")
+    ap.add_argument(
+        "--ginkgo-data",
+        default="/work/shared/data/ginkgo_generator_jets_lam2.0.json",
+        help="Ginkgo generator jets (JSON list with 'leaves'); the search comparison also runs on "
+        "those with 5..10 leaves when the file exists",
+    )
     ap.add_argument("--no-batch", action="store_true")
     ap.add_argument("--no-search", action="store_true")
     ap.add_argument("--ref-max-n", type=int, default=10, help="run the Python reference for N <= this")
@@ -555,7 +610,9 @@ def main(argv=None):
     ap.add_argument("--min-time", type=float, default=1.0, help="seconds of repeated calls per timing")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout", type=float, default=1200.0, help="per worker, seconds")
-    ap.add_argument("--out", default=None, help=f"JSON output (default {os.path.relpath(DEFAULT_OUT)}; none with --quick)")
+    ap.add_argument(
+        "--out", default=None, help=f"JSON output (default {os.path.relpath(DEFAULT_OUT)}; none with --quick)"
+    )
     ap.add_argument("--_worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--n", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--energy", default=None, help=argparse.SUPPRESS)
@@ -575,8 +632,11 @@ def main(argv=None):
     energies = [e for e in args.energies.split(",") if e]
 
     machine = _machine()
-    print(f"# trellis benchmark: {machine['cpu']} x {machine['cpu_count']}, jax {machine['jax']} "
-          f"({machine['backend']}), load {machine['loadavg_start'][0]:.2f}", flush=True)
+    print(
+        f"# trellis benchmark: {machine['cpu']} x {machine['cpu_count']}, jax {machine['jax']} "
+        f"({machine['backend']}), load {machine['loadavg_start'][0]:.2f}",
+        flush=True,
+    )
     t_start = time.perf_counter()
     single = []
     for n in range(args.min_n, max_n + 1):
@@ -588,12 +648,18 @@ def main(argv=None):
             if "error" in r:
                 print(f"  {kind} N={n}: ERROR {r['error'][-400:]}", flush=True)
             else:
-                print(f"  {kind:8s} N={n:2d}: logZ {_fmt_t(r['logz_s'])}, +MAP {_fmt_t(r['map_s'])}, "
-                      f"+marg {_fmt_t(r['marg_s'])} ({r['marg_over_logz']:.2f}x), "
-                      f"{r['splits_per_s'] / 1e6:.0f} Msplits/s, compile {r['compile_marg_s']:.1f} s, "
-                      f"maxrss {r['maxrss_mb']:.0f} MB"
-                      + (f", ref {_fmt_t(r['ref_s'])} ({r['ref_ratio']:.0f}x, |dlogZ| {r['ref_log_z_err']:.1e})"
-                         if "ref_s" in r else ""), flush=True)
+                print(
+                    f"  {kind:8s} N={n:2d}: logZ {_fmt_t(r['logz_s'])}, +MAP {_fmt_t(r['map_s'])}, "
+                    f"+marg {_fmt_t(r['marg_s'])} ({r['marg_over_logz']:.2f}x), "
+                    f"{r['splits_per_s'] / 1e6:.0f} Msplits/s, compile {r['compile_marg_s']:.1f} s, "
+                    f"maxrss {r['maxrss_mb']:.0f} MB"
+                    + (
+                        f", ref {_fmt_t(r['ref_s'])} ({r['ref_ratio']:.0f}x, |dlogZ| {r['ref_log_z_err']:.1e})"
+                        if "ref_s" in r
+                        else ""
+                    ),
+                    flush=True,
+                )
     batch = []
     if not args.no_batch:
         for kind in [e for e in args.batch_energies.split(",") if e]:
@@ -607,10 +673,20 @@ def main(argv=None):
     machine["loadavg_end"] = list(os.getloadavg())
 
     targets = check_targets(single, batch)
-    text = ["## single problems (CPU, float64)", table_single(single), "", "## batch", table_batch(batch), "",
-            "## greedy / beam vs exact MAP (Ginkgo-like jets)", table_search(search), "", "## targets"]
+    text = [
+        "## single problems (CPU, float64)",
+        table_single(single),
+        "",
+        "## batch",
+        table_batch(batch),
+        "",
+        "## greedy / beam vs exact MAP (Ginkgo-like jets)",
+        table_search(search),
+        "",
+        "## targets",
+    ]
     text += _targets_text(targets)
-    text.append(f"\nPaper (authors' Python trellis, MacBook Pro i9): N=9 1.6 s, N=10 6.1 s.")
+    text.append("\nPaper (authors' Python trellis, MacBook Pro i9): N=9 1.6 s, N=10 6.1 s.")
     text.append(f"total wall {time.perf_counter() - t_start:.0f} s")
     print("\n".join(text), flush=True)
 
@@ -619,17 +695,24 @@ def main(argv=None):
             "benchmark": "trellis",
             "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "machine": machine,
-            "method": {k: v for k, v in {
-                "single": "fresh subprocess per (energy, N); AOT compile time; median of compiled calls after warm-up",
-                "dasgupta": "DasguptaEnergy(beta=1), affinities uniform [0,1), zero diagonal, seed N",
-                "ginkgo": "GinkgoEnergy(lam=2, t_cut=16, 'paper'), Ginkgo-like NumPy shower with exactly N leaves",
-                "reference": "pure-Python memoised recursion over subsets (log Z + MAP), timed once",
-                "batch": "solve_batch over B problems N~U{5..10} padded to 10; e2e and AOT kernel",
-                "search": "greedy/beam vs exact MAP log phi, Ginkgo-like jets N=8, beam size N(N-1)/2",
-            }.items()},
+            "method": {
+                k: v
+                for k, v in {
+                    "single": "fresh subprocess per (energy, N); AOT compile time; median of compiled calls after warm-up",
+                    "dasgupta": "DasguptaEnergy(beta=1), affinities uniform [0,1), zero diagonal, seed N",
+                    "ginkgo": "GinkgoEnergy(lam=2, t_cut=16, 'paper'), Ginkgo-like NumPy shower with exactly N leaves",
+                    "reference": "pure-Python memoised recursion over subsets (log Z + MAP), timed once",
+                    "batch": "solve_batch over B problems N~U{5..10} padded to 10; e2e and AOT kernel",
+                    "search": "greedy/beam vs exact MAP log phi, Ginkgo-like jets N=8, beam size N(N-1)/2",
+                }.items()
+            },
             "args": {k: v for k, v in vars(args).items() if not k.startswith("_") and k not in ("n", "energy")},
-            "targets": TARGETS, "targets_check": targets, "paper": PAPER,
-            "single": single, "batch": batch, "search": search,
+            "targets": TARGETS,
+            "targets_check": targets,
+            "paper": PAPER,
+            "single": single,
+            "batch": batch,
+            "search": search,
             "table": "\n".join(text),
         }
         os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)

@@ -21,6 +21,7 @@ Usage (from the repository root):
     python benchmarks/version_matrix.py --pythons /path/venv/bin/python,... --repro-runs 100
     python benchmarks/version_matrix.py --pythons 3.11:0.10.2 --no-timings    # hangs only
 """
+
 from __future__ import annotations
 
 import argparse
@@ -76,8 +77,10 @@ print("RESULT " + json.dumps(out))
 
 
 def find_python(pyver: str) -> str:
-    for cand in (shutil.which(f"python{pyver}"),
-                 *sorted(glob.glob(os.path.expanduser(f"~/.pyenv/versions/{pyver}*/bin/python")))):
+    for cand in (
+        shutil.which(f"python{pyver}"),
+        *sorted(glob.glob(os.path.expanduser(f"~/.pyenv/versions/{pyver}*/bin/python"))),
+    ):
         if cand:
             try:
                 subprocess.run([cand, "--version"], check=True, capture_output=True, timeout=30)
@@ -95,8 +98,10 @@ def ensure_venv(spec: str, root: str) -> str:
     if not os.path.exists(py):
         print(f"making {venv} ...", flush=True)
         subprocess.run([find_python(pyver), "-m", "venv", venv], check=True)
-        subprocess.run([py, "-m", "pip", "install", "-q", "-e", f"{ROOT}[test,jets]", f"jax=={jaxver}",
-                        f"jaxlib=={jaxver}"], check=True)
+        subprocess.run(
+            [py, "-m", "pip", "install", "-q", "-e", f"{ROOT}[test,jets]", f"jax=={jaxver}", f"jaxlib=={jaxver}"],
+            check=True,
+        )
     return py
 
 
@@ -115,8 +120,11 @@ def timings(python: str, timeout: float) -> dict:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--pythons", required=True,
-                    help="comma-separated: venv pythons or PYVER:JAXVER (a venv is made); the first is the baseline")
+    ap.add_argument(
+        "--pythons",
+        required=True,
+        help="comma-separated: venv pythons or PYVER:JAXVER (a venv is made); the first is the baseline",
+    )
     ap.add_argument("--venv-root", default=os.path.expanduser("~/.cache/jaxhc-version-matrix"))
     ap.add_argument("--repro-runs", type=int, default=20, help="fresh runs of the jax 0.10 reproducer")
     ap.add_argument("--stress-runs", type=int, default=3, help="fresh runs of every other entry point")
@@ -139,28 +147,41 @@ def main(argv=None):
             names = list(stress_hangs.ENTRIES)
             res = stress_hangs.stress(["bhc_repro"], args.repro_runs, args.timeout, py, cache=True)
             if args.stress_runs > 0:
-                res.update(stress_hangs.stress([n for n in names if n != "bhc_repro"], args.stress_runs,
-                                               args.timeout, py, cache=True))
+                res.update(
+                    stress_hangs.stress(
+                        [n for n in names if n != "bhc_repro"], args.stress_runs, args.timeout, py, cache=True
+                    )
+                )
             row["stress"] = res
         rows.append(row)
 
     base = rows[0].get("timings", {})
     print()
-    print("| Python | jax | reproducer hangs | other entry points: hangs / errors | BHC n=1000 | BHC n=2000 "
-          "| growth | vs base | trellis N=14 log Z | Msplits/s | vs base |")
+    print(
+        "| Python | jax | reproducer hangs | other entry points: hangs / errors | BHC n=1000 | BHC n=2000 "
+        "| growth | vs base | trellis N=14 log Z | Msplits/s | vs base |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for row in rows:
         v, t, s = row["versions"], row.get("timings", {}), row.get("stress", {})
         rep = s.get("bhc_repro")
         rep_txt = f"{rep['hang']} / {rep['runs']}" if rep else "-"
         others = [x for k, x in s.items() if k != "bhc_repro"]
-        oth_txt = (f"{sum(x['hang'] for x in others)} / {sum(x['error'] + x['mismatch'] for x in others)} "
-                   f"in {sum(x['runs'] for x in others)}") if others else "-"
+        oth_txt = (
+            (
+                f"{sum(x['hang'] for x in others)} / {sum(x['error'] + x['mismatch'] for x in others)} "
+                f"in {sum(x['runs'] for x in others)}"
+            )
+            if others
+            else "-"
+        )
         if "bhc_n2000_s" in t:
             rb = t["bhc_n2000_s"] / base["bhc_n2000_s"] if "bhc_n2000_s" in base else float("nan")
             rt = t["trellis_n14_s"] / base["trellis_n14_s"] if "trellis_n14_s" in base else float("nan")
-            tim = (f"{t['bhc_n1000_s']:.2f} s | {t['bhc_n2000_s']:.2f} s | {t['bhc_growth']:.2f} | {rb:.2f} | "
-                   f"{t['trellis_n14_s'] * 1e3:.1f} ms | {t['trellis_n14_splits_per_s'] / 1e6:.0f} | {rt:.2f}")
+            tim = (
+                f"{t['bhc_n1000_s']:.2f} s | {t['bhc_n2000_s']:.2f} s | {t['bhc_growth']:.2f} | {rb:.2f} | "
+                f"{t['trellis_n14_s'] * 1e3:.1f} ms | {t['trellis_n14_splits_per_s'] / 1e6:.0f} | {rt:.2f}"
+            )
         else:
             tim = " | ".join(["-"] * 7) if not t else f"{t.get('error')} |" + " |" * 6
         print(f"| {v.get('python')} | {v.get('jax')} | {rep_txt} | {oth_txt} | {tim} |")

@@ -4,6 +4,7 @@ The public API is re-exported here; see README.md for one example per model.
 Importing jaxhc never changes JAX's configuration (enable float64 yourself with
 ``jax.config.update("jax_enable_x64", True)``; tests and the CLI do).
 """
+
 from . import components, datasets, jets, metrics, tree, trellis
 from .components import (
     BetaBernoulli,
@@ -14,10 +15,10 @@ from .components import (
     NormalInverseWishart,
     NormalKnownCov,
 )
-from .inference.bhmc.sampler import BHMCResult, BHMCSamples, bhmc
-from .inference.pydt.em import PYDTEMResult, pydt_em, pydt_predictive_logpdf
-from .inference.pydt.mcmc import PYDTSamples, pydt_mcmc
-from .inference.bhc.greedy import BHCResult, bhc, bhc_predictive, bhc_predictive_cell, tree_log_evidence
+from .inference.bhc.greedy import BHCResult, bhc, tree_log_evidence
+from .inference.bhc.hyperopt import HyperoptResult, learn_hyperparameters
+from .inference.bhc.predictive import bhc_predictive, bhc_predictive_cell
+from .inference.bhc.randomized import rbhc
 from .inference.bhcc import (
     BHCCResult,
     BHCCView,
@@ -27,10 +28,11 @@ from .inference.bhcc import (
     bhcc_predictive_row,
     rbhcc,
 )
+from .inference.bhmc.sampler import BHMCResult, BHMCSamples, bhmc
 from .inference.gibbs import cdpm_mcmc, dpm_gibbs
 from .inference.ginkgo_fit import LambdaFit, LambdaPosterior, LambdaSamples, fit_lambda, sample_lambda
-from .inference.bhc.hyperopt import HyperoptResult, learn_hyperparameters
-from .inference.bhc.randomized import rbhc
+from .inference.pydt.em import PYDTEMResult, pydt_em, pydt_predictive_logpdf
+from .inference.pydt.mcmc import PYDTSamples, pydt_mcmc
 from .tree import ParentTree, Tree
 
 __version__ = "0.1.0"

@@ -1,4 +1,5 @@
 """``python -m jaxhc ...`` runs the ``jaxhc`` command line (see `jaxhc.cli`)."""
+
 import sys
 
 from jaxhc.cli import main

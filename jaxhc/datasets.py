@@ -16,6 +16,7 @@ data files ship inside scikit-learn, so no network access is needed. Every funct
 host numpy arrays ``(X float64 [n, d], y int64 [n])`` and raises ``ValueError`` naming the
 offending argument for bad input. Random functions take an explicit PRNG key.
 """
+
 from __future__ import annotations
 
 import numbers
@@ -297,8 +298,9 @@ def mixture_of_gaussians(key, n_per_cluster, centers, scale=1.0) -> Tuple[np.nda
     return X, labels.astype(np.int64)
 
 
-def hierarchical_gaussian(key, branching=(3, 2), n_per_leaf=25, dim: int = 4, scales=(6.0, 2.0),
-                          noise: float = 0.5) -> Tuple[np.ndarray, np.ndarray]:
+def hierarchical_gaussian(
+    key, branching=(3, 2), n_per_leaf=25, dim: int = 4, scales=(6.0, 2.0), noise: float = 0.5
+) -> Tuple[np.ndarray, np.ndarray]:
     """A nested Gaussian hierarchy with known labels at every level.
 
     Level 1 has ``branching[0]`` groups with means ``m ~ N(0, scales[0]^2 I)``; every group at
@@ -344,8 +346,17 @@ def hierarchical_gaussian(key, branching=(3, 2), n_per_leaf=25, dim: int = 4, sc
     return X, np.repeat(labels, n, axis=0).astype(np.int64)
 
 
-def cross_clustering_synthetic(key, n_rows: int = 100, n_cols: int = 200, n_views: int = 4, n_clusters=4,
-                               trials: int = 50, a: float = 0.5, b: float = 0.5, view_sizes=None):
+def cross_clustering_synthetic(
+    key,
+    n_rows: int = 100,
+    n_cols: int = 200,
+    n_views: int = 4,
+    n_clusters=4,
+    trials: int = 50,
+    a: float = 0.5,
+    b: float = 0.5,
+    view_sizes=None,
+):
     """Binomial cross-clustering data as in the BHCC paper's synthetic study (section 8.2).
 
     The columns are split into ``n_views`` views; in each view the rows are split into
@@ -369,8 +380,9 @@ def cross_clustering_synthetic(key, n_rows: int = 100, n_cols: int = 200, n_view
       row in each view ``[n_rows, n_views]``.
     """
     key = _as_key(key, "key")
-    n_rows, n_cols, n_views = (_positive_int(v, nm) for v, nm in
-                               ((n_rows, "n_rows"), (n_cols, "n_cols"), (n_views, "n_views")))
+    n_rows, n_cols, n_views = (
+        _positive_int(v, nm) for v, nm in ((n_rows, "n_rows"), (n_cols, "n_cols"), (n_views, "n_views"))
+    )
     trials = _positive_int(trials, "trials")
     a, b = _positive_float(a, "a"), _positive_float(b, "b")
     if n_views > n_cols:
@@ -384,7 +396,9 @@ def cross_clustering_synthetic(key, n_rows: int = 100, n_cols: int = 200, n_view
     else:
         sizes = np.asarray(view_sizes)
         if sizes.shape != (n_views,) or sizes.dtype.kind not in "iu" or np.any(sizes < 1) or sizes.sum() != n_cols:
-            raise ValueError(f"view_sizes must be {n_views} positive ints summing to n_cols={n_cols}, got {view_sizes!r}")
+            raise ValueError(
+                f"view_sizes must be {n_views} positive ints summing to n_cols={n_cols}, got {view_sizes!r}"
+            )
     rng = numpy_rng(key)
     column_views = np.repeat(np.arange(n_views), sizes)
     row_labels = np.stack([rng.permutation(np.arange(n_rows) % k) for k in ks], axis=1)
@@ -396,8 +410,15 @@ def cross_clustering_synthetic(key, n_rows: int = 100, n_cols: int = 200, n_view
     return X, column_views.astype(np.int64), row_labels.astype(np.int64)
 
 
-def cross_cluster_table(key, view_sizes=(6, 8, 10, 12), n_rows: int = 60, n_clusters=4, concentration: float = 0.3,
-                        kind: str = "binary", trials: Optional[int] = None):
+def cross_cluster_table(
+    key,
+    view_sizes=(6, 8, 10, 12),
+    n_rows: int = 60,
+    n_clusters=4,
+    concentration: float = 0.3,
+    kind: str = "binary",
+    trials: Optional[int] = None,
+):
     """A cross-clustered table given by its view sizes: binary or Binomial columns.
 
     The columns form ``len(view_sizes)`` contiguous views; in each view the rows are split
@@ -442,7 +463,17 @@ def cross_cluster_table(key, view_sizes=(6, 8, 10, 12), n_rows: int = 60, n_clus
     except ValueError:
         ks = np.array([])
     if ks.shape != sizes.shape or ks.dtype.kind not in "iu" or np.any(ks < 1) or np.any(ks > n_rows):
-        raise ValueError(f"n_clusters must be positive ints <= n_rows={n_rows} (one, or one per view), got {n_clusters!r}")
-    return cross_clustering_synthetic(key, n_rows=n_rows, n_cols=int(sizes.sum()), n_views=int(sizes.size),
-                                      n_clusters=ks.astype(np.int64), trials=trials, a=concentration, b=concentration,
-                                      view_sizes=sizes.astype(np.int64))
+        raise ValueError(
+            f"n_clusters must be positive ints <= n_rows={n_rows} (one, or one per view), got {n_clusters!r}"
+        )
+    return cross_clustering_synthetic(
+        key,
+        n_rows=n_rows,
+        n_cols=int(sizes.sum()),
+        n_views=int(sizes.size),
+        n_clusters=ks.astype(np.int64),
+        trials=trials,
+        a=concentration,
+        b=concentration,
+        view_sizes=sizes.astype(np.int64),
+    )

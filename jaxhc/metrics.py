@@ -16,6 +16,7 @@ All functions are pure, run on host numpy arrays and raise ``ValueError`` (``Typ
 a wrong kind of object) naming the offending argument for bad input (wrong shape or
 length, empty input, NaN).
 """
+
 from __future__ import annotations
 
 import math

@@ -10,6 +10,7 @@ Both return the ``matplotlib.axes.Axes`` they drew on (its figure is ``ax.figure
 ``ax`` a new figure is made with ``pyplot.subplots`` (whatever backend is active; scripts
 without a display get Agg, and the ``jaxhc`` CLI selects Agg itself).
 """
+
 from __future__ import annotations
 
 from typing import Optional, Sequence
@@ -88,8 +89,16 @@ def _decorate_leaves(ax, order, labels, colors_by, orientation_bottom: bool = Tr
         cols, legend = _class_colors(colors_by)
         y0, y1 = ax.get_ylim()
         pad = 0.04 * (y1 - y0)
-        ax.scatter(xs, np.full(n, y0 - pad), c=[cols[i] for i in order], marker="s",
-                   s=max(4.0, min(30.0, 2000.0 / n)), clip_on=False, zorder=3, linewidths=0)
+        ax.scatter(
+            xs,
+            np.full(n, y0 - pad),
+            c=[cols[i] for i in order],
+            marker="s",
+            s=max(4.0, min(30.0, 2000.0 / n)),
+            clip_on=False,
+            zorder=3,
+            linewidths=0,
+        )
         ax.set_ylim(y0 - 2 * pad, y1)
         if labels is not None and n <= _MAX_TICK_LABELS:
             for tick, i in zip(ax.get_xticklabels(), order):
@@ -98,12 +107,21 @@ def _decorate_leaves(ax, order, labels, colors_by, orientation_bottom: bool = Tr
 
         handles = [Line2D([], [], marker="s", linestyle="", color=c, label=str(v)) for v, c in legend]
         if len(handles) <= 20:
-            ax.legend(handles=handles, title="class", fontsize=7, title_fontsize=8, loc="upper left",
-                      bbox_to_anchor=(1.005, 1.0), frameon=False, borderaxespad=0.0)
+            ax.legend(
+                handles=handles,
+                title="class",
+                fontsize=7,
+                title_fontsize=8,
+                loc="upper left",
+                bbox_to_anchor=(1.005, 1.0),
+                frameon=False,
+                borderaxespad=0.0,
+            )
 
 
-def plot_dendrogram(tree, labels: Optional[Sequence] = None, ax=None, colors_by: Optional[Sequence] = None,
-                    title: Optional[str] = None):
+def plot_dendrogram(
+    tree, labels: Optional[Sequence] = None, ax=None, colors_by: Optional[Sequence] = None, title: Optional[str] = None
+):
     """Draws ``tree`` as a dendrogram; returns the matplotlib ``Axes``.
 
     Args:
@@ -123,8 +141,7 @@ def plot_dendrogram(tree, labels: Optional[Sequence] = None, ax=None, colors_by:
         ax.set_title(title or "single leaf")
         return ax
     dendrogram = _dendrogram_fn()
-    info = dendrogram(tree.to_linkage(), ax=ax, no_labels=True, color_threshold=0,
-                      above_threshold_color="0.25")
+    info = dendrogram(tree.to_linkage(), ax=ax, no_labels=True, color_threshold=0, above_threshold_color="0.25")
     _decorate_leaves(ax, np.asarray(info["leaves"]), labels, colors_by)
     ax.set_ylabel("height" if tree.heights is not None else "merge order")
     for side in ("top", "right"):
@@ -134,8 +151,14 @@ def plot_dendrogram(tree, labels: Optional[Sequence] = None, ax=None, colors_by:
     return ax
 
 
-def plot_bhc(result, labels: Optional[Sequence] = None, ax=None, colors_by: Optional[Sequence] = None,
-             title: Optional[str] = None, threshold: float = 0.5):
+def plot_bhc(
+    result,
+    labels: Optional[Sequence] = None,
+    ax=None,
+    colors_by: Optional[Sequence] = None,
+    title: Optional[str] = None,
+    threshold: float = 0.5,
+):
     """Draws a BHC tree: merges with ``r_k < threshold`` dashed, flat clusters coloured.
 
     Args:
@@ -159,8 +182,10 @@ def plot_bhc(result, labels: Optional[Sequence] = None, ax=None, colors_by: Opti
     k = int(flat.max()) + 1
     ax = _new_ax(ax, n)
     if title is None:
-        title = (f"BHC: {n} points, {k} cluster{'s' if k != 1 else ''} at r < {threshold:g}, "
-                 f"log p(D|T) = {float(result.log_evidence):.2f}")
+        title = (
+            f"BHC: {n} points, {k} cluster{'s' if k != 1 else ''} at r < {threshold:g}, "
+            f"log p(D|T) = {float(result.log_evidence):.2f}"
+        )
     if n < 2:
         ax.set_title(title)
         return ax
@@ -195,8 +220,9 @@ def plot_bhc(result, labels: Optional[Sequence] = None, ax=None, colors_by: Opti
         Line2D([], [], color="0.2", linestyle="--", label=f"r < {threshold:g}"),
     ]
     existing = ax.get_legend()
-    ax.legend(handles=link_legend, fontsize=7, loc="lower left", bbox_to_anchor=(1.005, 0.0), frameon=False,
-              borderaxespad=0.0)
+    ax.legend(
+        handles=link_legend, fontsize=7, loc="lower left", bbox_to_anchor=(1.005, 0.0), frameon=False, borderaxespad=0.0
+    )
     if existing is not None:  # keep the class legend too
         ax.add_artist(existing)
     ax.set_ylabel("merge order")

@@ -8,6 +8,7 @@ crosses ``jit``/``vmap``; the conversions below run on concrete (host) arrays.
 `ParentTree` is a general (possibly non-binary) rooted tree given by a parent array, used
 by the Pitman-Yor diffusion tree and the nested CRP; it has the same conversions.
 """
+
 from __future__ import annotations
 
 import json
@@ -37,8 +38,10 @@ def _int_array(x, name: str) -> np.ndarray:
     if arr.dtype == bool or not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
         raise TypeError(f"{name} must hold integer ids, got dtype {arr.dtype}")
     if np.issubdtype(arr.dtype, np.floating) and not np.all(np.isfinite(arr) & (arr == np.round(arr))):
-        raise ValueError(f"{name} must hold integer ids, got non-integer values such as "
-                         f"{float(arr[~(np.isfinite(arr) & (arr == np.round(arr)))].ravel()[0])!r}")
+        raise ValueError(
+            f"{name} must hold integer ids, got non-integer values such as "
+            f"{float(arr[~(np.isfinite(arr) & (arr == np.round(arr)))].ravel()[0])!r}"
+        )
     return arr.astype(np.int64)
 
 
@@ -293,8 +296,10 @@ class Tree:
     @classmethod
     def from_dict(cls, d: dict) -> "Tree":
         if not isinstance(d, dict) or "children" not in d:
-            raise ValueError(f"a Tree dict needs a 'children' entry (rows [left, right]), got "
-                             f"{sorted(d) if isinstance(d, dict) else type(d).__name__}")
+            raise ValueError(
+                f"a Tree dict needs a 'children' entry (rows [left, right]), got "
+                f"{sorted(d) if isinstance(d, dict) else type(d).__name__}"
+            )
         h = d.get("heights")
         vals = {k: np.asarray(v) for k, v in d.get("values", {}).items()}
         children = _int_array(d["children"], "children")
@@ -321,7 +326,8 @@ class Tree:
             if isinstance(x, (tuple, list)):
                 if len(x) != 2:
                     raise ValueError(f"from_nested: every inner node needs 2 children, got {x!r}")
-                count(x[0]); count(x[1])
+                count(x[0])
+                count(x[1])
             elif isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)):
                 leaves.append(int(x))
             else:
@@ -510,7 +516,9 @@ class ParentTree:
     @classmethod
     def from_dict(cls, d: dict) -> "ParentTree":
         h = d.get("heights")
-        return cls(np.asarray(d["parent"], np.int64), d["n_leaves"], None if h is None else np.asarray(h, float)).validate()
+        return cls(
+            np.asarray(d["parent"], np.int64), d["n_leaves"], None if h is None else np.asarray(h, float)
+        ).validate()
 
     @classmethod
     def from_json(cls, s: str) -> "ParentTree":

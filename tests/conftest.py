@@ -10,6 +10,7 @@ segmentation fault inside ``backend_compile``. So after each test, when the proc
 more than half that many mappings, the caches are cleared (programs are recompiled on
 demand; results do not change).
 """
+
 import gc
 import os
 import shutil
@@ -53,7 +54,12 @@ def _session_compilation_cache():
         os.environ["JAX_COMPILATION_CACHE_DIR"] = folder
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
-    os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(2 * 1024**3))
+    try:  # JAX's size cap (least recently used entries go first) needs filelock (test extra)
+        import filelock  # noqa: F401
+
+        os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(2 * 1024**3))
+    except ImportError:
+        pass
     return created
 
 
@@ -66,11 +72,14 @@ jax.config.update("jax_enable_x64", True)
 if os.environ.get("JAX_COMPILATION_CACHE_DIR") and os.environ.get("JAXHC_TEST_NO_COMPILATION_CACHE") != "1":
     # in case a plugin imported jax before this file set the variables
     jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
-    jax.config.update("jax_persistent_cache_min_compile_time_secs",
-                      float(os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"]))
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes",
-                      int(os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"]))
-    jax.config.update("jax_compilation_cache_max_size", int(os.environ["JAX_COMPILATION_CACHE_MAX_SIZE"]))
+    jax.config.update(
+        "jax_persistent_cache_min_compile_time_secs", float(os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"])
+    )
+    jax.config.update(
+        "jax_persistent_cache_min_entry_size_bytes", int(os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"])
+    )
+    if "JAX_COMPILATION_CACHE_MAX_SIZE" in os.environ:
+        jax.config.update("jax_compilation_cache_max_size", int(os.environ["JAX_COMPILATION_CACHE_MAX_SIZE"]))
 
 
 # Tests over ~10 s on 2 cores in the last full CI run (--durations; notes in the commit log):
@@ -214,6 +223,7 @@ def pytest_unconfigure(config):
     # inherit the controller's folder, so they made none; the controller ends after them)
     if _CREATED_CACHE is not None:
         shutil.rmtree(_CREATED_CACHE, ignore_errors=True)
+
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 # tests/ for `reference`; the repository root for `jaxhc` when it is not pip-installed

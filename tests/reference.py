@@ -24,6 +24,7 @@ Contents
     all_binary_trees(n)
     dendrogram_purity_bruteforce(tree, labels)
 """
+
 from __future__ import annotations
 
 import itertools

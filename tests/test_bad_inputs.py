@@ -15,6 +15,7 @@ valid inputs (one point, constant columns, duplicated rows, missing cells, impos
 The command line (`jaxhc.cli.main`) ends bad input with exit code 2 and a message on stderr;
 `_cli` turns that into a ``ValueError`` carrying the message so it fits the same table.
 """
+
 import contextlib
 import io
 import os
@@ -160,6 +161,7 @@ def valid_bhc(n, clusters=()):
         assert np.asarray(res.cut(0.5)).shape == (n,)
         for c in clusters:
             assert frozenset(c) in res.tree.clusters(), f"{sorted(c)} is not a cluster of the tree"
+
     return check
 
 
@@ -172,6 +174,7 @@ def valid_bhcc(J, I):
         assert labels.shape == (J,)
         for v in res.views:
             assert v.rows.tree.n_leaves == I
+
     return check
 
 
@@ -180,6 +183,7 @@ def finite_vector(m):
         out = np.asarray(out)
         assert out.shape == (m,)
         _finite(out)
+
     return check
 
 
@@ -187,6 +191,7 @@ def no_nan_solution(n, possible=True):
     """A trellis solution over ``n`` leaves: ``log Z`` finite (or ``-inf`` for an impossible
     problem, with every marginal ``-inf``), marginals never NaN and at most 0, the root in
     every tree."""
+
     def check(sol):
         lz = float(sol.log_z)
         lm = np.asarray(sol.log_marginals)
@@ -197,6 +202,7 @@ def no_nan_solution(n, possible=True):
             np.testing.assert_allclose(lm[-1], 0.0, atol=1e-9)  # the root (last in both layouts)
         else:
             assert lz == -np.inf and np.all(lm == -np.inf)
+
     return check
 
 
@@ -204,6 +210,7 @@ def valid_search(n):
     def check(res):
         res.tree.validate()
         assert res.tree.n_leaves == n and np.isfinite(res.log_phi)
+
     return check
 
 
@@ -211,6 +218,7 @@ def valid_tree(n):
     def check(t):
         t.validate()
         assert t.n_leaves == n
+
     return check
 
 
@@ -282,6 +290,7 @@ def cli_summary(stem, n):
         _finite(summary["log_evidence"], summary["dpm_lower_bound"])
         Tree.from_dict(summary["tree"]).validate()
         assert len(summary["flat_labels"]) == n
+
     return check
 
 
@@ -344,15 +353,16 @@ e = "bhc_predictive"
 raises(e, "result None", lambda: jaxhc.bhc_predictive(None, X), T, r"result must be a BHCResult")
 raises(e, "empty", lambda: jaxhc.bhc_predictive(bhc_result(), np.zeros((0, 2))), V, r"X_new must be non-empty")
 raises(e, "rank 1", lambda: jaxhc.bhc_predictive(bhc_result(), X[0]), V, r"X_new must be 2-D")
-raises(e, "strings", lambda: jaxhc.bhc_predictive(bhc_result(), strings(X)), T, r"X_new must be a (real )?numeric array")
+raises(
+    e, "strings", lambda: jaxhc.bhc_predictive(bhc_result(), strings(X)), T, r"X_new must be a (real )?numeric array"
+)
 raises(e, "complex", lambda: jaxhc.bhc_predictive(bhc_result(), X + 1j), T, r"\bX_new\b.*complex")
 raises(e, "NaN", lambda: jaxhc.bhc_predictive(bhc_result(), with_nan(X)), V, r"X_new contains NaN")
 raises(e, "inf", lambda: jaxhc.bhc_predictive(bhc_result(), with_inf(X)), V, r"X_new contains NaN or inf")
 raises(e, "wrong width", lambda: jaxhc.bhc_predictive(bhc_result(), np.zeros((2, 3))), V, r"X_new has 3 columns")
 # far outside the prior's scale the Student-t log densities lose every digit: a clear error,
 # not NaN (as bhc itself raises for such data)
-raises(e, "1e10 x the prior's scale", lambda: jaxhc.bhc_predictive(bhc_result(), X * 1e10), V,
-       r"X_new[\s\S]*scale")
+raises(e, "1e10 x the prior's scale", lambda: jaxhc.bhc_predictive(bhc_result(), X * 1e10), V, r"X_new[\s\S]*scale")
 ok(e, "one point", lambda: jaxhc.bhc_predictive(bhc_result(), X[:1]), finite_vector(1))
 
 
@@ -361,8 +371,12 @@ def _near_beats_far(out):
     assert out[0] > out[1]  # the data's mean is likelier than a point 30 sd away
 
 
-ok(e, "near and far points", lambda: jaxhc.bhc_predictive(bhc_result(), np.stack([X.mean(0), X.mean(0) + 30 * X.std(0)])),
-   _near_beats_far)
+ok(
+    e,
+    "near and far points",
+    lambda: jaxhc.bhc_predictive(bhc_result(), np.stack([X.mean(0), X.mean(0) + 30 * X.std(0)])),
+    _near_beats_far,
+)
 
 # --- learn_hyperparameters ------------------------------------------------------------------
 e = "learn_hyperparameters"
@@ -373,13 +387,28 @@ raises(e, "complex", lambda: jaxhc.learn_hyperparameters(X + 1j, niw(), **LH), T
 raises(e, "data 1e10 x the prior's scale", lambda: jaxhc.learn_hyperparameters(X * 1e10, niw(), **LH), V, SCALE)
 raises(e, "alpha 0", lambda: jaxhc.learn_hyperparameters(X, niw(), 0.0, **LH), V, ALPHA)
 raises(e, "steps 0", lambda: jaxhc.learn_hyperparameters(X, niw(), steps=0), V, r"steps must be a positive integer")
-raises(e, "max_rounds 0", lambda: jaxhc.learn_hyperparameters(X, niw(), max_rounds=0), V,
-       r"max_rounds must be a positive integer")
+raises(
+    e,
+    "max_rounds 0",
+    lambda: jaxhc.learn_hyperparameters(X, niw(), max_rounds=0),
+    V,
+    r"max_rounds must be a positive integer",
+)
 raises(e, "tol NaN", lambda: jaxhc.learn_hyperparameters(X, niw(), tol=np.nan, **LH), V, r"tol must be a finite")
-raises(e, "unknown parameter", lambda: jaxhc.learn_hyperparameters(X, niw(), learn=["nope"], **LH), V,
-       r"learn: unknown parameter names \['nope'\]")
-raises(e, "objective", lambda: jaxhc.learn_hyperparameters(X, niw(), objective="x", **LH), V,
-       r"objective must be 'evidence' or 'dpm_lower_bound'")
+raises(
+    e,
+    "unknown parameter",
+    lambda: jaxhc.learn_hyperparameters(X, niw(), learn=["nope"], **LH),
+    V,
+    r"learn: unknown parameter names \['nope'\]",
+)
+raises(
+    e,
+    "objective",
+    lambda: jaxhc.learn_hyperparameters(X, niw(), objective="x", **LH),
+    V,
+    r"objective must be 'evidence' or 'dpm_lower_bound'",
+)
 
 
 def _valid_hyperopt(res):
@@ -402,8 +431,13 @@ raises(e, "complex", lambda: jaxhc.rbhc(KEY, X + 1j, niw()), T, COMPLEX)
 raises(e, "data 1e10 x the prior's scale", lambda: jaxhc.rbhc(KEY, X * 1e10, niw()), V, SCALE)
 raises(e, "alpha -1", lambda: jaxhc.rbhc(KEY, X, niw(), alpha=-1.0), V, ALPHA)
 raises(e, "subset_size 1", lambda: jaxhc.rbhc(KEY, X, niw(), subset_size=1), V, r"subset_size must be an integer >= 2")
-raises(e, "leaf_size < subset_size", lambda: jaxhc.rbhc(KEY, X, niw(), subset_size=4, leaf_size=2), V,
-       r"leaf_size must be an integer >= subset_size")
+raises(
+    e,
+    "leaf_size < subset_size",
+    lambda: jaxhc.rbhc(KEY, X, niw(), subset_size=4, leaf_size=2),
+    V,
+    r"leaf_size must be an integer >= subset_size",
+)
 raises(e, "balance NaN", lambda: jaxhc.rbhc(KEY, X, niw(), balance=np.nan), V, r"balance must be in \[0, 0.5\)")
 
 # --- bhcc -------------------------------------------------------------------------------
@@ -419,8 +453,13 @@ raises(e, "not binary (1e300)", lambda: jaxhc.bhcc(B * 1e300 + 1, bern()), V, r"
 raises(e, "Gaussian 1e300", lambda: jaxhc.bhcc(G * 1e300, nkc()), V, r"X: entries up to .* too large")
 raises(e, "alpha 0", lambda: jaxhc.bhcc(B, bern(), alpha=0.0), V, ALPHA)
 raises(e, "refine_passes 0", lambda: jaxhc.bhcc(B, bern(), refine_passes=0), V, r"refine_passes must be a positive")
-raises(e, "non-separable component", lambda: jaxhc.bhcc(G, jaxhc.NormalInverseWishart.from_data(G)), T,
-       r"column-separable component")
+raises(
+    e,
+    "non-separable component",
+    lambda: jaxhc.bhcc(G, jaxhc.NormalInverseWishart.from_data(G)),
+    T,
+    r"column-separable component",
+)
 ok(e, "missing cells (NaN)", lambda: jaxhc.bhcc(with_nan(B), bern()), valid_bhcc(4, 6))
 ok(e, "all cells missing", lambda: jaxhc.bhcc(np.full((6, 4), np.nan), bern()), valid_bhcc(4, 6))
 ok(e, "constant column", lambda: jaxhc.bhcc(const_col(B, 1, 1.0), bern()), valid_bhcc(4, 6))
@@ -429,21 +468,32 @@ ok(e, "duplicated rows", lambda: jaxhc.bhcc(dup_rows(B), bern()), valid_bhcc(4, 
 # --- rbhcc ------------------------------------------------------------------------------
 e = "rbhcc"
 raises(e, "key int", lambda: jaxhc.rbhcc(0, B, bern()), V, r"key must be a single JAX PRNG key")
-raises(e, "empty", lambda: jaxhc.rbhcc(KEY, np.zeros((6, 0)), bern()), V, r"X must have at least one row and one column")
+raises(
+    e, "empty", lambda: jaxhc.rbhcc(KEY, np.zeros((6, 0)), bern()), V, r"X must have at least one row and one column"
+)
 raises(e, "strings", lambda: jaxhc.rbhcc(KEY, strings(B), bern()), T, r"X must be a real numeric array")
 raises(e, "complex", lambda: jaxhc.rbhcc(KEY, B + 1j, bern()), T, COMPLEX)
 raises(e, "not binary", lambda: jaxhc.rbhcc(KEY, B * 2, bern()), V, r"X must be binary")
 raises(e, "alpha NaN", lambda: jaxhc.rbhcc(KEY, B, bern(), alpha=np.nan), V, ALPHA)
 raises(e, "levels -1", lambda: jaxhc.rbhcc(KEY, B, bern(), levels=-1), V, r"levels must be None or a non-negative")
-raises(e, "subset_size 1", lambda: jaxhc.rbhcc(KEY, B, bern(), subset_size=1), V, r"subset_size must be an integer >= 2")
-raises(e, "threshold < subset_size", lambda: jaxhc.rbhcc(KEY, B, bern(), subset_size=4, threshold=2), V,
-       r"threshold must be an integer >= subset_size")
+raises(
+    e, "subset_size 1", lambda: jaxhc.rbhcc(KEY, B, bern(), subset_size=1), V, r"subset_size must be an integer >= 2"
+)
+raises(
+    e,
+    "threshold < subset_size",
+    lambda: jaxhc.rbhcc(KEY, B, bern(), subset_size=4, threshold=2),
+    V,
+    r"threshold must be an integer >= subset_size",
+)
 ok(e, "missing cells (NaN)", lambda: jaxhc.rbhcc(KEY, with_nan(B), bern()), valid_bhcc(4, 6))
 
 # --- bhcc predictives -------------------------------------------------------------------
 e = "bhcc_predictive_row"
 raises(e, "result None", lambda: jaxhc.bhcc_predictive_row(None, B), T, r"result must be a BHCCResult")
-raises(e, "wrong width", lambda: jaxhc.bhcc_predictive_row(bhcc_result(), B[:, :3]), V, r"X_new must have shape \[m, 4\]")
+raises(
+    e, "wrong width", lambda: jaxhc.bhcc_predictive_row(bhcc_result(), B[:, :3]), V, r"X_new must have shape \[m, 4\]"
+)
 raises(e, "strings", lambda: jaxhc.bhcc_predictive_row(bhcc_result(), strings(B)), T, r"X_new must be a real numeric")
 raises(e, "complex", lambda: jaxhc.bhcc_predictive_row(bhcc_result(), B + 1j), T, r"X_new must be a real numeric")
 raises(e, "inf", lambda: jaxhc.bhcc_predictive_row(bhcc_result(), with_inf(B)), V, r"X_new contains inf")
@@ -452,13 +502,25 @@ ok(e, "missing entries", lambda: jaxhc.bhcc_predictive_row(bhcc_result(), with_n
 ok(e, "no rows", lambda: jaxhc.bhcc_predictive_row(bhcc_result(), np.zeros((0, 4))), finite_vector(0))
 
 e = "bhcc_predictive_column"
-raises(e, "wrong length", lambda: jaxhc.bhcc_predictive_column(bhcc_result(), B.T[:, :5]), V, r"Y must have shape \[m, 6\]")
+raises(
+    e, "wrong length", lambda: jaxhc.bhcc_predictive_column(bhcc_result(), B.T[:, :5]), V, r"Y must have shape \[m, 6\]"
+)
 raises(e, "strings", lambda: jaxhc.bhcc_predictive_column(bhcc_result(), strings(B.T)), T, r"Y must be a real numeric")
 raises(e, "not binary", lambda: jaxhc.bhcc_predictive_column(bhcc_result(), B.T * 2), V, r"Y must be binary")
-raises(e, "column 1.5", lambda: jaxhc.bhcc_predictive_column(bhcc_result(), B.T, column=1.5), T,
-       r"column must be None or an integer")
-raises(e, "column out of range", lambda: jaxhc.bhcc_predictive_column(bhcc_result(), B.T, column=9), V,
-       r"column must be in \[0, 4\)")
+raises(
+    e,
+    "column 1.5",
+    lambda: jaxhc.bhcc_predictive_column(bhcc_result(), B.T, column=1.5),
+    T,
+    r"column must be None or an integer",
+)
+raises(
+    e,
+    "column out of range",
+    lambda: jaxhc.bhcc_predictive_column(bhcc_result(), B.T, column=9),
+    V,
+    r"column must be in \[0, 4\)",
+)
 ok(e, "missing entries", lambda: jaxhc.bhcc_predictive_column(bhcc_result(), with_nan(B.T)), finite_vector(4))
 
 
@@ -470,21 +532,57 @@ def _proper_cell(out):
 
 
 e = "bhcc_predictive_cell"
-raises(e, "rows not integers", lambda: jaxhc.bhcc_predictive_cell(bhcc_result(), [0.5], [1], [1.0]), T,
-       r"rows must hold integer cell indices")
-raises(e, "rows strings", lambda: jaxhc.bhcc_predictive_cell(bhcc_result(), ["a"], [1], [1.0]), T,
-       r"rows must hold integer cell indices")
-raises(e, "out of range", lambda: jaxhc.bhcc_predictive_cell(bhcc_result(), [6], [1], [1.0]), V,
-       r"cell coordinates out of range")
-raises(e, "value NaN", lambda: jaxhc.bhcc_predictive_cell(bhcc_result(), [0], [1], [np.nan]), V, r"values must be finite")
-raises(e, "value not binary", lambda: jaxhc.bhcc_predictive_cell(bhcc_result(), [0], [1], [2.0]), V,
-       r"values must be binary")
-raises(e, "value complex", lambda: jaxhc.bhcc_predictive_cell(bhcc_result(), [0], [1], [1 + 1j]), T,
-       r"values must be a real numeric")
-raises(e, "shape mismatch", lambda: jaxhc.bhcc_predictive_cell(bhcc_result(), [0, 1], [1], [1.0]), V,
-       r"rows, cols must be \[Q\]")
-ok(e, "both values of two cells", lambda: jaxhc.bhcc_predictive_cell(bhcc_result(), [0, 5], [1, 3], [[0.0, 1.0]] * 2),
-   _proper_cell)
+raises(
+    e,
+    "rows not integers",
+    lambda: jaxhc.bhcc_predictive_cell(bhcc_result(), [0.5], [1], [1.0]),
+    T,
+    r"rows must hold integer cell indices",
+)
+raises(
+    e,
+    "rows strings",
+    lambda: jaxhc.bhcc_predictive_cell(bhcc_result(), ["a"], [1], [1.0]),
+    T,
+    r"rows must hold integer cell indices",
+)
+raises(
+    e,
+    "out of range",
+    lambda: jaxhc.bhcc_predictive_cell(bhcc_result(), [6], [1], [1.0]),
+    V,
+    r"cell coordinates out of range",
+)
+raises(
+    e, "value NaN", lambda: jaxhc.bhcc_predictive_cell(bhcc_result(), [0], [1], [np.nan]), V, r"values must be finite"
+)
+raises(
+    e,
+    "value not binary",
+    lambda: jaxhc.bhcc_predictive_cell(bhcc_result(), [0], [1], [2.0]),
+    V,
+    r"values must be binary",
+)
+raises(
+    e,
+    "value complex",
+    lambda: jaxhc.bhcc_predictive_cell(bhcc_result(), [0], [1], [1 + 1j]),
+    T,
+    r"values must be a real numeric",
+)
+raises(
+    e,
+    "shape mismatch",
+    lambda: jaxhc.bhcc_predictive_cell(bhcc_result(), [0, 1], [1], [1.0]),
+    V,
+    r"rows, cols must be \[Q\]",
+)
+ok(
+    e,
+    "both values of two cells",
+    lambda: jaxhc.bhcc_predictive_cell(bhcc_result(), [0, 5], [1, 3], [[0.0, 1.0]] * 2),
+    _proper_cell,
+)
 
 # --- bhmc -------------------------------------------------------------------------------
 e = "bhmc"
@@ -526,10 +624,20 @@ raises(e, "sigma2 0", lambda: jaxhc.pydt_mcmc(KEY, X, sigma2=0.0, **PM), V, r"si
 raises(e, "num_samples 0", lambda: jaxhc.pydt_mcmc(KEY, X, num_samples=0), V, r"num_samples must be an integer >= 1")
 raises(e, "thin 0", lambda: jaxhc.pydt_mcmc(KEY, X, thin=0, **PM), V, r"thin must be an integer >= 1")
 raises(e, "num_moves -3", lambda: jaxhc.pydt_mcmc(KEY, X, num_moves=-3, **PM), V, r"num_moves must be an integer >= 1")
-raises(e, "priors NaN", lambda: jaxhc.pydt_mcmc(KEY, X, priors=PYDTPriors(alpha=(np.nan, 1.0)), **PM), V,
-       r"priors.alpha must be two positive finite numbers")
-raises(e, "probit on real data", lambda: jaxhc.pydt_mcmc(KEY, X, likelihood="probit", **PM), V,
-       r"likelihood='probit' needs binary X")
+raises(
+    e,
+    "priors NaN",
+    lambda: jaxhc.pydt_mcmc(KEY, X, priors=PYDTPriors(alpha=(np.nan, 1.0)), **PM),
+    V,
+    r"priors.alpha must be two positive finite numbers",
+)
+raises(
+    e,
+    "probit on real data",
+    lambda: jaxhc.pydt_mcmc(KEY, X, likelihood="probit", **PM),
+    V,
+    r"likelihood='probit' needs binary X",
+)
 
 # --- pydt_em ----------------------------------------------------------------------------
 e = "pydt_em"
@@ -542,13 +650,29 @@ raises(e, "1e300", lambda: jaxhc.pydt_em(KEY, X * 1e300, **PE), V, r"X: entries 
 raises(e, "key int", lambda: jaxhc.pydt_em(0, X, **PE), V, r"key must be a single JAX PRNG key")
 raises(e, "c NaN", lambda: jaxhc.pydt_em(KEY, X, c=np.nan, **PE), V, r"c must be finite")
 raises(e, "sigma2 0", lambda: jaxhc.pydt_em(KEY, X, sigma2=0.0, **PE), V, r"sigma2 must be > 0")
-raises(e, "num_iters 1.5", lambda: jaxhc.pydt_em(KEY, X, num_iters=1.5, progress_bar=False), V,
-       r"num_iters must be an integer >= 0")
+raises(
+    e,
+    "num_iters 1.5",
+    lambda: jaxhc.pydt_em(KEY, X, num_iters=1.5, progress_bar=False),
+    V,
+    r"num_iters must be an integer >= 0",
+)
 raises(e, "k_best 0", lambda: jaxhc.pydt_em(KEY, X, k_best=0, **PE), V, r"k_best must be an integer >= 1")
-raises(e, "num_em_candidates 0", lambda: jaxhc.pydt_em(KEY, X, num_em_candidates=0, **PE), V,
-       r"num_em_candidates must be an integer >= 1")
+raises(
+    e,
+    "num_em_candidates 0",
+    lambda: jaxhc.pydt_em(KEY, X, num_em_candidates=0, **PE),
+    V,
+    r"num_em_candidates must be an integer >= 1",
+)
 raises(e, "tol_em NaN", lambda: jaxhc.pydt_em(KEY, X, tol_em=np.nan, **PE), V, r"tol_em must be a finite number")
-raises(e, "sigma2_max -1", lambda: jaxhc.pydt_em(KEY, X, sigma2_max=-1.0, **PE), V, r"sigma2_max must be a finite number > 0")
+raises(
+    e,
+    "sigma2_max -1",
+    lambda: jaxhc.pydt_em(KEY, X, sigma2_max=-1.0, **PE),
+    V,
+    r"sigma2_max must be a finite number > 0",
+)
 raises(e, "moves unknown", lambda: jaxhc.pydt_em(KEY, X, moves=("swap",), **PE), V, r"moves must be a non-empty subset")
 
 # --- dpm_gibbs --------------------------------------------------------------------------
@@ -557,8 +681,17 @@ e = "dpm_gibbs"
 
 def dpm(data, component=None, alpha=1.0, num_samples=2, key=KEY, **kw):
     # plain Gibbs sweeps (no split-merge moves): the smallest program to compile
-    return jaxhc.dpm_gibbs(key, data, niw() if component is None else component, alpha, num_samples=num_samples,
-                           num_split_merge=0, num_restricted_scans=0, progress_bar=False, **kw)
+    return jaxhc.dpm_gibbs(
+        key,
+        data,
+        niw() if component is None else component,
+        alpha,
+        num_samples=num_samples,
+        num_split_merge=0,
+        num_restricted_scans=0,
+        progress_bar=False,
+        **kw,
+    )
 
 
 raises(e, "empty", lambda: dpm(np.zeros((0, 2))), V, r"X must be non-empty")
@@ -587,8 +720,9 @@ NK2 = lambda: jaxhc.NormalKnownCov(np.zeros(2), np.eye(2), np.eye(2))  # noqa: E
 
 
 def cdpm(data, component=None, alpha=1.0, num_samples=2, key=KEY, **kw):
-    return jaxhc.cdpm_mcmc(key, data, NK2() if component is None else component, alpha, num_samples=num_samples,
-                           progress_bar=False, **kw)
+    return jaxhc.cdpm_mcmc(
+        key, data, NK2() if component is None else component, alpha, num_samples=num_samples, progress_bar=False, **kw
+    )
 
 
 raises(e, "empty", lambda: cdpm(np.zeros((0, 2))), V, r"X must be non-empty")
@@ -614,15 +748,26 @@ raises(e, "NaN", lambda: trellis.solve(ENERGY, with_nan(jet())), V, r"leaves con
 raises(e, "inf", lambda: trellis.solve(ENERGY, with_inf(jet())), V, r"leaves contains NaN or inf")
 raises(e, "negative energy", lambda: trellis.solve(ENERGY, -jet()), V, r"leaves: every energy E .* must be positive")
 raises(e, "1e300", lambda: trellis.solve(ENERGY, jet() * 1e300), V, r"leaves: four-momenta up to .* too large")
-raises(e, "N beyond the exact limit", lambda: trellis.solve(ENERGY, np.tile(jet()[:1], (25, 1))), V,
-       r"N=25 is above the exact trellis limit")
+raises(
+    e,
+    "N beyond the exact limit",
+    lambda: trellis.solve(ENERGY, np.tile(jet()[:1], (25, 1))),
+    V,
+    r"N=25 is above the exact trellis limit",
+)
 raises(e, "max_leaves", lambda: trellis.solve(ENERGY, jet(), max_leaves=3), V, r"above the exact trellis limit of 3")
 raises(e, "max_bytes", lambda: trellis.solve(ENERGY, jet(), max_bytes=1), V, r"above max_bytes")
 raises(e, "energy None", lambda: trellis.solve(None, jet()), T, r"energy must be a jaxhc.trellis Energy")
-raises(e, "Dasgupta beta NaN", lambda: trellis.solve(trellis.DasguptaEnergy(np.nan), np.eye(4)), V,
-       r"beta must be finite")
-raises(e, "affinities not symmetric", lambda: trellis.solve(trellis.DasguptaEnergy(), np.triu(np.ones((4, 4)))), V,
-       r"leaves must be a symmetric affinity matrix")
+raises(
+    e, "Dasgupta beta NaN", lambda: trellis.solve(trellis.DasguptaEnergy(np.nan), np.eye(4)), V, r"beta must be finite"
+)
+raises(
+    e,
+    "affinities not symmetric",
+    lambda: trellis.solve(trellis.DasguptaEnergy(), np.triu(np.ones((4, 4)))),
+    V,
+    r"leaves must be a symmetric affinity matrix",
+)
 ok(e, "one leaf", lambda: trellis.solve(ENERGY, jet()[:1]), no_nan_solution(1))
 ok(e, "duplicated leaves", lambda: trellis.solve(ENERGY, dup_rows(jet())), no_nan_solution(6))
 # jets scaled below the cut: no hierarchy is possible, log Z = -inf and no NaN marginal
@@ -634,10 +779,20 @@ raises(e, "num_samples 0", lambda: trellis.sample(KEY, ENERGY, jet(), 0), V, r"n
 raises(e, "key int", lambda: trellis.sample(0, ENERGY, jet(), 2), V, r"key must be a single JAX PRNG key")
 raises(e, "strings", lambda: trellis.sample(KEY, ENERGY, strings(jet()), 2), T, LEAVES)
 raises(e, "NaN", lambda: trellis.sample(KEY, ENERGY, with_nan(jet()), 2), V, r"leaves contains NaN or inf")
-raises(e, "N beyond the exact limit", lambda: trellis.sample(KEY, ENERGY, np.tile(jet()[:1], (25, 1)), 2), V,
-       r"N=25 is above the exact trellis limit")
-raises(e, "1e-300 (impossible)", lambda: trellis.sample(KEY, ENERGY, jet() * 1e-300, 3), V,
-       r"leaves: cannot sample, log Z is not finite")
+raises(
+    e,
+    "N beyond the exact limit",
+    lambda: trellis.sample(KEY, ENERGY, np.tile(jet()[:1], (25, 1)), 2),
+    V,
+    r"N=25 is above the exact trellis limit",
+)
+raises(
+    e,
+    "1e-300 (impossible)",
+    lambda: trellis.sample(KEY, ENERGY, jet() * 1e-300, 3),
+    V,
+    r"leaves: cannot sample, log Z is not finite",
+)
 
 
 def _valid_samples(n):
@@ -645,6 +800,7 @@ def _valid_samples(n):
         for t in s.trees():
             valid_tree(n)(t)
         _finite(s.log_phi)
+
     return check
 
 
@@ -653,20 +809,55 @@ ok(e, "duplicated leaves", lambda: trellis.sample(KEY, ENERGY, dup_rows(jet()), 
 
 # --- trellis.solve_batch ------------------------------------------------------------------
 e = "trellis.solve_batch"
-raises(e, "n_leaves float", lambda: trellis.solve_batch(ENERGY, jets()[0], jets()[1].astype(float)), V,
-       r"n_leaves must be an integer array")
-raises(e, "n_leaves 0", lambda: trellis.solve_batch(ENERGY, jets()[0], np.zeros(6, int)), V,
-       r"n_leaves must be in \[1, N_max=7\]")
-raises(e, "empty batch", lambda: trellis.solve_batch(ENERGY, jets()[0][:0], jets()[1][:0]), V,
-       r"leaves_padded must be \[B, N_max, ...\] with B >= 1")
-raises(e, "strings", lambda: trellis.solve_batch(ENERGY, strings(jets()[0]), jets()[1]), T,
-       r"leaves_padded must be a real numeric array")
-raises(e, "complex", lambda: trellis.solve_batch(ENERGY, jets()[0] + 1j, jets()[1]), T,
-       r"leaves_padded must be a real numeric array")
-raises(e, "NaN in a jet", lambda: trellis.solve_batch(ENERGY, jets()[0] * np.nan, jets()[1]), V,
-       r"leaves_padded\[0\] contains NaN")
-raises(e, "N_max beyond the exact limit", lambda: trellis.solve_batch(ENERGY, np.zeros((1, 25, 4)), np.array([3])), V,
-       r"N=25 is above the exact trellis limit")
+raises(
+    e,
+    "n_leaves float",
+    lambda: trellis.solve_batch(ENERGY, jets()[0], jets()[1].astype(float)),
+    V,
+    r"n_leaves must be an integer array",
+)
+raises(
+    e,
+    "n_leaves 0",
+    lambda: trellis.solve_batch(ENERGY, jets()[0], np.zeros(6, int)),
+    V,
+    r"n_leaves must be in \[1, N_max=7\]",
+)
+raises(
+    e,
+    "empty batch",
+    lambda: trellis.solve_batch(ENERGY, jets()[0][:0], jets()[1][:0]),
+    V,
+    r"leaves_padded must be \[B, N_max, ...\] with B >= 1",
+)
+raises(
+    e,
+    "strings",
+    lambda: trellis.solve_batch(ENERGY, strings(jets()[0]), jets()[1]),
+    T,
+    r"leaves_padded must be a real numeric array",
+)
+raises(
+    e,
+    "complex",
+    lambda: trellis.solve_batch(ENERGY, jets()[0] + 1j, jets()[1]),
+    T,
+    r"leaves_padded must be a real numeric array",
+)
+raises(
+    e,
+    "NaN in a jet",
+    lambda: trellis.solve_batch(ENERGY, jets()[0] * np.nan, jets()[1]),
+    V,
+    r"leaves_padded\[0\] contains NaN",
+)
+raises(
+    e,
+    "N_max beyond the exact limit",
+    lambda: trellis.solve_batch(ENERGY, np.zeros((1, 25, 4)), np.array([3])),
+    V,
+    r"N=25 is above the exact trellis limit",
+)
 raises(e, "layout", lambda: trellis.solve_batch(ENERGY, *jets(), layout="x"), V, r"layout must be 'grouped' or 'flat'")
 
 
@@ -688,10 +879,23 @@ ok(e, "NaN padding", _nan_padded, _nan_padding_ignored)
 
 # --- trellis.sparse_solve -----------------------------------------------------------------
 e = "trellis.sparse_solve"
-raises(e, "no seed trees", lambda: trellis.sparse_solve(ENERGY, jet(), []), V, r"seed_trees must hold at least one tree")
-raises(e, "seed of the wrong size", lambda: trellis.sparse_solve(ENERGY, jet()[:1], [greedy_tree()]), V,
-       r"seed_trees\[0\] has 6 leaves, the problem has N=1")
-raises(e, "seed not a tree", lambda: trellis.sparse_solve(ENERGY, jet(), [None]), V, r"seed_trees\[0\] must be a jaxhc.Tree")
+raises(
+    e, "no seed trees", lambda: trellis.sparse_solve(ENERGY, jet(), []), V, r"seed_trees must hold at least one tree"
+)
+raises(
+    e,
+    "seed of the wrong size",
+    lambda: trellis.sparse_solve(ENERGY, jet()[:1], [greedy_tree()]),
+    V,
+    r"seed_trees\[0\] has 6 leaves, the problem has N=1",
+)
+raises(
+    e,
+    "seed not a tree",
+    lambda: trellis.sparse_solve(ENERGY, jet(), [None]),
+    V,
+    r"seed_trees\[0\] must be a jaxhc.Tree",
+)
 raises(e, "NaN", lambda: trellis.sparse_solve(ENERGY, with_nan(jet()), [greedy_tree()]), V, r"leaves contains NaN")
 raises(e, "strings", lambda: trellis.sparse_solve(ENERGY, strings(jet()), [greedy_tree()]), T, LEAVES)
 
@@ -702,8 +906,12 @@ def _sparse_one_tree(sol):
 
 
 ok(e, "one seed tree", lambda: trellis.sparse_solve(ENERGY, jet(), [greedy_tree()]), _sparse_one_tree)
-ok(e, "1e-300 (impossible)", lambda: trellis.sparse_solve(ENERGY, jet() * 1e-300, [greedy_tree()]),
-   no_nan_solution(6, possible=False))
+ok(
+    e,
+    "1e-300 (impossible)",
+    lambda: trellis.sparse_solve(ENERGY, jet() * 1e-300, [greedy_tree()]),
+    no_nan_solution(6, possible=False),
+)
 
 # --- trellis.greedy / trellis.beam --------------------------------------------------------
 e = "trellis.greedy"
@@ -727,20 +935,42 @@ ok(e, "duplicated leaves", lambda: trellis.beam(ENERGY, dup_rows(jet()), 2), val
 e = "ginkgo.simulate"
 P = ginkgo.GinkgoParams()
 SIM = dict(chunk_size=64, max_nodes=3)
-raises(e, "lam NaN", lambda: ginkgo.simulate(KEY, P._replace(lam=np.nan), 2), V, r"lam must be a positive finite scalar")
+raises(
+    e, "lam NaN", lambda: ginkgo.simulate(KEY, P._replace(lam=np.nan), 2), V, r"lam must be a positive finite scalar"
+)
 raises(e, "lam 0", lambda: ginkgo.simulate(KEY, P._replace(lam=0.0), 2), V, r"lam must be a positive finite scalar")
 raises(e, "t_cut -1", lambda: ginkgo.simulate(KEY, P._replace(t_cut=-1.0), 2), V, r"t_cut must be a positive finite")
-raises(e, "root_p3 of length 2", lambda: ginkgo.simulate(KEY, P._replace(root_p3=(1.0, 2.0)), 2), V,
-       r"root_p3 must be a finite three-momentum")
+raises(
+    e,
+    "root_p3 of length 2",
+    lambda: ginkgo.simulate(KEY, P._replace(root_p3=(1.0, 2.0)), 2),
+    V,
+    r"root_p3 must be a finite three-momentum",
+)
 raises(e, "num_jets 0", lambda: ginkgo.simulate(KEY, P, 0), V, r"num_jets must be a positive integer")
-raises(e, "min_leaves > max_leaves", lambda: ginkgo.simulate(KEY, P, 2, min_leaves=5, max_leaves=4), V,
-       r"max_leaves must be an integer >= min_leaves=5")
+raises(
+    e,
+    "min_leaves > max_leaves",
+    lambda: ginkgo.simulate(KEY, P, 2, min_leaves=5, max_leaves=4),
+    V,
+    r"max_leaves must be an integer >= min_leaves=5",
+)
 raises(e, "key int", lambda: ginkgo.simulate(0, P, 2), V, r"key must be a single JAX PRNG key")
 raises(e, "chunk_size 0", lambda: ginkgo.simulate(KEY, P, 2, chunk_size=0), V, r"chunk_size must be a positive integer")
-raises(e, "max_nodes below max_leaves", lambda: ginkgo.simulate(KEY, P, 2, max_leaves=4, max_nodes=3), V,
-       r"max_nodes=3 cannot hold jets of max_leaves=4")
-raises(e, "showers beyond max_nodes", lambda: ginkgo.simulate(KEY, P, 2, **SIM), V,
-       r"a shower needed more than max_nodes=3 slots")
+raises(
+    e,
+    "max_nodes below max_leaves",
+    lambda: ginkgo.simulate(KEY, P, 2, max_leaves=4, max_nodes=3),
+    V,
+    r"max_nodes=3 cannot hold jets of max_leaves=4",
+)
+raises(
+    e,
+    "showers beyond max_nodes",
+    lambda: ginkgo.simulate(KEY, P, 2, **SIM),
+    V,
+    r"a shower needed more than max_nodes=3 slots",
+)
 
 
 def _valid_jets(jb):
@@ -756,40 +986,98 @@ ok(e, "capacity exactly enough", lambda: ginkgo.simulate(KEY, P, 2, max_leaves=2
 # --- ginkgo.tree_log_likelihood -----------------------------------------------------------
 e = "ginkgo.tree_log_likelihood"
 raises(e, "tree None", lambda: ginkgo.tree_log_likelihood(None, jet(), P), T, r"tree must be a jaxhc.Tree")
-raises(e, "tree of the wrong size", lambda: ginkgo.tree_log_likelihood(Tree.from_nested((0, (1, 2))), jet(), P), V,
-       r"tree has 3 leaves but leaves has 6 rows")
-raises(e, "lam NaN", lambda: ginkgo.tree_log_likelihood(greedy_tree(), jet(), P._replace(lam=np.nan)), V,
-       r"lam must be a positive finite scalar")
-raises(e, "likelihood", lambda: ginkgo.tree_log_likelihood(greedy_tree(), jet(), P, likelihood="x"), V,
-       r"likelihood must be 'paper' or 'exact'")
+raises(
+    e,
+    "tree of the wrong size",
+    lambda: ginkgo.tree_log_likelihood(Tree.from_nested((0, (1, 2))), jet(), P),
+    V,
+    r"tree has 3 leaves but leaves has 6 rows",
+)
+raises(
+    e,
+    "lam NaN",
+    lambda: ginkgo.tree_log_likelihood(greedy_tree(), jet(), P._replace(lam=np.nan)),
+    V,
+    r"lam must be a positive finite scalar",
+)
+raises(
+    e,
+    "likelihood",
+    lambda: ginkgo.tree_log_likelihood(greedy_tree(), jet(), P, likelihood="x"),
+    V,
+    r"likelihood must be 'paper' or 'exact'",
+)
 raises(e, "strings", lambda: ginkgo.tree_log_likelihood(greedy_tree(), strings(jet()), P), T, LEAVES)
 raises(e, "NaN", lambda: ginkgo.tree_log_likelihood(greedy_tree(), with_nan(jet()), P), V, r"leaves contains NaN")
-raises(e, "1e300", lambda: ginkgo.tree_log_likelihood(greedy_tree(), jet() * 1e300, P), V,
-       r"leaves: four-momenta up to .* too large")
-ok(e, "one leaf", lambda: ginkgo.tree_log_likelihood(Tree(np.zeros((0, 2), np.int64)), jet()[:1], P),
-   lambda v: float(v) == 0.0)
+raises(
+    e,
+    "1e300",
+    lambda: ginkgo.tree_log_likelihood(greedy_tree(), jet() * 1e300, P),
+    V,
+    r"leaves: four-momenta up to .* too large",
+)
+ok(
+    e,
+    "one leaf",
+    lambda: ginkgo.tree_log_likelihood(Tree(np.zeros((0, 2), np.int64)), jet()[:1], P),
+    lambda v: float(v) == 0.0,
+)
 ok(e, "the greedy tree", lambda: ginkgo.tree_log_likelihood(greedy_tree(), jet(), P), lambda v: _finite(v))
-ok(e, "1e-300 (impossible)", lambda: ginkgo.tree_log_likelihood(greedy_tree(), jet() * 1e-300, P),
-   lambda v: float(v) == -np.inf)
+ok(
+    e,
+    "1e-300 (impossible)",
+    lambda: ginkgo.tree_log_likelihood(greedy_tree(), jet() * 1e-300, P),
+    lambda v: float(v) == -np.inf,
+)
 
 # --- fit_lambda / sample_lambda -------------------------------------------------------------
 e = "fit_lambda"
 FIT = dict(steps=2, progress_bar=False)
 raises(e, "t_cut 0", lambda: jaxhc.fit_lambda(*jets(), 0.0, **FIT), V, r"t_cut must be a positive finite scalar")
 raises(e, "t_cut NaN", lambda: jaxhc.fit_lambda(*jets(), np.nan, **FIT), V, r"t_cut must be a positive finite scalar")
-raises(e, "t_cut above every jet's mass", lambda: jaxhc.fit_lambda(*jets(), 1e6, **FIT), V,
-       r"t_cut=1e\+06 is not below the mass squared")
-raises(e, "lam_init -1", lambda: jaxhc.fit_lambda(*jets(), 16.0, lam_init=-1.0, **FIT), V,
-       r"lam_init must be a positive finite scalar")
+raises(
+    e,
+    "t_cut above every jet's mass",
+    lambda: jaxhc.fit_lambda(*jets(), 1e6, **FIT),
+    V,
+    r"t_cut=1e\+06 is not below the mass squared",
+)
+raises(
+    e,
+    "lam_init -1",
+    lambda: jaxhc.fit_lambda(*jets(), 16.0, lam_init=-1.0, **FIT),
+    V,
+    r"lam_init must be a positive finite scalar",
+)
 raises(e, "steps 0", lambda: jaxhc.fit_lambda(*jets(), 16.0, steps=0, progress_bar=False), V, r"steps must be >= 1")
-raises(e, "NaN leaves", lambda: jaxhc.fit_lambda(jets()[0] * np.nan, jets()[1], 16.0, **FIT), V,
-       r"leaves_padded\[0\] contains NaN")
-raises(e, "complex", lambda: jaxhc.fit_lambda(jets()[0] + 1j, jets()[1], 16.0, **FIT), T,
-       r"leaves_padded must be a real numeric array")
-raises(e, "single-leaf jets", lambda: jaxhc.fit_lambda(jets()[0][:, :1], np.ones(6, int), 16.0, **FIT), V,
-       r"n_leaves: every jet has a single leaf")
-raises(e, "N_max beyond the exact limit", lambda: jaxhc.fit_lambda(np.zeros((1, 25, 4)), np.array([3]), 16.0, **FIT), V,
-       r"N=25 is above the exact trellis limit")
+raises(
+    e,
+    "NaN leaves",
+    lambda: jaxhc.fit_lambda(jets()[0] * np.nan, jets()[1], 16.0, **FIT),
+    V,
+    r"leaves_padded\[0\] contains NaN",
+)
+raises(
+    e,
+    "complex",
+    lambda: jaxhc.fit_lambda(jets()[0] + 1j, jets()[1], 16.0, **FIT),
+    T,
+    r"leaves_padded must be a real numeric array",
+)
+raises(
+    e,
+    "single-leaf jets",
+    lambda: jaxhc.fit_lambda(jets()[0][:, :1], np.ones(6, int), 16.0, **FIT),
+    V,
+    r"n_leaves: every jet has a single leaf",
+)
+raises(
+    e,
+    "N_max beyond the exact limit",
+    lambda: jaxhc.fit_lambda(np.zeros((1, 25, 4)), np.array([3]), 16.0, **FIT),
+    V,
+    r"N=25 is above the exact trellis limit",
+)
 raises(e, "n_leaves None", lambda: jaxhc.fit_lambda(jets()[0], None, 16.0, **FIT), V, r"n_leaves is required")
 
 
@@ -803,33 +1091,88 @@ ok(e, "two steps", lambda: jaxhc.fit_lambda(*jets(), 16.0, **FIT), _valid_fit)
 e = "sample_lambda"
 SL = dict(num_warmup=2, num_samples=2, progress_bar=False)
 raises(e, "key int", lambda: jaxhc.sample_lambda(0, *jets(), 16.0, **SL), T, r"key must be a JAX PRNG key")
-raises(e, "num_samples 0", lambda: jaxhc.sample_lambda(KEY, *jets(), 16.0, **{**SL, "num_samples": 0}), V,
-       r"num_samples must be >= 1")
-raises(e, "lam_prior not a distribution", lambda: jaxhc.sample_lambda(KEY, *jets(), 16.0, lam_prior="x", **SL), T,
-       r"lam_prior must be a numpyro Distribution")
-raises(e, "NaN leaves", lambda: jaxhc.sample_lambda(KEY, jets()[0] * np.nan, jets()[1], 16.0, **SL), V,
-       r"leaves_padded\[0\] contains NaN")
-raises(e, "t_cut -1", lambda: jaxhc.sample_lambda(KEY, *jets(), -1.0, **SL), V, r"t_cut must be a positive finite scalar")
+raises(
+    e,
+    "num_samples 0",
+    lambda: jaxhc.sample_lambda(KEY, *jets(), 16.0, **{**SL, "num_samples": 0}),
+    V,
+    r"num_samples must be >= 1",
+)
+raises(
+    e,
+    "lam_prior not a distribution",
+    lambda: jaxhc.sample_lambda(KEY, *jets(), 16.0, lam_prior="x", **SL),
+    T,
+    r"lam_prior must be a numpyro Distribution",
+)
+raises(
+    e,
+    "NaN leaves",
+    lambda: jaxhc.sample_lambda(KEY, jets()[0] * np.nan, jets()[1], 16.0, **SL),
+    V,
+    r"leaves_padded\[0\] contains NaN",
+)
+raises(
+    e, "t_cut -1", lambda: jaxhc.sample_lambda(KEY, *jets(), -1.0, **SL), V, r"t_cut must be a positive finite scalar"
+)
 # every jet impossible: NumPyro's "Cannot find valid initial parameters" before; now named
-raises(e, "t_cut above every jet's mass", lambda: jaxhc.sample_lambda(KEY, *jets(), 1e6, **SL), V,
-       r"t_cut=1e\+06 is not below the mass squared")
+raises(
+    e,
+    "t_cut above every jet's mass",
+    lambda: jaxhc.sample_lambda(KEY, *jets(), 1e6, **SL),
+    V,
+    r"t_cut=1e\+06 is not below the mass squared",
+)
 
 # --- Tree conversions -----------------------------------------------------------------------
 e = "Tree"
 T4 = Tree.from_nested(((0, 1), (2, 3)))
-raises(e, "children not integers", lambda: Tree(np.array([[0.5, 1.0], [2.0, 3.0], [4.0, 5.0]])).validate(), T,
-       r"children must hold integer node ids")
-raises(e, "children strings", lambda: Tree(np.array([["a", "b"]])).validate(), T, r"children must hold integer node ids")
+raises(
+    e,
+    "children not integers",
+    lambda: Tree(np.array([[0.5, 1.0], [2.0, 3.0], [4.0, 5.0]])).validate(),
+    T,
+    r"children must hold integer node ids",
+)
+raises(
+    e, "children strings", lambda: Tree(np.array([["a", "b"]])).validate(), T, r"children must hold integer node ids"
+)
 raises(e, "children rank 1", lambda: Tree(np.array([0, 1])).validate(), V, r"children must have shape \[n-1, 2\]")
-raises(e, "child twice", lambda: Tree(np.array([[0, 0]])).validate(), V, r"every node except the root must appear exactly once")
-raises(e, "heights NaN", lambda: Tree(T4.children, heights=np.array([1.0, np.nan, 2.0])).validate(), V,
-       r"heights must not be NaN")
-raises(e, "from_linkage fractional ids", lambda: Tree.from_linkage(np.array([[0.5, 1, 1, 2]])), V,
-       r"Z\[:, :2\] .* must hold integer ids")
-raises(e, "from_linkage NaN height", lambda: Tree.from_linkage(np.array([[0, 1, np.nan, 2]])), V,
-       r"Z: the merge heights .* must not be NaN")
-raises(e, "from_linkage complex", lambda: Tree.from_linkage(np.array([[0, 1, 1, 2]], complex)), T,
-       r"Z must be a real numeric linkage matrix")
+raises(
+    e,
+    "child twice",
+    lambda: Tree(np.array([[0, 0]])).validate(),
+    V,
+    r"every node except the root must appear exactly once",
+)
+raises(
+    e,
+    "heights NaN",
+    lambda: Tree(T4.children, heights=np.array([1.0, np.nan, 2.0])).validate(),
+    V,
+    r"heights must not be NaN",
+)
+raises(
+    e,
+    "from_linkage fractional ids",
+    lambda: Tree.from_linkage(np.array([[0.5, 1, 1, 2]])),
+    V,
+    r"Z\[:, :2\] .* must hold integer ids",
+)
+raises(
+    e,
+    "from_linkage NaN height",
+    lambda: Tree.from_linkage(np.array([[0, 1, np.nan, 2]])),
+    V,
+    r"Z: the merge heights .* must not be NaN",
+)
+raises(
+    e,
+    "from_linkage complex",
+    lambda: Tree.from_linkage(np.array([[0, 1, 1, 2]], complex)),
+    T,
+    r"Z must be a real numeric linkage matrix",
+)
 raises(e, "from_linkage rank 1", lambda: Tree.from_linkage(np.zeros(4)), V, r"Z must be a linkage matrix \[n-1, 4\]")
 raises(e, "from_nested strings", lambda: Tree.from_nested(("a", "b")), T, r"from_nested: leaves must be integer ids")
 raises(e, "from_nested fractional", lambda: Tree.from_nested((0.5, 1)), T, r"from_nested: leaves must be integer ids")
@@ -841,8 +1184,13 @@ raises(e, "relabel fractional", lambda: T4.relabel_leaves([0.5, 1, 2, 3]), V, r"
 raises(e, "relabel not a permutation", lambda: T4.relabel_leaves([0, 0, 1, 2]), V, r"perm must be a permutation")
 raises(e, "cut NaN threshold", lambda: T4.cut(np.nan), V, r"threshold must be a number \(not NaN\)")
 raises(e, "newick labels", lambda: T4.to_newick(["a"]), V, r"labels must have length n_leaves=4")
-raises(e, "ParentTree strings", lambda: jaxhc.ParentTree(np.array(["a"]), 1).validate(), T,
-       r"parent must hold integer node ids")
+raises(
+    e,
+    "ParentTree strings",
+    lambda: jaxhc.ParentTree(np.array(["a"]), 1).validate(),
+    T,
+    r"parent must hold integer node ids",
+)
 
 
 def _linkage_roundtrip():
@@ -860,30 +1208,70 @@ def _check_linkage_roundtrip(out):
 
 
 ok(e, "scipy linkage round trip", _linkage_roundtrip, _check_linkage_roundtrip)
-ok(e, "one leaf", lambda: Tree.from_json(Tree.from_nested(0).to_json()),
-   lambda t: t.n_leaves == 1 and t.to_newick() == "0;" and t.cut(0.5).tolist() == [0])
-ok(e, "integral float linkage ids", lambda: Tree.from_linkage(np.array([[0.0, 1.0, 1.0, 2.0]])),
-   lambda t: t.children.tolist() == [[0, 1]])
+ok(
+    e,
+    "one leaf",
+    lambda: Tree.from_json(Tree.from_nested(0).to_json()),
+    lambda t: t.n_leaves == 1 and t.to_newick() == "0;" and t.cut(0.5).tolist() == [0],
+)
+ok(
+    e,
+    "integral float linkage ids",
+    lambda: Tree.from_linkage(np.array([[0.0, 1.0, 1.0, 2.0]])),
+    lambda t: t.children.tolist() == [[0, 1]],
+)
 
 # --- the command line ------------------------------------------------------------------------
 e = "cli"
 raises(e, "empty file", lambda: cli_bhc(_text("empty.csv", "")), V, r"file is empty")
 raises(e, "one row", lambda: cli_bhc(_csv("one.csv", X[:1])), V, r"need at least 2 data rows")
 raises(e, "NaN", lambda: cli_bhc(_csv("nan.csv", with_nan(X))), V, r"data do not fit --component niw: X contains NaN")
-raises(e, "strings", lambda: cli_bhc(_text("words.csv", "a,b\nc,d\ne,f\n")), V, r"column 'x0' \(column 0\) is not numeric")
+raises(
+    e, "strings", lambda: cli_bhc(_text("words.csv", "a,b\nc,d\ne,f\n")), V, r"column 'x0' \(column 0\) is not numeric"
+)
 raises(e, "ragged", lambda: cli_bhc(_text("ragged.csv", "1,2\n3\n4,5\n")), V, r"ragged rows: line 2")
 raises(e, "1e300", lambda: cli_bhc(_csv("huge.csv", X * 1e300)), V, r"huge.csv: values up to .* too large")
 raises(e, "complex .npy", lambda: cli_bhc(_npy("complex.npy", X + 1j)), V, r"complex.npy: array has complex dtype")
-raises(e, "object .npy", lambda: cli_bhc(_npy("objects.npy", objects(X))), V, r"objects.npy: cannot read as a .npy array")
-raises(e, "alpha -1", lambda: _cli(["bhc", _csv("ok.csv", X), "--alpha", "-1"] + _BHC_FLAGS + [cli_dir()]), V,
-       r"argument --alpha: must be a positive number")
-raises(e, "jets beyond the exact limit", lambda: _cli(["jets", "--max-leaves", "25", "--no-cache", "--out", cli_dir()]), V,
-       r"--max-leaves 25 is above the exact trellis limit")
-raises(e, "jets lam inf", lambda: _cli(["jets", "--lam", "inf", "--no-cache", "--out", cli_dir()]), V,
-       r"argument --lam: must be a positive number")
-raises(e, "jets file with NaN", lambda: _cli(["jets", "--input", _text("jets.json", '[{"leaves": [[NaN, 1, 1, 1], '
-                                                                                  '[2, 1, 1, 1]]}]'),
-                                               "--no-cache", "--out", cli_dir()]), V, r"'leaves' has NaN or infinite")
+raises(
+    e, "object .npy", lambda: cli_bhc(_npy("objects.npy", objects(X))), V, r"objects.npy: cannot read as a .npy array"
+)
+raises(
+    e,
+    "alpha -1",
+    lambda: _cli(["bhc", _csv("ok.csv", X), "--alpha", "-1"] + _BHC_FLAGS + [cli_dir()]),
+    V,
+    r"argument --alpha: must be a positive number",
+)
+raises(
+    e,
+    "jets beyond the exact limit",
+    lambda: _cli(["jets", "--max-leaves", "25", "--no-cache", "--out", cli_dir()]),
+    V,
+    r"--max-leaves 25 is above the exact trellis limit",
+)
+raises(
+    e,
+    "jets lam inf",
+    lambda: _cli(["jets", "--lam", "inf", "--no-cache", "--out", cli_dir()]),
+    V,
+    r"argument --lam: must be a positive number",
+)
+raises(
+    e,
+    "jets file with NaN",
+    lambda: _cli(
+        [
+            "jets",
+            "--input",
+            _text("jets.json", '[{"leaves": [[NaN, 1, 1, 1], [2, 1, 1, 1]]}]'),
+            "--no-cache",
+            "--out",
+            cli_dir(),
+        ]
+    ),
+    V,
+    r"'leaves' has NaN or infinite",
+)
 ok(e, "constant column", lambda: cli_bhc(_csv("constant.csv", const_col(X))), cli_summary("constant", 6))
 
 

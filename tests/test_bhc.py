@@ -1,4 +1,5 @@
 """BHC against a plain NumPy reference, brute-force enumeration and closed forms."""
+
 import jax
 
 jax.config.update("jax_enable_x64", True)
@@ -11,8 +12,9 @@ from scipy.integrate import quad
 from scipy.special import logsumexp
 
 import jaxhc
-import reference as R
 from jaxhc.inference.bhc.greedy import bhc_from_stats, node_stats_of_tree, tree_node_terms
+
+import reference as R
 
 
 def _niw_ref(c):
@@ -63,7 +65,10 @@ def test_bhc_equals_reference_other_components(seed):
     ref = R.bhc_reference(
         X,
         R.make_log_marginal(
-            "normal_known_cov", m0=np.asarray(ck.mean), prior_cov=np.asarray(ck.prior_cov), noise_cov=np.asarray(ck.noise_cov)
+            "normal_known_cov",
+            m0=np.asarray(ck.mean),
+            prior_cov=np.asarray(ck.prior_cov),
+            noise_cov=np.asarray(ck.noise_cov),
         ),
         0.7,
     )
@@ -357,10 +362,31 @@ def test_single_point():
 
 def test_public_api_names():
     assert set(jaxhc.__all__) >= {
-        "Tree", "ParentTree", "bhc", "bhc_predictive", "learn_hyperparameters", "rbhc", "BHCResult",
-        "NormalInverseWishart", "NormalKnownCov", "BetaBernoulli", "BetaBinomial", "DirichletMultinomial",
-        "bhcc", "rbhcc", "BHCCResult", "bhcc_predictive_row", "bhcc_predictive_column", "bhcc_predictive_cell",
-        "dpm_gibbs", "cdpm_mcmc", "bhmc", "BHMCResult", "pydt_mcmc", "pydt_em", "PYDTEMResult",
+        "Tree",
+        "ParentTree",
+        "bhc",
+        "bhc_predictive",
+        "learn_hyperparameters",
+        "rbhc",
+        "BHCResult",
+        "NormalInverseWishart",
+        "NormalKnownCov",
+        "BetaBernoulli",
+        "BetaBinomial",
+        "DirichletMultinomial",
+        "bhcc",
+        "rbhcc",
+        "BHCCResult",
+        "bhcc_predictive_row",
+        "bhcc_predictive_column",
+        "bhcc_predictive_cell",
+        "dpm_gibbs",
+        "cdpm_mcmc",
+        "bhmc",
+        "BHMCResult",
+        "pydt_mcmc",
+        "pydt_em",
+        "PYDTEMResult",
         "pydt_predictive_logpdf",
     }
     for name in jaxhc.__all__:
@@ -400,9 +426,11 @@ def _family_on(family, name):
     return X[:, keep], jaxhc.DirichletMultinomial.from_data(X[:, keep])
 
 
-@pytest.mark.parametrize("family, name", [
-    (f, n) for f in ("NormalInverseWishart", "NormalKnownCov") for n in ("iris", "wine", "breast_cancer")
-] + [(f, "digits") for f in ("BetaBernoulli", "BetaBinomial", "DirichletMultinomial")])
+@pytest.mark.parametrize(
+    "family, name",
+    [(f, n) for f in ("NormalInverseWishart", "NormalKnownCov") for n in ("iris", "wine", "breast_cancer")]
+    + [(f, "digits") for f in ("BetaBernoulli", "BetaBinomial", "DirichletMultinomial")],
+)
 def test_learn_hyperparameters_on_bundled_data(family, name):
     """learn_hyperparameters finishes on every family x bundled data set, returns finite
     values, and the rebuilt tree's evidence never ends below its start."""
@@ -466,7 +494,9 @@ def test_merge_loop_terminates_on_nan_scores():
     X = np.random.default_rng(2).normal(size=(8, 2))
     comp = NormalInverseWishart.from_data(X)
     S0 = jnp.full((8, 8), jnp.nan)
-    out = bhc_core(comp, jnp.log(jnp.asarray(1.0, jnp.float64)), comp.leaf_stats(jnp.asarray(X)), jnp.asarray(8, jnp.int32), S0=S0)
+    out = bhc_core(
+        comp, jnp.log(jnp.asarray(1.0, jnp.float64)), comp.leaf_stats(jnp.asarray(X)), jnp.asarray(8, jnp.int32), S0=S0
+    )
     assert out[0].shape == (7, 2)
 
 
@@ -482,7 +512,10 @@ def test_chunked_search_equals_the_one_call_search():
     leaf = comp.leaf_stats(jnp.asarray(X))
     one = bhc_from_stats(comp, 0.7, leaf, chunked=False)
     pad = jax.tree_util.tree_map(lambda x: jnp.concatenate([x, x[:3]]), leaf)
-    for res in (bhc_from_stats(comp, 0.7, leaf, chunked=True), bhc_from_stats(comp, 0.7, pad, n_valid=18, chunked=True)):
+    for res in (
+        bhc_from_stats(comp, 0.7, leaf, chunked=True),
+        bhc_from_stats(comp, 0.7, pad, n_valid=18, chunked=True),
+    ):
         np.testing.assert_array_equal(res.tree.children, one.tree.children)
         np.testing.assert_array_equal(np.asarray(res.log_r), np.asarray(one.log_r))
         assert float(res.log_evidence) == float(one.log_evidence)
@@ -493,7 +526,7 @@ def test_cell_predictive_and_alpha_refuse_bad_values():
     (it would be read as a missing cell) and fractional coordinates raise; alpha as a string
     raises; NIW.from_data names an overflowing variance."""
     from jaxhc.components import BetaBernoulli, NormalInverseWishart
-    from jaxhc.inference.bhc.greedy import bhc_predictive_cell
+    from jaxhc.inference.bhc.predictive import bhc_predictive_cell
 
     X = np.array([[0, 1, np.nan], [1, 1, 0], [0, 0, 1], [1, np.nan, 0]], float)
     res = jaxhc.bhc(X, BetaBernoulli(1.0, 1.0))

@@ -1,4 +1,5 @@
 """BHCC / RBHCC (Li & Shafto): Algorithm 1-2, Theorem 5.5, Corollary 5.6, section 6."""
+
 import itertools
 
 import jax
@@ -224,7 +225,7 @@ def test_cell_predictive_is_proper_and_matches_path_formula():
         for m in path:
             above = sum(float(rows.log_1mr[p]) for p in path if p > m)
             st = jax.tree_util.tree_map(lambda x: np.asarray(x)[m], rows.node_stats)
-            s1 = type(st)(st.n[pos:pos + 1], st.succ[pos:pos + 1], st.fail[pos:pos + 1], 0.0)
+            s1 = type(st)(st.n[pos : pos + 1], st.succ[pos : pos + 1], st.fail[pos : pos + 1], 0.0)
             lpred = float(one.log_predictive(np.array([[5.0]]), s1)[0])
             inner = np.logaddexp(inner, rl[m] + above + lpred)
         total = np.logaddexp(total, lw[k] + inner)
@@ -291,7 +292,8 @@ def test_refine_false_is_algorithm_1(refined_pair):
     _, off, _ = refined_pair
     np.testing.assert_array_equal(
         np.asarray(off.tree.children),
-        [[4, 5], [3, 12], [9, 11], [7, 14], [10, 15], [8, 13], [0, 2], [6, 18], [1, 16], [17, 20], [19, 21]])
+        [[4, 5], [3, 12], [9, 11], [7, 14], [10, 15], [8, 13], [0, 2], [6, 18], [1, 16], [17, 20], [19, 21]],
+    )
     np.testing.assert_allclose(off.log_evidence, -190.6492146621448, rtol=1e-10)
     assert off.refine_gain == 0.0
 
@@ -348,7 +350,7 @@ def _partitions(items):
     for p in _partitions(rest):
         yield [(first,)] + p
         for i in range(len(p)):
-            yield p[:i] + [tuple(sorted((first,) + p[i]))] + p[i + 1:]
+            yield p[:i] + [tuple(sorted((first,) + p[i]))] + p[i + 1 :]
 
 
 def test_local_search_reaches_local_optima_brute_force():
@@ -356,7 +358,7 @@ def test_local_search_reaches_local_optima_brute_force():
     one column and no merge of two views raises the criterion, never below its start nor
     above the best partition found by enumeration."""
     from jaxhc.inference.bhcc.columns import column_model
-    from jaxhc.inference.bhcc.refine import greedy_split, _local_search, _Partition, SetEvidence
+    from jaxhc.inference.bhcc.refine import SetEvidence, _local_search, _Partition, greedy_split
 
     X, u, _ = _views_table(2, view_sizes=(2, 3, 3))
     J = X.shape[1]

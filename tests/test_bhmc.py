@@ -1,4 +1,6 @@
-import jax; jax.config.update("jax_enable_x64", True)  # noqa: E702
+import jax
+
+jax.config.update("jax_enable_x64", True)
 
 """BHMC (nested CRP + multilevel HDP mixture, Huang et al.): conjugate updates against their
 closed forms, the section-4 identity by Monte Carlo, the prior sampler against the CRP, the
@@ -29,10 +31,20 @@ def _state(path, c, parent, level, logb, theta, alpha=1.0, gamma0=1.0, gamma=1.0
     count = np.zeros(Mslots, np.int32)
     np.add.at(count, path.reshape(-1), 1)
     f = jnp.float64
-    return B.BHMCState(jnp.asarray(path), jnp.asarray(c, jnp.int32), jnp.asarray(parent, jnp.int32),
-                       jnp.asarray(level, jnp.int32), jnp.asarray(count), jnp.asarray(logb, f),
-                       jnp.asarray(theta, f), jnp.asarray(alpha, f), jnp.asarray(gamma0, f), jnp.asarray(gamma, f),
-                       jnp.asarray(sigma2, f), jnp.int32(0))
+    return B.BHMCState(
+        jnp.asarray(path),
+        jnp.asarray(c, jnp.int32),
+        jnp.asarray(parent, jnp.int32),
+        jnp.asarray(level, jnp.int32),
+        jnp.asarray(count),
+        jnp.asarray(logb, f),
+        jnp.asarray(theta, f),
+        jnp.asarray(alpha, f),
+        jnp.asarray(gamma0, f),
+        jnp.asarray(gamma, f),
+        jnp.asarray(sigma2, f),
+        jnp.int32(0),
+    )
 
 
 def _small_tree():
@@ -63,11 +75,11 @@ def test_weight_update_matches_dirichlet_conditionals():
         conc = np.concatenate([np.array(counts[node], float) + g * b[:, par, :3], g * b[:, par, 3:]], axis=1)
         a0 = conc.sum(1, keepdims=True)
         cm = conc / a0
-        cv = conc * (a0 - conc) / (a0 ** 2 * (a0 + 1))
+        cv = conc * (a0 - conc) / (a0**2 * (a0 + 1))
         resid = b[:, node] - cm
         se = resid.std(0) / np.sqrt(S)
         assert np.all(np.abs(resid.mean(0)) < 5 * se + 1e-12), (node, resid.mean(0), se)
-        dev = resid ** 2 - cv  # E[(child - E[child | parent])^2 | parent] = Dirichlet variance
+        dev = resid**2 - cv  # E[(child - E[child | parent])^2 | parent] = Dirichlet variance
         assert np.all(np.abs(dev.mean(0)) < 5 * dev.std(0) / np.sqrt(S) + 1e-12), (node, dev.mean(0))
     # an unused component gets weight 0 at every node (its slot is freed)
     st2 = st._replace(c=jnp.asarray([0, 0, 0, 2, 2, 2], jnp.int32))
@@ -84,8 +96,9 @@ def test_theta_update_matches_gaussian_posterior():
     st = _state([[0, 1]] * 7, c, [-1, 0], [0, 1], np.zeros((2, 4)), np.zeros((3, 2)), sigma2=s2)
     cfg = B.make_config(X, mu0=mu0, prior_var=v0)
     S = 20000
-    th = np.asarray(jax.vmap(lambda k: B.update_theta(k, st, jnp.asarray(X), cfg).theta)(
-        jax.random.split(jax.random.key(2), S)))
+    th = np.asarray(
+        jax.vmap(lambda k: B.update_theta(k, st, jnp.asarray(X), cfg).theta)(jax.random.split(jax.random.key(2), S))
+    )
     for k in range(3):
         nk = np.sum(c == k)
         sk = X[c == k].sum(0)
@@ -105,8 +118,7 @@ def test_section4_identity_child_weights_average_to_parent():
         k1, k2, k3, k4 = jax.random.split(k, 4)
         child = M.dp_child_log(k1, jnp.log(parent), g)
         grand = M.dp_child_log(k2, child, g)
-        return (jnp.exp(child), jnp.exp(grand), jax.random.categorical(k3, child),
-                jax.random.categorical(k4, grand))
+        return (jnp.exp(child), jnp.exp(grand), jax.random.categorical(k3, child), jax.random.categorical(k4, grand))
 
     child, grand, c1, c2 = (np.asarray(a) for a in jax.vmap(draw)(keys))
     for w in (child, grand):  # E[beta_child] = beta_parent (and by induction two levels down)
@@ -115,7 +127,7 @@ def test_section4_identity_child_weights_average_to_parent():
         freq = np.bincount(cs, minlength=4) / S
         np.testing.assert_allclose(freq, parent, atol=5 * np.sqrt(parent * (1 - parent) / S).max())
     # the child is sparser than the parent for small gamma: E[sum beta^2] > sum parent^2
-    assert (child ** 2).sum(1).mean() > (parent ** 2).sum() + 0.1
+    assert (child**2).sum(1).mean() > (parent**2).sum() + 0.1
 
 
 def _sequential_ncrp_log_prob(paths, alpha):
@@ -169,8 +181,9 @@ def test_prior_sampler_and_numpyro_program_match_the_crp():
     N, L, a = 5, 2, 1.3
     cfg = B.make_config(np.zeros((2, 1)), prior_var=4.0)
     S = 8000
-    draw = jax.jit(jax.vmap(lambda k: B.prior_sample_state(k, N, 1, L, cfg, alpha=a, gamma0=1.2, gamma=0.8,
-                                                           sigma2=0.3)))
+    draw = jax.jit(
+        jax.vmap(lambda k: B.prior_sample_state(k, N, 1, L, cfg, alpha=a, gamma0=1.2, gamma=0.8, sigma2=0.3))
+    )
     st, X = draw(jax.random.split(jax.random.key(4), S))
     assert int(jnp.max(st.overflow)) == 0
     lv = np.asarray(st.level)
@@ -203,7 +216,8 @@ def test_new_components_are_shared_as_in_the_hdp():
     cfg = B.make_config(np.zeros((2, 1)))
     S = 20000
     st, _ = jax.jit(jax.vmap(lambda k: B.prior_sample_state(k, 2, 1, 1, cfg, alpha=a, gamma0=g0, gamma=g)))(
-        jax.random.split(jax.random.key(13), S))
+        jax.random.split(jax.random.key(13), S)
+    )
     same = np.mean(np.asarray(st.c[:, 0] == st.c[:, 1]))
     assert abs(same - want) < 4.5 * np.sqrt(want * (1 - want) / S), (same, want)
     hits = 0
@@ -244,8 +258,10 @@ def test_path_mh_matches_exact_conditional_over_paths():
 
     a = alpha
     options = {  # (level-1 node or "new", level-2 node or "new") -> nCRP * likelihood
-        (1, 3): 2 / (3 + a) * 2 / (2 + a) * lik(3), (1, "new"): 2 / (3 + a) * a / (2 + a) * lik(1),
-        (2, 4): 1 / (3 + a) * 1 / (1 + a) * lik(4), (2, "new"): 1 / (3 + a) * a / (1 + a) * lik(2),
+        (1, 3): 2 / (3 + a) * 2 / (2 + a) * lik(3),
+        (1, "new"): 2 / (3 + a) * a / (2 + a) * lik(1),
+        (2, 4): 1 / (3 + a) * 1 / (1 + a) * lik(4),
+        (2, "new"): 1 / (3 + a) * a / (1 + a) * lik(2),
         ("new", "new"): a / (3 + a) * lik(0),
     }
     tot = sum(options.values())
@@ -256,6 +272,7 @@ def test_path_mh_matches_exact_conditional_over_paths():
         def body(s, k):
             s, _, _ = BM.point_update(k, s, 3, X[3], cfg, mode="mcmc")
             return s, s.path[3]
+
         return jax.lax.scan(body, st, jax.random.split(key, T))
 
     final, paths = run(jax.random.key(5))
@@ -281,13 +298,16 @@ def test_hyperparameter_conditionals_agree_with_the_joint_density():
     gam = lambda x, a: (a - 1) * np.log(x) - x  # noqa: E731
 
     def joint(**kw):
-        return float(M.joint_log_density(st._replace(**{k: jnp.asarray(v) for k, v in kw.items()}), X,
-                                         cfg.mu0, cfg.prior_var))
+        return float(
+            M.joint_log_density(st._replace(**{k: jnp.asarray(v) for k, v in kw.items()}), X, cfg.mu0, cfg.prior_var)
+        )
 
-    for name, t, v1, v2, prior in (("alpha", t_alpha, 0.7, 2.3, lambda x: gam(x, 3.0)),
-                                   ("gamma0", t_gamma0, 0.5, 3.0, lambda x: gam(x, 3.5)),
-                                   ("gamma", t_gamma, 0.3, 1.2, lambda x: 0.0),
-                                   ("sigma2", t_sigma2, 0.2, 1.7, lambda x: 0.0)):
+    for name, t, v1, v2, prior in (
+        ("alpha", t_alpha, 0.7, 2.3, lambda x: gam(x, 3.0)),
+        ("gamma0", t_gamma0, 0.5, 3.0, lambda x: gam(x, 3.5)),
+        ("gamma", t_gamma, 0.3, 1.2, lambda x: 0.0),
+        ("sigma2", t_sigma2, 0.2, 1.7, lambda x: 0.0),
+    ):
         d_joint = joint(**{name: v1}) - joint(**{name: v2})
         d_t = float(t(v1)) - float(t(v2)) - prior(v1) + prior(v2)
         np.testing.assert_allclose(d_t, d_joint, rtol=1e-9, atol=1e-9, err_msg=name)
@@ -303,6 +323,7 @@ def test_hyperparameter_mh_samples_its_conditional():
         def body(s, k):
             s = B.update_hyper(k, s, X, cfg, 2)
             return s, (s.alpha, s.sigma2)
+
         return jax.lax.scan(body, st, jax.random.split(key, T))[1]
 
     al, s2 = (np.asarray(a)[500:] for a in run(jax.random.key(8)))
@@ -325,8 +346,20 @@ def _blobs(n_per=20, seed=0):
 
 def test_bhmc_end_to_end_recovers_components_and_is_reproducible():
     X, y = _blobs()
-    kw = dict(depth=2, alpha=0.5, gamma0=1.0, gamma=1.0, sigma2=0.25, prior_var=25.0, num_warmup=30,
-              num_samples=20, max_nodes=64, max_components=32, sample_hyper=False, progress_bar=False)
+    kw = dict(
+        depth=2,
+        alpha=0.5,
+        gamma0=1.0,
+        gamma=1.0,
+        sigma2=0.25,
+        prior_var=25.0,
+        num_warmup=30,
+        num_samples=20,
+        max_nodes=64,
+        max_components=32,
+        sample_hyper=False,
+        progress_bar=False,
+    )
     res = jaxhc.bhmc(jax.random.key(9), X, **kw)
     assert res.level_labels.shape == (60, 2)
     assert adjusted_rand_score(y, res.labels) > 0.95
@@ -347,9 +380,12 @@ def test_bhmc_end_to_end_recovers_components_and_is_reproducible():
     # the NumPyro kernel runs the same sweep
     from numpyro.infer import MCMC
 
-    mcmc = MCMC(B.BHMC(X, depth=2, sigma2=0.25, prior_var=25.0, max_nodes=64, max_components=32,
-                       sample_hyper=False), num_warmup=2,
-                num_samples=3, progress_bar=False)
+    mcmc = MCMC(
+        B.BHMC(X, depth=2, sigma2=0.25, prior_var=25.0, max_nodes=64, max_components=32, sample_hyper=False),
+        num_warmup=2,
+        num_samples=3,
+        progress_bar=False,
+    )
     mcmc.run(jax.random.key(10))
     assert mcmc.get_samples()["paths"].shape == (3, 60, 3)
 
@@ -474,6 +510,7 @@ def test_gibbs_path_conditional_matches_brute_force():
         def body(s, k):
             s, _, _ = BM.gibbs_point_update(k, s, 3, X[3], cfg)
             return s, (s.path[3], s.c[3])
+
         return jax.lax.scan(body, st, jax.random.split(key, T))
 
     final, (paths, cs) = run(jax.random.key(5))
@@ -481,7 +518,7 @@ def test_gibbs_path_conditional_matches_brute_force():
     paths, cs = np.asarray(paths), np.asarray(cs)
     l1 = np.where(np.isin(paths[:, 1], [1, 2]), paths[:, 1], -1)
     l2 = np.where(np.isin(paths[:, 2], [3, 4]), paths[:, 2], -1)
-    for (o1, o2) in places:
+    for o1, o2 in places:
         freq = np.mean((l1 == (-1 if o1 == "new" else o1)) & (l2 == (-1 if o2 == "new" else o2)))
         p = np.exp(brute[(o1, o2)] - z)
         assert abs(freq - p) < 4.5 * np.sqrt(p * (1 - p) / T), ((o1, o2), freq, p)
@@ -512,18 +549,28 @@ def test_gibbs_sweeps_leave_the_prior_invariant():
     gamma = jax.random.uniform(kh[2], (n,), minval=0.02, maxval=1.5)  # Unif(0, 1.5), away from 0
 
     def draw(k, a, g0, g):
-        return B.prior_sample_state(k, N, D, L, cfg, alpha=a, gamma0=g0, gamma=g, sigma2=0.5,
-                                    max_nodes=N * L + L + 1, max_components=8 * N + 32)
+        return B.prior_sample_state(
+            k, N, D, L, cfg, alpha=a, gamma0=g0, gamma=g, sigma2=0.5, max_nodes=N * L + L + 1, max_components=8 * N + 32
+        )
 
     st, X = jax.jit(jax.vmap(draw))(jax.random.split(jax.random.key(20), n), alpha, gamma0, gamma)
     assert int(jnp.max(st.overflow)) == 0
 
     def stats(s):
         cnt, lev, c = np.asarray(s.count), np.asarray(s.level), np.asarray(s.c)
-        return np.stack([((cnt > 0) & (lev == 1)).sum(1), ((cnt > 0) & (lev == 2)).sum(1),
-                         [np.unique(r).size for r in c], np.asarray(s.path[:, 0, 1] == s.path[:, 1, 1]),
-                         c[:, 0] == c[:, 1], np.asarray(s.alpha), np.asarray(s.gamma0), np.asarray(s.gamma)],
-                        1).astype(float)
+        return np.stack(
+            [
+                ((cnt > 0) & (lev == 1)).sum(1),
+                ((cnt > 0) & (lev == 2)).sum(1),
+                [np.unique(r).size for r in c],
+                np.asarray(s.path[:, 0, 1] == s.path[:, 1, 1]),
+                c[:, 0] == c[:, 1],
+                np.asarray(s.alpha),
+                np.asarray(s.gamma0),
+                np.asarray(s.gamma),
+            ],
+            1,
+        ).astype(float)
 
     fresh = stats(jax.tree_util.tree_map(lambda x: x[:S], st))
     moved = jax.tree_util.tree_map(lambda x: x[S:], st)
@@ -542,8 +589,9 @@ def test_gibbs_sweeps_leave_the_prior_invariant():
 
 
 def _hier(seed, n=8):
-    return jaxhc.datasets.hierarchical_gaussian(seed, branching=(3, 2), n_per_leaf=n, dim=3, scales=(8.0, 2.5),
-                                                noise=0.4)
+    return jaxhc.datasets.hierarchical_gaussian(
+        seed, branching=(3, 2), n_per_leaf=n, dim=3, scales=(8.0, 2.5), noise=0.4
+    )
 
 
 def test_defaults_recover_a_two_level_hierarchy_and_are_scale_invariant():
@@ -598,8 +646,7 @@ def test_default_capacities_grow_instead_of_failing():
     point, more than the default 128 slots; the sampler doubles its slots and goes on, and the
     same call with the capacity given explicitly raises."""
     X = np.random.default_rng(3).uniform(-1, 1, size=(300, 2))
-    kw = dict(depth=1, sigma2=1e-5, sample_hyper=False, gamma0=5.0, num_warmup=0, num_samples=2,
-              progress_bar=False)
+    kw = dict(depth=1, sigma2=1e-5, sample_hyper=False, gamma0=5.0, num_warmup=0, num_samples=2, progress_bar=False)
     res = jaxhc.bhmc(jax.random.key(0), X, **kw)
     assert res.state.theta.shape[0] in (256, 512, 1024) and res.trace["num_components"].max() > 128
     with pytest.raises(ValueError, match="max_components=128"):

@@ -1,5 +1,6 @@
 """DPM and CDPM (CrossCat) NumPyro programs and collapsed joints: CRP normalisation, closed
 forms on tiny tables, brute-force sums, and Monte Carlo checks of the programs' priors."""
+
 import itertools
 from collections import Counter
 
@@ -38,8 +39,10 @@ def _comp_cases():
     return [
         (BetaBernoulli(jnp.array([1.5, 0.7]), jnp.array([0.8, 2.0])), np.array([[1.0, 0.0], [1.0, 1.0]])),
         (BetaBinomial(1.2, 0.6, trials=3), np.array([[2.0], [0.0]])),
-        (NormalKnownCov(jnp.array([0.3, -0.1]), jnp.array([[1.0, 0.3], [0.3, 2.0]]), 0.5),
-         np.array([[0.2, 1.1], [-0.7, 0.4]])),
+        (
+            NormalKnownCov(jnp.array([0.3, -0.1]), jnp.array([[1.0, 0.3], [0.3, 2.0]]), 0.5),
+            np.array([[0.2, 1.1], [-0.7, 0.4]]),
+        ),
     ]
 
 
@@ -52,10 +55,10 @@ def test_dpm_two_rows_closed_form(case):
     got = float(D.dpm_log_evidence_bruteforce(X, comp, alpha))
     assert np.isclose(got, want, rtol=0, atol=1e-12)
     # the joint itself
-    assert np.isclose(float(D.dpm_log_joint(X, [0, 1], comp, alpha)),
-                      np.log(alpha / (1 + alpha)) + lm([0]) + lm([1]), atol=1e-12)
-    assert np.isclose(float(D.dpm_log_joint(X, [5, 5], comp, alpha)),
-                      np.log(1 / (1 + alpha)) + lm([0, 1]), atol=1e-12)
+    assert np.isclose(
+        float(D.dpm_log_joint(X, [0, 1], comp, alpha)), np.log(alpha / (1 + alpha)) + lm([0]) + lm([1]), atol=1e-12
+    )
+    assert np.isclose(float(D.dpm_log_joint(X, [5, 5], comp, alpha)), np.log(1 / (1 + alpha)) + lm([0, 1]), atol=1e-12)
 
 
 def test_dpm_joint_any_component_family():
@@ -70,8 +73,11 @@ def test_cdpm_one_column_is_dpm():
     rng = np.random.default_rng(0)
     X = rng.integers(0, 2, size=(5, 1)).astype(float)
     comp = BetaBernoulli(0.7, 1.9)
-    assert np.isclose(float(C.cdpm_log_evidence_bruteforce(X, comp, 1.7)),
-                      float(C.dpm_log_evidence_bruteforce(X, comp, 1.7)), atol=1e-12)
+    assert np.isclose(
+        float(C.cdpm_log_evidence_bruteforce(X, comp, 1.7)),
+        float(C.dpm_log_evidence_bruteforce(X, comp, 1.7)),
+        atol=1e-12,
+    )
 
 
 def test_cdpm_evidence_equals_literal_double_sum():
@@ -85,28 +91,39 @@ def test_cdpm_evidence_equals_literal_double_sum():
         for Zs in itertools.product(list(D.set_partitions(3)), repeat=V):
             terms.append(C.cdpm_log_joint(X, u, {v: Zs[v] for v in range(V)}, comp, alpha))
     assert len(terms) == 5 + 25
-    assert np.isclose(float(C.cdpm_log_evidence_bruteforce(X, comp, alpha)),
-                      float(logsumexp(jnp.stack(terms))), atol=1e-11)
+    assert np.isclose(
+        float(C.cdpm_log_evidence_bruteforce(X, comp, alpha)), float(logsumexp(jnp.stack(terms))), atol=1e-11
+    )
     # array form of the row labels (column v = view v) gives the same joint
     Z = np.array([[0, 0], [1, 0], [1, 1]])
-    assert np.isclose(float(C.cdpm_log_joint(X, [0, 1], Z, comp, alpha)),
-                      float(C.cdpm_log_joint(X, [4, 2], {4: Z[:, 0], 2: Z[:, 1]}, comp, alpha)), atol=1e-13)
+    assert np.isclose(
+        float(C.cdpm_log_joint(X, [0, 1], Z, comp, alpha)),
+        float(C.cdpm_log_joint(X, [4, 2], {4: Z[:, 0], 2: Z[:, 1]}, comp, alpha)),
+        atol=1e-13,
+    )
 
 
 def test_cdpm_evidence_normalised_over_binary_tables():
     comp = BetaBernoulli(jnp.array([0.6, 1.4]), jnp.array([1.1, 0.5]))
-    tot = [C.cdpm_log_evidence_bruteforce(np.array(bits, float).reshape(2, 2), comp, 1.3)
-           for bits in itertools.product([0, 1], repeat=4)]
+    tot = [
+        C.cdpm_log_evidence_bruteforce(np.array(bits, float).reshape(2, 2), comp, 1.3)
+        for bits in itertools.product([0, 1], repeat=4)
+    ]
     assert abs(float(logsumexp(jnp.stack(tot)))) < 1e-12
 
 
 def test_cdpm_gaussian_full_cov_single_view_matches_dpm():
     # with one view the CDPM joint is the DPM joint with the full component
-    comp = NormalKnownCov(jnp.array([0.0, 1.0]), jnp.array([[1.0, 0.4], [0.4, 1.5]]), jnp.array([[0.3, 0.1], [0.1, 0.2]]))
+    comp = NormalKnownCov(
+        jnp.array([0.0, 1.0]), jnp.array([[1.0, 0.4], [0.4, 1.5]]), jnp.array([[0.3, 0.1], [0.1, 0.2]])
+    )
     X = np.array([[0.1, 0.9], [1.2, 0.3], [-0.5, 1.4]])
     z = [0, 1, 0]
-    assert np.isclose(float(C.cdpm_log_joint(X, [0, 0], {0: z}, comp, 0.7)),
-                      np.log(1 / 1.7) + float(D.dpm_log_joint(X, z, comp, 0.7)), atol=1e-12)
+    assert np.isclose(
+        float(C.cdpm_log_joint(X, [0, 0], {0: z}, comp, 0.7)),
+        np.log(1 / 1.7) + float(D.dpm_log_joint(X, z, comp, 0.7)),
+        atol=1e-12,
+    )
 
 
 # ------------------------------------------------------------------------------------------
@@ -138,8 +155,9 @@ def test_dpm_program_determinism_shapes_sites_and_crp_density():
 
 
 def test_dpm_truncation_flag():
-    s = handlers.seed(D.dpm, jax.random.PRNGKey(0))(component=BetaBernoulli(), alpha=1e6, num_rows=5,
-                                                    num_cols=2, max_clusters=2)
+    s = handlers.seed(D.dpm, jax.random.PRNGKey(0))(
+        component=BetaBernoulli(), alpha=1e6, num_rows=5, num_cols=2, max_clusters=2
+    )
     assert bool(s.truncated)
     assert int(jnp.max(s.labels)) <= 1
 
@@ -216,10 +234,12 @@ def test_bad_input():
         handlers.seed(D.dpm, 0)(component=comp, alpha=1.0, num_rows=3, max_clusters=0)
     with pytest.raises(TypeError, match="NormalInverseWishart|supports"):
         from jaxhc.components import NormalInverseWishart
+
         handlers.seed(C.cdpm, 0)(component=NormalInverseWishart(jnp.zeros(2)), alpha=1.0, num_rows=3)
     with pytest.raises(ValueError, match="diagonal"):
-        handlers.seed(C.cdpm, 0)(component=NormalKnownCov(jnp.zeros(2), jnp.array([[1.0, 0.5], [0.5, 1.0]])),
-                                 alpha=1.0, num_rows=3)
+        handlers.seed(C.cdpm, 0)(
+            component=NormalKnownCov(jnp.zeros(2), jnp.array([[1.0, 0.5], [0.5, 1.0]])), alpha=1.0, num_rows=3
+        )
     with pytest.raises(ValueError, match="missing"):
         handlers.seed(C.cdpm, 0)(np.array([[0.0, np.nan]]), comp, 1.0)
     with pytest.raises(ValueError, match="num_rows"):

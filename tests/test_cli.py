@@ -1,4 +1,6 @@
-import jax; jax.config.update("jax_enable_x64", True)  # noqa: E702
+import jax
+
+jax.config.update("jax_enable_x64", True)
 
 """Tests for the ``jaxhc`` command line: the quick demo writes its files and prints purity
 numbers; ``jaxhc bhc`` clusters CSV files with and without a header and .npy files; bad
@@ -97,8 +99,9 @@ def test_bhc_csv_with_and_without_header(tmp_path, capsys, blobs, header):
     X, y = blobs
     csv = _write_csv(tmp_path / "data.csv", X, header=["a", "b", "c", "d"] if header else None)
     out = tmp_path / "out"
-    assert main(["bhc", csv, "--component", "niw", "--fixed-prior", "--no-cache", "--out", str(out),
-                 "--no-progress"]) == 0
+    assert (
+        main(["bhc", csv, "--component", "niw", "--fixed-prior", "--no-cache", "--out", str(out), "--no-progress"]) == 0
+    )
     text = capsys.readouterr().out
     assert "niw" in text and text.strip().splitlines()[-1].startswith("bhc done: 60 points")
     assert (out / "data_dendrogram.png").stat().st_size > 1000
@@ -158,8 +161,9 @@ def test_class_respecting_tree():
     n = 11
     labels = rng.integers(0, 3, n)
     labels[:3] = [0, 1, 2]
-    tree = Tree.from_linkage(__import__("scipy.cluster.hierarchy", fromlist=["linkage"]).linkage(
-        rng.normal(size=(n, 2)), "average"))
+    tree = Tree.from_linkage(
+        __import__("scipy.cluster.hierarchy", fromlist=["linkage"]).linkage(rng.normal(size=(n, 2)), "average")
+    )
     score = lambda t: float(np.sum(t.depths()[:n] * np.arange(1, n + 1)))  # noqa: E731  any tree score
     ct = class_respecting_tree(tree, labels, score)
     cl_new = {frozenset(c) for c in ct.clusters()}
@@ -174,6 +178,7 @@ def test_class_respecting_tree():
     for i, j in combinations(range(3), 2):
         cand = {a for a in cl_new if any(a <= m for m in sub)} | {sub[i] | sub[j], frozenset(range(n))}
         nested = None
+
         # rebuild the tree from its clusters (a laminar family) by nesting
         def build(cluster):
             kids = [c for c in cand if c < cluster and not any(c < d < cluster for d in cand)]
@@ -181,6 +186,7 @@ def test_class_respecting_tree():
                 return next(iter(cluster))
             assert len(kids) == 2
             return (build(kids[0]), build(kids[1]))
+
         nested = build(frozenset(range(n)))
         scores.append(score(Tree.from_nested(nested)))
     assert score(ct) == pytest.approx(max(scores))
@@ -201,8 +207,10 @@ def test_bhc_labels_column(tmp_path, capsys, blobs, spec):
     names = np.array(["setosa", "versicolor", "virginica"])[y]
     csv = _write_csv(tmp_path / "lab.csv", X, header=["a", "b", "c", "d", "species"], labels=names)
     out = tmp_path / "out"
-    assert main(["bhc", csv, "--labels-column", spec, "--standardize", "--no-cache", "--out", str(out),
-                 "--no-progress"]) == 0
+    assert (
+        main(["bhc", csv, "--labels-column", spec, "--standardize", "--no-cache", "--out", str(out), "--no-progress"])
+        == 0
+    )
     text = capsys.readouterr().out
     row = next(line for line in text.splitlines() if line.startswith("lab "))
     assert len(re.findall(r"\s(0\.\d{3}|1\.000)\s", row + " ")) == 4
@@ -220,12 +228,26 @@ def test_bhc_binary_defaults_to_bernoulli_and_npy(tmp_path, capsys):
     assert main(["bhc", csv, "--no-cache", "--out", str(tmp_path), "--no-progress"]) == 0
     assert json.loads((tmp_path / "bin_bhc.json").read_text())["component"] == "bernoulli"
     np.save(tmp_path / "arr.npy", B)
-    assert main(["bhc", str(tmp_path / "arr.npy"), "--component", "bernoulli", "--no-cache", "--out", str(tmp_path),
-                 "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "bhc",
+                str(tmp_path / "arr.npy"),
+                "--component",
+                "bernoulli",
+                "--no-cache",
+                "--out",
+                str(tmp_path),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     summary = json.loads((tmp_path / "arr_bhc.json").read_text())
     assert summary["component"] == "bernoulli" and summary["n"] == N_ROWS
     assert summary["log_evidence"] == pytest.approx(
-        json.loads((tmp_path / "bin_bhc.json").read_text())["log_evidence"], rel=1e-12)
+        json.loads((tmp_path / "bin_bhc.json").read_text())["log_evidence"], rel=1e-12
+    )
     capsys.readouterr()
 
 
@@ -233,8 +255,23 @@ def test_bhc_binomial_component(tmp_path, capsys):
     rng = np.random.default_rng(2)
     C = rng.integers(0, 4, size=(N_ROWS, N_COLS)).astype(float)
     np.save(tmp_path / "counts.npy", C)
-    assert main(["bhc", str(tmp_path / "counts.npy"), "--component", "binomial", "--trials", "3", "--no-cache",
-                 "--out", str(tmp_path), "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "bhc",
+                str(tmp_path / "counts.npy"),
+                "--component",
+                "binomial",
+                "--trials",
+                "3",
+                "--no-cache",
+                "--out",
+                str(tmp_path),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     assert json.loads((tmp_path / "counts_bhc.json").read_text())["component"] == "binomial"
     capsys.readouterr()
 

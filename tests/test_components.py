@@ -1,6 +1,7 @@
 """Tests for jaxhc.components: every conjugate family against the raw-data reference
 (tests/reference.py), the chain rule of its posterior predictives, merge algebra, closed
 forms (quadrature, Student-t), count caches, gradients, validation and from_data defaults."""
+
 import functools
 import warnings
 from typing import Callable, NamedTuple
@@ -14,18 +15,25 @@ from jax.test_util import check_grads
 from scipy import integrate, stats
 from scipy.special import gammaln
 
-import reference as ref
 from jaxhc.components import (
     BetaBernoulli,
     BetaBinomial,
     DirichletMultinomial,
-    NormalInverseWishart,
     NormalGamma,
+    NormalInverseWishart,
     NormalKnownCov,
 )
 
-FAMILIES = ["NormalInverseWishart", "NormalKnownCov", "NormalGamma", "BetaBernoulli", "BetaBinomial",
-            "DirichletMultinomial"]
+import reference as ref
+
+FAMILIES = [
+    "NormalInverseWishart",
+    "NormalKnownCov",
+    "NormalGamma",
+    "BetaBernoulli",
+    "BetaBinomial",
+    "DirichletMultinomial",
+]
 SEEDS = [0, 1]  # d = 1 (seed 0; scalar Beta priors on d = 2 columns) and d = 3 (seed 1)
 N_POINTS = 5
 
@@ -57,32 +65,49 @@ def make_case(family, seed, n=N_POINTS) -> Case:
         S0 = _spd(rng, d)
         X = rng.normal(size=(n, d)) * 1.5 + 0.3
         comp = NormalInverseWishart(m0, kappa, dof, S0)
-        return Case(comp, X, lambda Y: ref.niw_log_marginal(Y, m0, kappa, dof, S0),
-                    [("kappa", None), ("dof", None), ("mean", (0,)), ("scale", (0, 0))])
+        return Case(
+            comp,
+            X,
+            lambda Y: ref.niw_log_marginal(Y, m0, kappa, dof, S0),
+            [("kappa", None), ("dof", None), ("mean", (0,)), ("scale", (0, 0))],
+        )
     if family == "NormalKnownCov":
         m0 = rng.normal(size=d)
         P, N = _spd(rng, d), _spd(rng, d)
         X = rng.normal(size=(n, d)) * 1.5 - 0.2
         comp = NormalKnownCov(m0, P, N)
-        return Case(comp, X, lambda Y: ref.normal_known_cov_log_marginal(Y, m0, P, N),
-                    [("mean", (0,)), ("prior_cov", (0, 0)), ("noise_cov", (0, 0))])
+        return Case(
+            comp,
+            X,
+            lambda Y: ref.normal_known_cov_log_marginal(Y, m0, P, N),
+            [("mean", (0,)), ("prior_cov", (0, 0)), ("noise_cov", (0, 0))],
+        )
     if family == "NormalGamma":  # per feature a 1-D NIW with dof = 2 a and scale = 2 b_j
         m0 = rng.normal(size=d)
         kappa, a = rng.uniform(0.2, 3.0), rng.uniform(0.4, 3.0)
         b = rng.uniform(0.3, 2.0, d)
         X = rng.normal(size=(n, d)) * 1.3 + 0.4
         comp = NormalGamma(m0, kappa, a, b)
-        return Case(comp, X, lambda Y: sum(ref.niw_log_marginal(np.asarray(Y)[:, j:j + 1], m0[j], kappa, 2 * a,
-                                                                 [[2 * b[j]]]) for j in range(d)),
-                    [("kappa", None), ("a", None), ("mean", (0,)), ("b", (d - 1,))])
+        return Case(
+            comp,
+            X,
+            lambda Y: sum(
+                ref.niw_log_marginal(np.asarray(Y)[:, j : j + 1], m0[j], kappa, 2 * a, [[2 * b[j]]]) for j in range(d)
+            ),
+            [("kappa", None), ("a", None), ("mean", (0,)), ("b", (d - 1,))],
+        )
     if family == "BetaBernoulli":
         shape = () if scalar else (d,)
         a, b = rng.uniform(0.3, 3.0, shape), rng.uniform(0.3, 3.0, shape)
         X = rng.integers(0, 2, (n, d)).astype(float)
         comp = BetaBernoulli(a, b)
         idx = None if scalar else (0,)
-        return Case(comp, X, lambda Y: ref.beta_bernoulli_log_marginal(Y, a, b),
-                    [("a", idx), ("b", None if scalar else (d - 1,))])
+        return Case(
+            comp,
+            X,
+            lambda Y: ref.beta_bernoulli_log_marginal(Y, a, b),
+            [("a", idx), ("b", None if scalar else (d - 1,))],
+        )
     if family == "BetaBinomial":
         shape = () if scalar else (d,)
         a, b = rng.uniform(0.3, 3.0, shape), rng.uniform(0.3, 3.0, shape)
@@ -90,8 +115,12 @@ def make_case(family, seed, n=N_POINTS) -> Case:
         X = rng.integers(0, np.asarray(trials) + 1, (n, d)).astype(float)
         comp = BetaBinomial(a, b, trials)
         idx = None if scalar else (0,)
-        return Case(comp, X, lambda Y: ref.beta_binomial_log_marginal(Y, a, b, trials),
-                    [("a", idx), ("b", None if scalar else (d - 1,))])
+        return Case(
+            comp,
+            X,
+            lambda Y: ref.beta_binomial_log_marginal(Y, a, b, trials),
+            [("a", idx), ("b", None if scalar else (d - 1,))],
+        )
     if family == "DirichletMultinomial":
         alpha = rng.uniform(0.2, 3.0, d)
         X = rng.integers(0, 5, (n, d)).astype(float)
@@ -169,7 +198,9 @@ def _perturb(comp, name, idx, h):
 
 case_params = pytest.mark.parametrize("family,seed", [(f, s) for f in FAMILIES for s in SEEDS])
 # merge algebra: d = 3 for every family, plus scalar Beta priors (statistics wider than the prior)
-merge_params = pytest.mark.parametrize("family,seed", [(f, 1) for f in FAMILIES] + [("BetaBernoulli", 0), ("BetaBinomial", 0)])
+merge_params = pytest.mark.parametrize(
+    "family,seed", [(f, 1) for f in FAMILIES] + [("BetaBernoulli", 0), ("BetaBinomial", 0)]
+)
 
 
 # ---------------------------------------------------------------------------------------
@@ -207,8 +238,12 @@ def test_niw_large_d_uses_cholesky_path():
     m0, S0 = rng.normal(size=d), _spd(rng, d)
     comp = NormalInverseWishart(m0, 0.8, d + 1.5, S0)
     X = rng.normal(size=(3, d))
-    np.testing.assert_allclose(_prefix_lms(comp, X), [ref.niw_log_marginal(X[:i], m0, 0.8, d + 1.5, S0) for i in range(4)],
-                               rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(
+        _prefix_lms(comp, X),
+        [ref.niw_log_marginal(X[:i], m0, 0.8, d + 1.5, S0) for i in range(4)],
+        rtol=1e-9,
+        atol=1e-9,
+    )
 
 
 @_jit
@@ -314,8 +349,9 @@ def test_niw_1d_log_marginal_equals_quadrature():
 
         lo, hi = min(x.min(), m0), max(x.max(), m0)
         width = lambda u: 12.0 * np.exp(u / 2) / min(1.0, np.sqrt(kappa0))  # noqa: E731
-        val, _ = integrate.dblquad(integrand, -20.0, 20.0, lambda u: lo - width(u), lambda u: hi + width(u),
-                                   epsabs=0.0, epsrel=1e-9)
+        val, _ = integrate.dblquad(
+            integrand, -20.0, 20.0, lambda u: lo - width(u), lambda u: hi + width(u), epsabs=0.0, epsrel=1e-9
+        )
         np.testing.assert_allclose(lms[k], np.log(val), rtol=0, atol=1e-6)
 
 
@@ -386,7 +422,8 @@ def test_count_cache_matches_direct(name, comp, X):
 
 
 _grad_cache_inside = functools.partial(_jit, static_argnums=2)(
-    lambda comp, s, n: jax.grad(lambda m: jnp.sum(m.log_marginal(s, m.count_cache(n))))(comp))
+    lambda comp, s, n: jax.grad(lambda m: jnp.sum(m.log_marginal(s, m.count_cache(n))))(comp)
+)
 
 
 @pytest.mark.parametrize("family", ["NormalInverseWishart", "BetaBinomial"])
@@ -432,8 +469,7 @@ def test_filter_grad_and_check_grads():
     g0 = jax.grad(lambda m: m.log_marginal(s))(b.comp)
     for u, v in zip(jax.tree_util.tree_leaves(g1), jax.tree_util.tree_leaves(g0)):
         np.testing.assert_allclose(np.asarray(u), np.asarray(v), rtol=1e-12, atol=1e-12)
-    check_grads(lambda a: eqx.tree_at(lambda m: m.a, b.comp, a).log_marginal(s), (b.comp.a,), order=2,
-                modes=["rev"])
+    check_grads(lambda a: eqx.tree_at(lambda m: m.a, b.comp, a).log_marginal(s), (b.comp.a,), order=2, modes=["rev"])
 
 
 @case_params
@@ -452,8 +488,7 @@ def test_constrain_unconstrain_roundtrip(family, seed):
         np.testing.assert_allclose(np.asarray(y), np.asarray(x), rtol=1e-12, atol=1e-12)
 
 
-_constrained_value_and_grad = _jit(
-    jax.value_and_grad(lambda u, comp, s: jnp.sum(comp.constrain(u).log_marginal(s))))
+_constrained_value_and_grad = _jit(jax.value_and_grad(lambda u, comp, s: jnp.sum(comp.constrain(u).log_marginal(s))))
 
 
 @pytest.mark.parametrize("family", ["NormalInverseWishart", "BetaBinomial"])
@@ -555,7 +590,9 @@ BAD_HYPERPARAMETERS = [
 ]
 
 
-@pytest.mark.parametrize("arg,make", BAD_HYPERPARAMETERS, ids=[f"{a}-{i}" for i, (a, _) in enumerate(BAD_HYPERPARAMETERS)])
+@pytest.mark.parametrize(
+    "arg,make", BAD_HYPERPARAMETERS, ids=[f"{a}-{i}" for i, (a, _) in enumerate(BAD_HYPERPARAMETERS)]
+)
 def test_invalid_hyperparameters_raise(arg, make):
     with pytest.raises(ValueError, match=rf"\b{arg}\b"):
         make()
@@ -654,12 +691,14 @@ def test_from_data_single_row_and_constant_columns():
 
 
 def test_beta_bernoulli_from_data_mean_matching():
-    X = np.array([
-        [0.0, 1.0, 1.0, 0.0, np.nan],
-        [0.0, 1.0, 0.0, 1.0, np.nan],
-        [0.0, 1.0, 0.0, np.nan, np.nan],
-        [0.0, 1.0, 1.0, 1.0, np.nan],
-    ])
+    X = np.array(
+        [
+            [0.0, 1.0, 1.0, 0.0, np.nan],
+            [0.0, 1.0, 0.0, 1.0, np.nan],
+            [0.0, 1.0, 0.0, np.nan, np.nan],
+            [0.0, 1.0, 1.0, 1.0, np.nan],
+        ]
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # nanmean of the all-NaN column
         comp = BetaBernoulli.from_data(X)
@@ -699,8 +738,12 @@ def test_jit_matches_eager(family):
     np.testing.assert_allclose(float(eager), c.ref(c.X), rtol=1e-9, atol=1e-9)
     # vmap over a batch of statistics equals the broadcast batch
     if family in ("NormalInverseWishart", "BetaBinomial"):
-        np.testing.assert_allclose(np.asarray(jax.jit(jax.vmap(comp.log_marginal))(prefix)),
-                                   np.asarray(_log_marginal(comp, prefix)), rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(
+            np.asarray(jax.jit(jax.vmap(comp.log_marginal))(prefix)),
+            np.asarray(_log_marginal(comp, prefix)),
+            rtol=1e-12,
+            atol=1e-12,
+        )
 
 
 @pytest.mark.parametrize("d", [3, 12, 30])
@@ -719,8 +762,9 @@ def test_logdet_paths_agree_with_numpy(d):
 
     @jax.jit
     def in_loop(A):
-        return jax.lax.fori_loop(0, 3, lambda i, acc: acc + logdet_elimination_loop(A + i * jnp.eye(d))[0],
-                                 jnp.zeros(A.shape[0]))
+        return jax.lax.fori_loop(
+            0, 3, lambda i, acc: acc + logdet_elimination_loop(A + i * jnp.eye(d))[0], jnp.zeros(A.shape[0])
+        )
 
     want3 = sum(np.linalg.slogdet(A + i * np.eye(d))[1] for i in range(3))
     np.testing.assert_allclose(in_loop(jnp.asarray(A)), want3, rtol=1e-10)
@@ -823,18 +867,24 @@ def test_column_split_refusals_are_one_error():
     for comp in (NormalInverseWishart(jnp.zeros(2)), NormalGamma(jnp.zeros(2)), DirichletMultinomial(jnp.ones(2))):
         name = type(comp).__name__
         assert comp.column_parameters() is None
-        for call in (lambda: comp.check_column_split("ALG"), lambda: comp.restrict_columns([0], name="ALG"),
-                     lambda: comp.column_components(2, "ALG")):
+        for call in (
+            lambda: comp.check_column_split("ALG"),
+            lambda: comp.restrict_columns([0], name="ALG"),
+            lambda: comp.column_components(2, "ALG"),
+        ):
             with pytest.raises(ColumnSplitError) as err:
                 call()
             assert isinstance(err.value, TypeError) and isinstance(err.value, ValueError)
             assert str(err.value) == (
                 "ALG splits columns into views, which needs a column-separable component (columns independent given "
                 "the cluster: BetaBernoulli, BetaBinomial, IndependentNormal, NormalKnownCov with diagonal "
-                f"covariances); got {name}")
+                f"covariances); got {name}"
+            )
     for call in (lambda: full.check_column_split("ALG"), lambda: full.column_components(2, "ALG")):
-        with pytest.raises(ColumnSplitError, match="ALG needs a column-separable component; component.prior_cov of "
-                                                   "NormalKnownCov must be diagonal"):
+        with pytest.raises(
+            ColumnSplitError,
+            match="ALG needs a column-separable component; component.prior_cov of NormalKnownCov must be diagonal",
+        ):
             call()
 
 

@@ -1,4 +1,6 @@
-import jax; jax.config.update("jax_enable_x64", True)  # noqa: E702
+import jax
+
+jax.config.update("jax_enable_x64", True)
 
 """Tests for jaxhc.datasets: loader shapes and values, class subsets, reproducible
 synthetic generators (same key, same data; different keys, different data), bad arguments."""
@@ -235,10 +237,12 @@ def test_cross_cluster_table_shapes_values_and_key():
         np.testing.assert_array_equal(x, y)
     assert not np.array_equal(a[0], c[0])
     # the same draws as cross_clustering_synthetic with a = b = concentration
-    ref = datasets.cross_clustering_synthetic(3, n_rows=20, n_cols=7, n_views=2, n_clusters=[2, 3], trials=9, a=0.7,
-                                              b=0.7, view_sizes=[3, 4])
-    got = datasets.cross_cluster_table(3, view_sizes=[3, 4], n_rows=20, n_clusters=[2, 3], concentration=0.7,
-                                       kind="binomial", trials=9)
+    ref = datasets.cross_clustering_synthetic(
+        3, n_rows=20, n_cols=7, n_views=2, n_clusters=[2, 3], trials=9, a=0.7, b=0.7, view_sizes=[3, 4]
+    )
+    got = datasets.cross_cluster_table(
+        3, view_sizes=[3, 4], n_rows=20, n_clusters=[2, 3], concentration=0.7, kind="binomial", trials=9
+    )
     for x, y in zip(ref, got):
         np.testing.assert_array_equal(x, y)
     Xb, _, _ = datasets.cross_cluster_table(1, view_sizes=(2, 3), n_rows=10, kind="binomial")

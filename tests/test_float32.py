@@ -1,6 +1,7 @@
 """What holds without ``jax_enable_x64`` (README, "Precision"; `benchmarks/float32.py` has
 the full table): in float32 the BHC log evidence and the exact trellis log Z agree with
 float64 to 1e-5 relative, and the trees and flat cuts are the same on continuous data."""
+
 import json
 import os
 import subprocess
@@ -49,8 +50,9 @@ def test_float32_agrees_with_float64_to_1e_5():
     r = jaxhc.bhc(X, NormalInverseWishart.from_data(X))
     s = trellis.solve(trellis.GinkgoEnergy(lam=jet["lam"], t_cut=jet["t_cut"]), np.asarray(jet["leaves"]))
     env = {k: v for k, v in os.environ.items() if k != "JAX_ENABLE_X64"}
-    p = subprocess.run([sys.executable, "-c", _SCRIPT, json.dumps(jet)], capture_output=True, text=True,
-                       timeout=600, cwd=ROOT, env=env)
+    p = subprocess.run(
+        [sys.executable, "-c", _SCRIPT, json.dumps(jet)], capture_output=True, text=True, timeout=600, cwd=ROOT, env=env
+    )
     lines = [ln for ln in p.stdout.splitlines() if ln.startswith("JSON")]
     assert lines, p.stderr[-2000:]
     f32 = json.loads(lines[-1][4:])

@@ -1,6 +1,7 @@
 """MCMC baselines (DPM Gibbs + split-merge, CDPM MCMC): invariance against exact posteriors by
 enumeration, bookkeeping against statistics recomputed from scratch, determinism, proper
 cell predictives, the NumPyro adapters, the generic MH kernel and input validation."""
+
 import itertools
 from collections import Counter
 
@@ -73,8 +74,17 @@ def test_dpm_gibbs_beta_bernoulli_posterior_determinism_and_steps():
     # ~1.9), 20000 give 0.025 +- 0.003 (max 0.036; 0.042 at the former 6000). A Gibbs weight
     # n_k + 1 gives 0.064, split-merge without the log q term 0.26.
     for sweep, n in ((True, 12000), (False, 20000)):
-        res = G.dpm_gibbs(jax.random.PRNGKey(0), X_BB, BB, alpha, num_samples=n, num_warmup=50,
-                          gibbs_sweep=sweep, progress_bar=False, **SM)
+        res = G.dpm_gibbs(
+            jax.random.PRNGKey(0),
+            X_BB,
+            BB,
+            alpha,
+            num_samples=n,
+            num_warmup=50,
+            gibbs_sweep=sweep,
+            progress_bar=False,
+            **SM,
+        )
         _dpm_check_posterior(res, X_BB, BB, alpha, exact, 0.04)
         if not sweep:
             assert 0.05 < float(res.split_merge_rate) < 0.95
@@ -97,8 +107,9 @@ def test_dpm_gibbs_gaussian_posterior():
     """Any component family: Normal-inverse-Wishart (Gaussian statistics, whose removal goes
     through raw moments) against the exact posterior over the 15 partitions."""
     comp, alpha = NormalInverseWishart(jnp.zeros(2), 1.0, 4.0, 1.0), 0.8  # TV 0.013 +- 0.005 over 10 seeds
-    res = G.dpm_gibbs(jax.random.PRNGKey(1), X_NK, comp, alpha, num_samples=6000, num_warmup=50,
-                      progress_bar=False, **SM)
+    res = G.dpm_gibbs(
+        jax.random.PRNGKey(1), X_NK, comp, alpha, num_samples=6000, num_warmup=50, progress_bar=False, **SM
+    )
     _dpm_check_posterior(res, X_NK, comp, alpha, _dpm_exact(X_NK, comp, alpha), 0.04)
 
 
@@ -109,8 +120,9 @@ def _check_dpm_bookkeeping(state, X, comp, alpha):
         np.testing.assert_allclose(np.asarray(a)[z], np.asarray(b)[zf], rtol=1e-9, atol=1e-9)
         empty = np.asarray(state.counts) == 0
         assert np.all(np.asarray(a)[empty] == 0)
-    np.testing.assert_allclose(np.asarray(state.log_marginals)[z], np.asarray(fresh.log_marginals)[zf],
-                               rtol=1e-10, atol=1e-9)
+    np.testing.assert_allclose(
+        np.asarray(state.log_marginals)[z], np.asarray(fresh.log_marginals)[zf], rtol=1e-10, atol=1e-9
+    )
     np.testing.assert_allclose(np.asarray(state.counts)[z], np.bincount(z)[z])
     assert np.isclose(float(state.log_joint), float(dpm_log_joint(X, z, comp, alpha)), atol=1e-8)
 
@@ -163,8 +175,17 @@ def test_cdpm_mcmc_posterior_determinism_and_steps():
     # floor of 205 states; iid: 0.060). Dropping the CRP^(beta - 1) factor of the tempered
     # auxiliary views gives 0.11 / 0.12 at 8000, halving the swap log ratio 0.07 / 0.10.
     exact = _cdpm_exact(X_C, C_C, ALPHA_C)
-    res = G.cdpm_mcmc(jax.random.PRNGKey(7), X_C, C_C, ALPHA_C, num_samples=8000, num_warmup=50,
-                      heat=0.5, progress_bar=False, **CDPM_OPTS)
+    res = G.cdpm_mcmc(
+        jax.random.PRNGKey(7),
+        X_C,
+        C_C,
+        ALPHA_C,
+        num_samples=8000,
+        num_warmup=50,
+        heat=0.5,
+        progress_bar=False,
+        **CDPM_OPTS,
+    )
     keys = [_cdpm_key(u, Z) for u, Z in zip(np.asarray(res.column_views), np.asarray(res.row_labels))]
     col_exact, col_freq = Counter(), _freq(k[0] for k in keys)
     for (u, _), p in exact.items():
@@ -174,8 +195,9 @@ def test_cdpm_mcmc_posterior_determinism_and_steps():
     assert 0.05 < float(res.swap_rate) <= 1.0
     _check_cdpm_bookkeeping(res.state, X_C, C_C, ALPHA_C)  # both chains, after 8000 steps
     u, Z = np.asarray(res.column_views[-1]), np.asarray(res.row_labels[-1])
-    assert np.isclose(float(res.log_joint[-1]),
-                      np.log(exact[_cdpm_key(u, Z)]) + _log_evidence(X_C, C_C, ALPHA_C), atol=1e-8)
+    assert np.isclose(
+        float(res.log_joint[-1]), np.log(exact[_cdpm_key(u, Z)]) + _log_evidence(X_C, C_C, ALPHA_C), atol=1e-8
+    )
 
     st = G.cdpm_mcmc_init(jax.random.PRNGKey(8), X_C, C_C, ALPHA_C)
     st2 = st
@@ -190,11 +212,13 @@ def test_cdpm_mcmc_posterior_determinism_and_steps():
 
 def _log_evidence(X, comp, alpha):
     from jaxhc.models.cdpm import cdpm_log_evidence_bruteforce
+
     return float(cdpm_log_evidence_bruteforce(X, comp, alpha))
 
 
 def _check_cdpm_bookkeeping(st, X, comp, alpha):
     from jaxhc.models.cdpm import cdpm_log_joint
+
     for c in range(2):
         u, Z = np.asarray(st.column_views[c]), np.asarray(st.row_labels[c])
         fresh = G.cdpm_mcmc_init(None, X, comp, alpha, column_views=u, row_labels=Z)
@@ -203,8 +227,11 @@ def _check_cdpm_bookkeeping(st, X, comp, alpha):
             a, b = np.asarray(a)[c], np.asarray(b)[0]
             for j in range(X.shape[1]):
                 np.testing.assert_allclose(a[Z[:, u[j]], j], b[Zf[:, uf[j]], j], atol=1e-12)
-        np.testing.assert_allclose(np.sort(np.asarray(st.log_marginals[c]).ravel()),
-                                   np.sort(np.asarray(fresh.log_marginals[0]).ravel()), atol=1e-9)
+        np.testing.assert_allclose(
+            np.sort(np.asarray(st.log_marginals[c]).ravel()),
+            np.sort(np.asarray(fresh.log_marginals[0]).ravel()),
+            atol=1e-9,
+        )
         np.testing.assert_array_equal(np.asarray(st.view_sizes[c]), np.bincount(u, minlength=X.shape[1]))
         for v in range(X.shape[1]):
             np.testing.assert_array_equal(np.asarray(st.row_counts[c, v]), np.bincount(Z[:, v], minlength=X.shape[0]))
@@ -238,8 +265,9 @@ def test_predict_cells_are_distributions_and_match_closed_form():
         np.testing.assert_allclose(np.exp(np.asarray(lp)).reshape(len(held), T + 1).sum(1), 1.0, atol=1e-12)
     # one cluster of everything in every sample: the Beta-Binomial predictive of the column
     i, j = held[0]
-    lp1 = G.dpm_predict_cells(Xtr, comp, np.zeros((3, 8), int), np.full_like(rows, i), np.full_like(cols, j),
-                              np.full_like(vals, 2.0))  # (3 equal samples: the shapes of lp_d, no recompile)
+    lp1 = G.dpm_predict_cells(
+        Xtr, comp, np.zeros((3, 8), int), np.full_like(rows, i), np.full_like(cols, j), np.full_like(vals, 2.0)
+    )  # (3 equal samples: the shapes of lp_d, no recompile)
     col = Xtr[:, j][~np.isnan(Xtr[:, j])]
     cj = restrict_columns(comp, [j])
     want = cj.log_predictive(jnp.array([2.0]), cj.stats(jnp.asarray(col[:, None])))
@@ -258,6 +286,7 @@ def test_numpyro_dpm_kernel_runs_and_keeps_bookkeeping():
     """`DPMGibbs` under `numpyro.infer.MCMC`, on Beta-Binomial counts with missing cells
     (the NumPyro loop compiles its own program: one component per kernel test)."""
     from numpyro.infer import MCMC
+
     rng = np.random.default_rng(1)
     X = rng.integers(0, 6, size=(12, 4)).astype(float)
     X[rng.random(X.shape) < 0.2] = np.nan
@@ -275,6 +304,7 @@ def test_numpyro_cdpm_kernel_recovers_views_normal_known_cov():
     columns 0-1 and another in 2-3: the views are recovered, and with 10 rows (more than
     one block of cluster slots) the statistics of both chains match a recount."""
     from numpyro.infer import MCMC
+
     rng = np.random.default_rng(4)
     a = np.repeat([0.0, 5.0], 5)  # rows split one way in columns 0-1
     b = np.tile([0.0, 5.0], 5)  # another way in columns 2-3

@@ -5,6 +5,7 @@ enumeration in test_trellis.py), finite differences, and 300 jets made by the au
 Ginkgo generator with lambda = 2.0, t_cut = 16 (tests/data/ginkgo_generator_jets_lam2.0.json,
 see ../shared/data/README.md).
 """
+
 import functools
 import json
 import os
@@ -52,8 +53,7 @@ def small_jets():
     """Two jets of each size 3..5 in mixed order, plus a one-leaf problem (log Z = 0)."""
     jets = generator_jets()
     by_size = {n: [x for x in jets if len(x) == n][:2] for n in (3, 4, 5)}
-    return (by_size[5][0], by_size[3][0], jets[0][:1], by_size[4][0], by_size[3][1], by_size[5][1],
-            by_size[4][1])
+    return (by_size[5][0], by_size[3][0], jets[0][:1], by_size[4][0], by_size[3][1], by_size[5][1], by_size[4][1])
 
 
 @functools.lru_cache(maxsize=None)
@@ -91,8 +91,10 @@ def test_log_partition_batch_equals_per_jet_and_compiles_once():
     np.testing.assert_allclose(padded, want, rtol=0, atol=1e-10)
     # prepared once, evaluated at several lambdas: one trace for the whole batch
     batch = trellis.prepare_batch(Counting(1.0, T_CUT, "exact"), X, nl)
-    vals = {lam: np.asarray(trellis.log_partition_prepared(Counting(lam, T_CUT, "exact"), batch))
-            for lam in (1.5, TRUE_LAM, 2.5)}
+    vals = {
+        lam: np.asarray(trellis.log_partition_prepared(Counting(lam, T_CUT, "exact"), batch))
+        for lam in (1.5, TRUE_LAM, 2.5)
+    }
     assert len(traces) == 1
     np.testing.assert_allclose(vals[TRUE_LAM], want, rtol=0, atol=1e-10)
     assert np.all(vals[1.5][nl > 1] != vals[2.5][nl > 1])
@@ -170,12 +172,16 @@ def test_fit_lambda_from_the_convex_small_lambda_side():
     X, nl = pad(small_jets())
     batch = prepare_jets(X, nl, T_CUT)
     lam_grid = np.array([0.2, 0.5, 1.0])
-    assert all(float(log_likelihood(a, batch, None, T_CUT)) < float(log_likelihood(b, batch, None, T_CUT))
-               for a, b in zip(lam_grid[:-1], lam_grid[1:]))
+    assert all(
+        float(log_likelihood(a, batch, None, T_CUT)) < float(log_likelihood(b, batch, None, T_CUT))
+        for a, b in zip(lam_grid[:-1], lam_grid[1:])
+    )
     import optax
 
-    fits = [fit_lambda(batch, None, T_CUT, lam_init=lam0, progress_bar=False, **kw)
-            for lam0, kw in ((0.2, {}), (0.5, dict(optimizer=optax.sgd(0.5))), (20.0, {}))]
+    fits = [
+        fit_lambda(batch, None, T_CUT, lam_init=lam0, progress_bar=False, **kw)
+        for lam0, kw in ((0.2, {}), (0.5, dict(optimizer=optax.sgd(0.5))), (20.0, {}))
+    ]
     for fit in fits:
         assert fit.converged and fit.trace[-1] >= fit.trace.max() - 1e-12
         assert abs(fit.lam - fits[-1].lam) <= 1e-6 * fits[-1].lam

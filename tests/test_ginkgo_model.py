@@ -6,6 +6,7 @@ of the two-body decay computed by autodiff; the distribution of jets made by the
 Ginkgo generator (tests/data/ginkgo_generator_jets_lam2.0.json); the ClusterTrellis
 reference likelihoods; brute force over all trees and over all drawing orders.
 """
+
 import itertools
 import json
 import math
@@ -21,6 +22,7 @@ from scipy import integrate, stats
 
 from jaxhc import Tree, trellis
 from jaxhc.models import ginkgo
+
 from reference import all_binary_trees
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
@@ -34,8 +36,9 @@ def _m2(p):
 
 @pytest.fixture(scope="module")
 def jets():
-    return ginkgo.simulate(jax.random.PRNGKey(0), ginkgo.GinkgoParams(lam=1.5, lam_root=3.0), 400,
-                           min_leaves=2, max_leaves=14)
+    return ginkgo.simulate(
+        jax.random.PRNGKey(0), ginkgo.GinkgoParams(lam=1.5, lam_root=3.0), 400, min_leaves=2, max_leaves=14
+    )
 
 
 def _trace_and_state(key, lam=2.0, lam_root=None, max_nodes=63):
@@ -78,7 +81,7 @@ def test_simulate_same_key_same_jets_and_selection():
     assert not np.array_equal(a.leaves, c.leaves)
     assert a.leaves.shape == (50, 7, 4) and np.all((a.n_leaves >= 5) & (a.n_leaves <= 7))
     for i in range(50):  # zero padding after each jet's leaves
-        assert np.all(a.leaves[i, a.n_leaves[i]:] == 0)
+        assert np.all(a.leaves[i, a.n_leaves[i] :] == 0)
 
 
 def test_distribution_matches_the_authors_generator():
@@ -118,12 +121,17 @@ def test_trace_log_density_equals_tree_log_likelihood(seed, lam, lam_root):
     np.testing.assert_allclose(float(ll), float(lp), rtol=1e-9, atol=1e-7)
     # the phase-space term is the only difference between the two coordinates
     ll_ps = ginkgo.tree_log_likelihood(jb.trees[0], jb.jet(0), params, ordered=True, phase_space=True)
-    cont, t, ch = jb.content[0], jb.t[0], np.asarray(jb.trees[0].children)
+    cont, ch = jb.content[0], np.asarray(jb.trees[0].children)
     n = jb.trees[0].n_leaves
     tm = _m2(cont)
-    jac = sum(math.log(8 * tm[n + k]) - 0.5 * math.log(
-        tm[n + k] ** 2 + tm[a] ** 2 + tm[b] ** 2 - 2 * (tm[n + k] * tm[a] + tm[n + k] * tm[b] + tm[a] * tm[b]))
-        for k, (a, b) in enumerate(ch))
+    jac = sum(
+        math.log(8 * tm[n + k])
+        - 0.5
+        * math.log(
+            tm[n + k] ** 2 + tm[a] ** 2 + tm[b] ** 2 - 2 * (tm[n + k] * tm[a] + tm[n + k] * tm[b] + tm[a] * tm[b])
+        )
+        for k, (a, b) in enumerate(ch)
+    )
     np.testing.assert_allclose(float(ll_ps) - float(ll), jac, rtol=1e-9)
 
 
@@ -307,7 +315,7 @@ def test_bad_input():
     with pytest.raises(ValueError, match="3 leaves"):
         ginkgo.tree_log_likelihood(tree, np.ones((4, 4)) * [10, 1, 1, 1], P0)
     with pytest.raises(ValueError, match="positive"):
-        ginkgo.tree_log_likelihood(tree, np.array([[10, 1, 1, 1], [-1, 0, 0, 0], [5, 1, 0, 0.]]), P0)
+        ginkgo.tree_log_likelihood(tree, np.array([[10, 1, 1, 1], [-1, 0, 0, 0], [5, 1, 0, 0.0]]), P0)
     with pytest.raises(TypeError, match="tree"):
         ginkgo.tree_log_likelihood(((0, 1), 2), np.ones((3, 4)), P0)
     with pytest.raises(ValueError, match="likelihood"):
@@ -317,7 +325,9 @@ def test_bad_input():
     with pytest.raises(ValueError, match="non-empty"):
         ginkgo.load_jets([])
     with pytest.raises(ValueError, match="malformed 'tree'"):
-        ginkgo.load_jets([{"leaves": [[5, 1, 0, 0], [5, -1, 0, 0]], "tree": [[1, 7], [-1, -1]], "content": [[10, 0, 0, 0]]}])
+        ginkgo.load_jets(
+            [{"leaves": [[5, 1, 0, 0], [5, -1, 0, 0]], "tree": [[1, 7], [-1, -1]], "content": [[10, 0, 0, 0]]}]
+        )
 
 
 # ---------------------------------------------------------------------------------------
@@ -331,14 +341,17 @@ def test_score_in_lam_changes_sign_around_the_generating_value():
     data = ginkgo.simulate(jax.random.PRNGKey(21), params, 300)
     assert data.n_leaves.max() <= 12
     batch = trellis.prepare_batch(params.energy("exact"), data.leaves, data.n_leaves)
-    score = jax.grad(lambda lam: jnp.mean(trellis.log_partition_prepared(
-        trellis.GinkgoEnergy(lam, 16.0, "exact"), batch)))
+    score = jax.grad(
+        lambda lam: jnp.mean(trellis.log_partition_prepared(trellis.GinkgoEnergy(lam, 16.0, "exact"), batch))
+    )
     s_lo, s_hi = float(score(1.6)), float(score(2.5))
     assert s_lo > 0 > s_hi, (s_lo, s_hi)
     # and the score is a proper gradient: finite everywhere, also through zero-padded layouts
     padded = trellis.prepare_batch(params.energy("exact"), data.leaves[:40], data.n_leaves[:40], group_by_size=False)
     g = jax.grad(lambda lam: jnp.sum(trellis.log_partition_prepared(trellis.GinkgoEnergy(lam, 16.0, "exact"), padded)))
     grouped = trellis.prepare_batch(params.energy("exact"), data.leaves[:40], data.n_leaves[:40])
-    g2 = jax.grad(lambda lam: jnp.sum(trellis.log_partition_prepared(trellis.GinkgoEnergy(lam, 16.0, "exact"), grouped)))
+    g2 = jax.grad(
+        lambda lam: jnp.sum(trellis.log_partition_prepared(trellis.GinkgoEnergy(lam, 16.0, "exact"), grouped))
+    )
     assert np.isfinite(float(g(2.0)))
     np.testing.assert_allclose(float(g(2.0)), float(g2(2.0)), rtol=1e-9)

@@ -8,6 +8,7 @@ computation) and asserts that none hangs and that all return the same tree. The 
 version, 20 or more fresh processes per entry point, is `python benchmarks/stress_hangs.py
 --only bhc_repro --runs 20` (not run by the test suite: about 150 s on 2 cores).
 """
+
 import importlib.util
 import os
 import re
@@ -48,8 +49,10 @@ def test_reproducer_never_hangs_in_fresh_processes():
     stress = _stress_module()
     cache = tempfile.mkdtemp(prefix="jaxhc_hang_test_")
     try:
-        runs = [stress.run_one(sys.executable, stress.ENTRIES["bhc_repro"], timeout=150.0, cache_dir=cache)
-                for _ in range(N_FRESH_RUNS)]
+        runs = [
+            stress.run_one(sys.executable, stress.ENTRIES["bhc_repro"], timeout=150.0, cache_dir=cache)
+            for _ in range(N_FRESH_RUNS)
+        ]
     finally:
         shutil.rmtree(cache, ignore_errors=True)
     hangs = sum(r["status"] == "hang" for r in runs)
@@ -87,12 +90,12 @@ def test_long_bhc_shows_progress_and_stops_on_ctrl_c():
     runs from the host in chunks of about a second."""
     import signal
     import subprocess
+    import threading
     import time
 
-    import threading
-
-    p = subprocess.Popen([sys.executable, "-c", _INTERRUPT_SCRIPT], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         cwd=ROOT)
+    p = subprocess.Popen(
+        [sys.executable, "-c", _INTERRUPT_SCRIPT], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT
+    )
     buf = []
     reader = threading.Thread(target=lambda: buf.extend(iter(lambda: p.stderr.read(1), b"")), daemon=True)
     reader.start()

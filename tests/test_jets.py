@@ -3,14 +3,16 @@ implementation merge by merge; hand-made three-particle jets cluster as kt, C/A 
 must; the MAP comparison reproduces the ClusterTrellis reference values, never finds a tree
 above the exact MAP, and Table 1 equals its hand-computed means; the command line writes its
 files, and bad input exits with code 2."""
-import jax; jax.config.update("jax_enable_x64", True)  # noqa: E702
 
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+import importlib.util
 import json
 import math
 import os
 import sys
-
-import importlib.util
 
 import numpy as np
 import pytest
@@ -26,8 +28,10 @@ KT_FAMILY = [(1, "kt"), (0, "ca"), (-1, "antikt")]
 
 # FastJet is the optional `jets` extra (CI installs it): without it the tests that run it skip
 HAS_FASTJET = importlib.util.find_spec("fastjet") is not None
-needs_fastjet = [pytest.mark.fastjet,
-                 pytest.mark.skipif(not HAS_FASTJET, reason='needs fastjet (pip install "jaxhc[jets]")')]
+needs_fastjet = [
+    pytest.mark.fastjet,
+    pytest.mark.skipif(not HAS_FASTJET, reason='needs fastjet (pip install "jaxhc[jets]")'),
+]
 KT_FUNCTIONS = [pytest.param(jets.kt_tree, id="kt_tree", marks=needs_fastjet), jets.kt_tree_numpy]
 
 
@@ -103,8 +107,9 @@ def test_three_particles_merge_in_the_expected_order(fn, variant):
     if variant == "ee":
         L = np.array([_massless(100, 0.3, 0.0), _massless(100, 0.4, 0.0), _massless(1, 0.15, 0.0)])
     else:
-        L = np.array([_massless(100, math.pi / 2, 0.0), _massless(100, math.pi / 2, 0.1),
-                      _massless(1, math.pi / 2, -0.15)])
+        L = np.array(
+            [_massless(100, math.pi / 2, 0.0), _massless(100, math.pi / 2, 0.1), _massless(1, math.pi / 2, -0.15)]
+        )
     A, B, C = 0, 1, 2
     expect = {0: ((A, B), C), 1: ((A, C), B), -1: ((A, B), C)}
     for p, nested in expect.items():
@@ -230,8 +235,14 @@ def test_exact_map_bounds_every_method(reference):
 def test_table1_equals_hand_computed_means(reference):
     _, _, _, res = reference
     rows = {(r.a, r.b): r for r in jets.table1(res)}
-    assert list(rows) == [("trellis", "beam"), ("trellis", "greedy"), ("beam", "greedy"), ("trellis", "kt"),
-                          ("trellis", "ca"), ("trellis", "antikt")]
+    assert list(rows) == [
+        ("trellis", "beam"),
+        ("trellis", "greedy"),
+        ("beam", "greedy"),
+        ("trellis", "kt"),
+        ("trellis", "ca"),
+        ("trellis", "antikt"),
+    ]
     for (a, b), r in rows.items():
         la, lb = res.log_phi[a], res.log_phi[b]
         ok = np.isfinite(la) & np.isfinite(lb)
@@ -256,8 +267,18 @@ def test_table1_on_a_hand_made_result():
         "greedy": np.array([-11.0, -21.0, -np.inf, -44.0]),
         "kt": np.array([-np.inf, -25.0, -30.0, -41.0]),
     }
-    res = jets.MapComparison(("trellis", "beam", "greedy", "kt"), np.array([5, 5, 6, 6]), log_phi, {},
-                             None, log_phi["trellis"], {}, None, "numpy", 0)
+    res = jets.MapComparison(
+        ("trellis", "beam", "greedy", "kt"),
+        np.array([5, 5, 6, 6]),
+        log_phi,
+        {},
+        None,
+        log_phi["trellis"],
+        {},
+        None,
+        "numpy",
+        0,
+    )
     rows = {r.label: r for r in jets.table1(res)}
     assert list(rows) == ["Trellis - Beam", "Trellis - Greedy", "Beam - Greedy", "Trellis - kt"]
     r = rows["Trellis - Beam"]  # differences 0, 1, 0, 2
@@ -320,8 +341,20 @@ def _check_outputs(out, n_jets):
 @pytest.mark.skipif(not HAS_FASTJET, reason='needs fastjet (pip install "jaxhc[jets]")')
 def test_cli_jets_from_file(tmp_path, capsys):
     out = tmp_path / "jets"
-    argv = ["jets", "--input", GENERATOR_JETS, "--quick", "--min-leaves", "4", "--max-leaves", "5",
-            "--no-progress", "--no-cache", "--out", str(out)]
+    argv = [
+        "jets",
+        "--input",
+        GENERATOR_JETS,
+        "--quick",
+        "--min-leaves",
+        "4",
+        "--max-leaves",
+        "5",
+        "--no-progress",
+        "--no-cache",
+        "--out",
+        str(out),
+    ]
     assert main(argv) == 0
     text = capsys.readouterr().out
     with open(GENERATOR_JETS) as f:
@@ -334,8 +367,24 @@ def test_cli_jets_from_file(tmp_path, capsys):
 
 def test_cli_jets_simulated_without_fastjet(tmp_path, capsys):
     out = tmp_path / "sim"
-    argv = ["jets", "--num-jets", "6", "--min-leaves", "4", "--max-leaves", "5", "--seed", "3",
-            "--likelihood", "exact", "--no-fastjet", "--no-progress", "--no-cache", "--out", str(out)]
+    argv = [
+        "jets",
+        "--num-jets",
+        "6",
+        "--min-leaves",
+        "4",
+        "--max-leaves",
+        "5",
+        "--seed",
+        "3",
+        "--likelihood",
+        "exact",
+        "--no-fastjet",
+        "--no-progress",
+        "--no-cache",
+        "--out",
+        str(out),
+    ]
     assert main(argv) == 0
     payload = _check_outputs(out, 6)
     assert payload["kt_backend"] == "numpy" and payload["likelihood"] == "exact"
@@ -344,16 +393,19 @@ def test_cli_jets_simulated_without_fastjet(tmp_path, capsys):
     assert "| simulating the jets" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("content, needle", [
-    (None, "no such file"),
-    ("{not json", "not valid JSON"),
-    ('{"leaves": [[1, 0, 0, 1]]}', "expected a non-empty JSON list"),
-    ('[{"content": []}]', "jet 0 is not an object with 'leaves'"),
-    ('[{"leaves": [[1, 2, 3]]}]', "jet 0: 'leaves' must be four-momenta"),
-    ('[{"leaves": [[1, 0, 0, 1]]}, {"leaves": [["a", 0, 0, 1]]}]', "jet 1: 'leaves' must be a numeric"),
-    ('[{"leaves": [[1, 0, 0, 1], [-2, 0, 1, 0]]}]', "positive energy"),
-    ('[{"leaves": [[1, 0, 0, 1]]}]', "none of its 1 jets has 5 to 7 leaves"),
-])
+@pytest.mark.parametrize(
+    "content, needle",
+    [
+        (None, "no such file"),
+        ("{not json", "not valid JSON"),
+        ('{"leaves": [[1, 0, 0, 1]]}', "expected a non-empty JSON list"),
+        ('[{"content": []}]', "jet 0 is not an object with 'leaves'"),
+        ('[{"leaves": [[1, 2, 3]]}]', "jet 0: 'leaves' must be four-momenta"),
+        ('[{"leaves": [[1, 0, 0, 1]]}, {"leaves": [["a", 0, 0, 1]]}]', "jet 1: 'leaves' must be a numeric"),
+        ('[{"leaves": [[1, 0, 0, 1], [-2, 0, 1, 0]]}]', "positive energy"),
+        ('[{"leaves": [[1, 0, 0, 1]]}]', "none of its 1 jets has 5 to 7 leaves"),
+    ],
+)
 def test_cli_jets_bad_input_exits_2(tmp_path, capsys, content, needle):
     path = tmp_path / "jets.json"
     if content is not None:
@@ -368,8 +420,20 @@ def test_cli_jets_bad_input_exits_2(tmp_path, capsys, content, needle):
 
 def test_cli_jets_bad_leaf_range_exits_2(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
-        main(["jets", "--input", GENERATOR_JETS, "--min-leaves", "8", "--max-leaves", "6", "--no-cache",
-              "--out", str(tmp_path)])
+        main(
+            [
+                "jets",
+                "--input",
+                GENERATOR_JETS,
+                "--min-leaves",
+                "8",
+                "--max-leaves",
+                "6",
+                "--no-cache",
+                "--out",
+                str(tmp_path),
+            ]
+        )
     assert exc.value.code == 2
     assert "--min-leaves 8 is above --max-leaves 6" in capsys.readouterr().err
 
@@ -381,8 +445,24 @@ def test_cli_jets_compilation_cache(tmp_path):
     import sys
 
     cache = tmp_path / "cache"
-    cmd = [sys.executable, "-m", "jaxhc", "jets", "--num-jets", "3", "--min-leaves", "6", "--max-leaves", "6",
-           "--no-fastjet", "--no-progress", "--cache-dir", str(cache), "--out", str(tmp_path / "o")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "jaxhc",
+        "jets",
+        "--num-jets",
+        "3",
+        "--min-leaves",
+        "6",
+        "--max-leaves",
+        "6",
+        "--no-fastjet",
+        "--no-progress",
+        "--cache-dir",
+        str(cache),
+        "--out",
+        str(tmp_path / "o"),
+    ]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert any(cache.iterdir()), "nothing was written to the compilation cache"

@@ -4,7 +4,10 @@ a hand-made jet; a sparse trellis never beats the exact MAP, never loses to the 
 own seed trees and never gets worse with more seeds; seeded with every one of the
 (2N-3)!! hierarchies it is the exact trellis; seeded with the true tree it contains that
 tree; the same key gives the same seeds; bad input raises."""
-import jax; jax.config.update("jax_enable_x64", True)  # noqa: E702
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
 
 import math
 
@@ -14,6 +17,7 @@ import pytest
 from jaxhc import jets, trellis
 from jaxhc.models import ginkgo
 from jaxhc.tree import Tree
+
 from reference import all_binary_trees
 
 PARAMS = ginkgo.GinkgoParams()  # lam = 2, t_cut = 16, root mass 30, |p| = 400

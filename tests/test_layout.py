@@ -1,6 +1,7 @@
 """The package layout rules of DESIGN.md / issue 19, checked on the source tree: module size,
 the direction of imports between models and inference, no private names shared across
 modules, no module or subpackage named like an exported function."""
+
 from __future__ import annotations
 
 import ast
@@ -46,8 +47,13 @@ def test_no_module_over_the_size_limit():
 
 
 def test_models_never_import_inference():
-    bad = [(n, m) for n, p in _modules() if n.startswith("jaxhc.models")
-           for m, _ in _imports(n, p) if m.startswith("jaxhc.inference")]
+    bad = [
+        (n, m)
+        for n, p in _modules()
+        if n.startswith("jaxhc.models")
+        for m, _ in _imports(n, p)
+        if m.startswith("jaxhc.inference")
+    ]
     assert not bad, bad
 
 

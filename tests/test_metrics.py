@@ -1,5 +1,6 @@
 """Tests for jaxhc.metrics: dendrogram purity against a brute-force definition, flat scores
 against scikit-learn / brute-force loops, level-wise scores and input validation."""
+
 import itertools
 
 import jax

@@ -1,4 +1,6 @@
-import jax; jax.config.update("jax_enable_x64", True)  # noqa: E702
+import jax
+
+jax.config.update("jax_enable_x64", True)
 
 """Every notebook in notebooks/ runs top to bottom: its code cells are executed in order in
 one fresh namespace (Agg backend, inside a temporary directory) and must raise nothing (the
@@ -47,8 +49,8 @@ def _check_bhc(ns):
 def _check_jets(ns):
     cmp = ns["cmp"]
     assert np.all(np.isfinite(cmp.log_z)) and np.all(cmp.log_z >= cmp.map_log_phi - 1e-9)
-    assert 0.5 < ns["exact_p"].sum() <= 1 + 1e-9   # the sampled trees carry most of the posterior mass
-    assert ns["z"] < 6, ns["z"]                      # sample frequencies agree with the exact P(H | leaves)
+    assert 0.5 < ns["exact_p"].sum() <= 1 + 1e-9  # the sampled trees carry most of the posterior mass
+    assert ns["z"] < 6, ns["z"]  # sample frequencies agree with the exact P(H | leaves)
     assert np.isfinite(ns["fit"].lam) and 0.3 <= ns["fit"].lam <= 6.0
     lo, hi = ns["post"].interval
     assert np.isfinite(ns["post"].mean) and lo < ns["post"].mean < hi

@@ -16,6 +16,7 @@ Compilation dominates: every jitted function sees one fixed shape per test (the 
 draw values, not shapes), so each compiles once and the examples cost milliseconds. The
 Tree conversions run in NumPy, so those tests draw the number of leaves too.
 """
+
 from __future__ import annotations
 
 import json
@@ -42,6 +43,7 @@ from jaxhc.components import (
 )
 from jaxhc.tree import ParentTree, Tree
 from jaxhc.trellis import DasguptaEnergy, sample, solve
+
 from reference import all_binary_trees
 
 # database=None: keep hypothesis from writing a .hypothesis/ folder into the checkout (a
@@ -148,7 +150,7 @@ def _dasgupta_log_phi_terms(W, trees=None, splits=None):
 
 
 def _tree_key(t: Tree):
-    return tuple(sorted(int(b) for b in t.bitmasks()[t.n_leaves:]))
+    return tuple(sorted(int(b) for b in t.bitmasks()[t.n_leaves :]))
 
 
 _ENUM_INDEX = {_tree_key(t): i for i, t in enumerate(_ENUM_TREES)}
@@ -220,8 +222,7 @@ def test_bhc_invariant_to_row_order(seed, perm, alpha, kappa, a, b, spread):
     ra = jaxhc.bhc(X, comp, alpha)
     rb = jaxhc.bhc(X[perm], comp, alpha)
     assert _close(ra.log_evidence, rb.log_evidence, 1e-8), (float(ra.log_evidence), float(rb.log_evidence))
-    assert _close(ra.dpm_lower_bound, rb.dpm_lower_bound, 1e-8), (
-        float(ra.dpm_lower_bound), float(rb.dpm_lower_bound))
+    assert _close(ra.dpm_lower_bound, rb.dpm_lower_bound, 1e-8), (float(ra.dpm_lower_bound), float(rb.dpm_lower_bound))
     # row i of X[perm] is row perm[i] of X
     assert rb.tree.relabel_leaves(perm).same_hierarchy(ra.tree)
 
@@ -292,7 +293,9 @@ def test_chain_rule_normal_gamma(X, mean, kappa, a, b):
 @settings(**SETTINGS)
 @given(
     X=hnp.arrays(np.float64, (N_ROWS, D_COMP), elements=st.one_of(_floats(-5.0, 5.0), st.just(np.nan))),
-    mean=_vec(-3, 3), prior_var=_vec(0.1, 5.0), noise_var=_vec(0.1, 5.0),
+    mean=_vec(-3, 3),
+    prior_var=_vec(0.1, 5.0),
+    noise_var=_vec(0.1, 5.0),
 )
 def test_chain_rule_independent_normal(X, mean, prior_var, noise_var):
     _check_chain_rule(IndependentNormal(mean, prior_var, noise_var), X)
@@ -333,12 +336,21 @@ def test_every_component_family_is_covered():
     import jaxhc.components as C
 
     families = {
-        name for name in C.__all__
-        if isinstance(getattr(C, name), type) and issubclass(getattr(C, name), C.Component)
+        name
+        for name in C.__all__
+        if isinstance(getattr(C, name), type)
+        and issubclass(getattr(C, name), C.Component)
         and getattr(C, name) is not C.Component
     }
-    covered = {"NormalInverseWishart", "NormalKnownCov", "NormalGamma", "BetaBernoulli", "BetaBinomial",
-               "DirichletMultinomial", "IndependentNormal"}
+    covered = {
+        "NormalInverseWishart",
+        "NormalKnownCov",
+        "NormalGamma",
+        "BetaBernoulli",
+        "BetaBinomial",
+        "DirichletMultinomial",
+        "IndependentNormal",
+    }
     assert families == covered, families ^ covered
 
 

@@ -2,6 +2,7 @@
 bound, M-step, attachment scores against the exact log joint, the regraft / collapse moves,
 restarts, start trees, search on the paper's four-cluster set, predictive normalisation, input
 errors."""
+
 import functools
 
 import jax
@@ -64,13 +65,14 @@ def test_e_step_matches_dense_gaussian(seed):
         mk = Xn[k] if k < N else mean[pos[k]]
         vk = 0.0 if k < N else cov[pos[k], pos[k]]
         if p < 0:
-            want = 0.5 * (np.sum(mk ** 2) + D * vk)
+            want = 0.5 * (np.sum(mk**2) + D * vk)
         else:
             cpk = 0.0 if k < N else cov[pos[k], pos[p]]
             want = 0.5 * (np.sum((mk - mean[pos[p]]) ** 2) + D * (vk + cov[pos[p], pos[p]] - 2 * cpk))
         np.testing.assert_allclose(float(est.b[k]), want, rtol=1e-9, atol=1e-12)
-    np.testing.assert_allclose(float(est.log_lik), float(log_marginal_masked(parent, times, parent != FREE, X,
-                                                                              sigma2)), rtol=1e-12)
+    np.testing.assert_allclose(
+        float(est.log_lik), float(log_marginal_masked(parent, times, parent != FREE, X, sigma2)), rtol=1e-12
+    )
     # with point-mass hyperparameters the bound is the joint log density
     lp = log_prior_masked(parent, times, parent != FREE, jnp.arange(2 * N - 1) < N, 1.0, 0.5, 0.2)
     L = E.e_step(parent, times, X, hyper, learn=False).bound
@@ -130,7 +132,8 @@ def test_m_step_time_optimum_not_below_start():
     s = lambda t: jnp.log(t) - jnp.log1p(-t)  # noqa: E731
     internal = np.asarray(active & (jnp.arange(2 * N - 1) >= N))
     g = jax.grad(lambda sv: G(t_new.at[N:].set(jnp.where(internal[N:], jax.nn.sigmoid(sv), t_new[N:]))))(
-        jnp.where(internal[N:], s(jnp.clip(t_new[N:], 1e-9, 1 - 1e-9)), 0.0))
+        jnp.where(internal[N:], s(jnp.clip(t_new[N:], 1e-9, 1 - 1e-9)), 0.0)
+    )
     assert float(jnp.max(jnp.abs(g))) < 1e-4
     assert float(E.e_step(parent, t_new, X, hyper, learn=False).bound) >= float(est.bound)
 
@@ -156,8 +159,9 @@ def _leaf_sets(tree):
 
 def test_four_clusters_pydt_multifurcates_ddt_binary():
     X, lab = _four_clusters(24)
-    res = E.pydt_em(jax.random.PRNGKey(0), X, alpha=1.0, beta=0.2, num_iters=10, learn_alpha_beta=False,
-                    progress_bar=False)
+    res = E.pydt_em(
+        jax.random.PRNGKey(0), X, alpha=1.0, beta=0.2, num_iters=10, learn_alpha_beta=False, progress_bar=False
+    )
     par, sets = _leaf_sets(res.tree)
     clusters = [set(np.flatnonzero(lab == c)) for c in range(4)]
     assert all(cl in sets.values() for cl in clusters)
@@ -167,7 +171,7 @@ def test_four_clusters_pydt_multifurcates_ddt_binary():
     assert len(res.k_best) <= 10 and res.k_best[0][0] == res.log_evidence
     ddt = E.pydt_em(jax.random.PRNGKey(0), X, alpha=0.0, beta=0.0, num_iters=10, progress_bar=False)
     par, sets = _leaf_sets(ddt.tree)
-    kids = np.bincount(par[par >= 0], minlength=par.size)[X.shape[0]:]
+    kids = np.bincount(par[par >= 0], minlength=par.size)[X.shape[0] :]
     assert np.all(kids == 2) and ddt.alpha == 0.0 and ddt.beta == 0.0
     assert sum(cl in sets.values() for cl in clusters) >= 3
 
@@ -211,8 +215,9 @@ def _attach_scores_and_truth(parent, times, X, hyper, s):
     def exact(j):
         p2, t2 = build(j)
         a2 = p2 != FREE
-        return (log_marginal_masked(p2, t2, a2, X, hyper.sigma2)
-                + log_prior_masked(p2, t2, a2, jnp.arange(m) < N, hyper.c_mean, hyper.alpha, hyper.beta))
+        return log_marginal_masked(p2, t2, a2, X, hyper.sigma2) + log_prior_masked(
+            p2, t2, a2, jnp.arange(m) < N, hyper.c_mean, hyper.alpha, hyper.beta
+        )
 
     return sc, jax.vmap(lambda j: jnp.where(jnp.isfinite(sc[j]), exact(j), 0.0))(jnp.arange(2 * m))
 
@@ -239,8 +244,9 @@ def test_regraft_and_collapse_propose_valid_trees_scored_by_their_bound():
     X = jax.random.normal(jax.random.PRNGKey(3), (N, D))
     hyper = E.em_init_hyper(X, 1.0, 1.0, 0.3, 0.5)
     # Gamma factors that are not point masses: the bound has all its terms
-    hyper = hyper._replace(c_shape=jnp.asarray(3.0), c_rate=jnp.asarray(2.0), prec_shape=jnp.asarray(5.0),
-                           prec_rate=jnp.asarray(2.0))
+    hyper = hyper._replace(
+        c_shape=jnp.asarray(3.0), c_rate=jnp.asarray(2.0), prec_shape=jnp.asarray(5.0), prec_rate=jnp.asarray(2.0)
+    )
     learn = True
     pri = PYDTPriors()
     src = E._signature(parent, N)
@@ -268,8 +274,9 @@ def test_search_moves_raise_the_bound():
     """Each iteration's best bound never falls; a regraft or collapse is kept only when it
     raises the bound; the trees are valid."""
     X, _ = _four_clusters(24, seed=2)
-    res = E.pydt_em(jax.random.PRNGKey(2), X, alpha=1.0, beta=0.2, num_iters=6, learn_alpha_beta=False,
-                    progress_bar=False)
+    res = E.pydt_em(
+        jax.random.PRNGKey(2), X, alpha=1.0, beta=0.2, num_iters=6, learn_alpha_beta=False, progress_bar=False
+    )
     assert len(res.move_trace) == len(res.trace) - 1 == 6
     assert np.all(np.diff(res.trace) >= 0)
     for i, (move, before, after) in enumerate(res.move_trace):
@@ -282,8 +289,16 @@ def test_search_moves_raise_the_bound():
     for _, par, tim in res.k_best:
         _check_tree(par, tim, 24)
     # greedy moves alone stop at a local optimum: then neither move improves the best tree
-    greedy = E.pydt_em(jax.random.PRNGKey(2), X, alpha=1.0, beta=0.2, num_iters=30, learn_alpha_beta=False,
-                       moves=("regraft", "collapse"), progress_bar=False)
+    greedy = E.pydt_em(
+        jax.random.PRNGKey(2),
+        X,
+        alpha=1.0,
+        beta=0.2,
+        num_iters=30,
+        learn_alpha_beta=False,
+        moves=("regraft", "collapse"),
+        progress_bar=False,
+    )
     mt = greedy.move_trace
     assert len(mt) < 30 and all(after == before or after > before + 1e-4 for _, before, after in mt)
     assert any(after > before for _, before, after in mt)
@@ -313,8 +328,9 @@ def test_restarts_return_the_best_restart():
 
 def test_init_tree_is_refit_not_searched():
     X, _ = _four_clusters(24, seed=1)
-    res = E.pydt_em(jax.random.PRNGKey(1), X, alpha=1.0, beta=0.2, num_iters=1, learn_alpha_beta=False,
-                    progress_bar=False)
+    res = E.pydt_em(
+        jax.random.PRNGKey(1), X, alpha=1.0, beta=0.2, num_iters=1, learn_alpha_beta=False, progress_bar=False
+    )
     kw = dict(alpha=1.0, beta=0.2, num_iters=0, progress_bar=False)
     fixed = E.pydt_em(jax.random.PRNGKey(5), X, init=(res.parent, res.times), **kw)
     compact = E.pydt_em(jax.random.PRNGKey(6), X, init=(res.tree.parent, res.tree.heights), **kw)
@@ -328,8 +344,12 @@ def test_init_tree_is_refit_not_searched():
     bad_time[root] = tim[child] + 1e-3 if child >= 24 else 1.0
     cycle = par.copy()
     cycle[root] = child if child >= 24 else 24
-    for init, msg in [((par[:10], tim[:10]), "length"), ((par, bad_time), "time"), ((cycle, tim), "root"),
-                      ((par.astype(float), tim), "integers")]:
+    for init, msg in [
+        ((par[:10], tim[:10]), "length"),
+        ((par, bad_time), "time"),
+        ((cycle, tim), "root"),
+        ((par.astype(float), tim), "integers"),
+    ]:
         with pytest.raises(ValueError):
             E.pydt_em(jax.random.PRNGKey(0), X, init=init, **kw)
 
@@ -349,32 +369,37 @@ def test_predictive_integrates_to_one_1d():
 
 def test_predictive_from_result_averages_k_best():
     X, _ = _four_clusters(24, seed=1)
-    res = E.pydt_em(jax.random.PRNGKey(1), X, alpha=1.0, beta=0.2, num_iters=3, learn_alpha_beta=False,
-                    progress_bar=False)
+    res = E.pydt_em(
+        jax.random.PRNGKey(1), X, alpha=1.0, beta=0.2, num_iters=3, learn_alpha_beta=False, progress_bar=False
+    )
     lp = E.pydt_predictive_logpdf(res, np.array([[1.0, 1.0], [0.0, 0.0], [5.0, 5.0]]))
     assert lp.shape == (3,) and np.all(np.isfinite(lp))
     assert lp[0] > lp[1] > lp[2]
     # same key, same result (K-best list included)
-    again = E.pydt_em(jax.random.PRNGKey(1), X, alpha=1.0, beta=0.2, num_iters=3, learn_alpha_beta=False,
-                      progress_bar=False)
+    again = E.pydt_em(
+        jax.random.PRNGKey(1), X, alpha=1.0, beta=0.2, num_iters=3, learn_alpha_beta=False, progress_bar=False
+    )
     np.testing.assert_array_equal(again.parent, res.parent)
     np.testing.assert_array_equal(again.times, res.times)
     assert again.log_evidence == res.log_evidence
     assert [k[0] for k in again.k_best] == [k[0] for k in res.k_best]
 
 
-@pytest.mark.parametrize("kwargs, X, err", [
-    ({}, np.zeros(5), ValueError),
-    ({}, np.array([[0.0, np.nan], [1.0, 2.0], [3.0, 4.0]]), ValueError),
-    ({"beta": 1.0}, None, ValueError),
-    ({"beta": -0.1}, None, ValueError),
-    ({"alpha": -0.5, "beta": 0.1}, None, ValueError),
-    ({"c": 0.0}, None, ValueError),
-    ({"sigma2": -1.0}, None, ValueError),
-    ({"num_restarts": 0}, None, ValueError),
-    ({"moves": ()}, None, ValueError),
-    ({"moves": ("reattach", "swap")}, None, ValueError),
-])
+@pytest.mark.parametrize(
+    "kwargs, X, err",
+    [
+        ({}, np.zeros(5), ValueError),
+        ({}, np.array([[0.0, np.nan], [1.0, 2.0], [3.0, 4.0]]), ValueError),
+        ({"beta": 1.0}, None, ValueError),
+        ({"beta": -0.1}, None, ValueError),
+        ({"alpha": -0.5, "beta": 0.1}, None, ValueError),
+        ({"c": 0.0}, None, ValueError),
+        ({"sigma2": -1.0}, None, ValueError),
+        ({"num_restarts": 0}, None, ValueError),
+        ({"moves": ()}, None, ValueError),
+        ({"moves": ("reattach", "swap")}, None, ValueError),
+    ],
+)
 def test_bad_input(kwargs, X, err):
     if X is None:
         X = np.random.default_rng(0).normal(size=(5, 2))

@@ -2,6 +2,7 @@
 (tensor Gauss-Hermite and the orthant probability), the EP fixed point, the per-dim message
 passing in its Gaussian limit, the M-step on the EP surrogate, search on two binary clusters,
 the predictive over bit vectors, input errors."""
+
 import jax
 
 jax.config.update("jax_enable_x64", True)
@@ -77,15 +78,18 @@ def _exact_probit(K, s, n=24):
     p = W * np.exp(np.sum(log_ndtr(s * X), axis=1))
     Zt = p.sum()
     mean = p @ X / Zt
-    return np.log(Zt), mean, p @ X ** 2 / Zt - mean ** 2
+    return np.log(Zt), mean, p @ X**2 / Zt - mean**2
 
 
 @pytest.mark.parametrize("seed", [0, 3])
 def test_ep_matches_exact_probit_posterior(seed):
     N, D, sigma2 = 4, 2, 2.0
     parent, times = _tree(seed, N)
-    Y = np.array([[1, 0], [1, 1], [0, 1], [1, 0]], float) if seed == 0 else np.array(
-        [[0, 1], [1, 1], [0, 0], [1, 1]], float)
+    Y = (
+        np.array([[1, 0], [1, 1], [0, 1], [1, 0]], float)
+        if seed == 0
+        else np.array([[0, 1], [1, 1], [0, 0], [1, 1]], float)
+    )
     hyper = E.em_init_hyper(Y, 1.0, 0.5, 0.2, sigma2)
     est, sites = E.ep_e_step(parent, times, jnp.asarray(Y), hyper)
     K = _leaf_cov(parent, times, N, sigma2)
@@ -95,8 +99,9 @@ def test_ep_matches_exact_probit_posterior(seed):
         lz, mean, var = _exact_probit(K, s)
         # the quadrature against the orthant probability P(s_i (x_i + eps_i) > 0 for all i)
         # (scipy's randomised quasi-Monte Carlo: accurate to ~1e-5 relative)
-        orth = multivariate_normal(np.zeros(N), (K + np.eye(N)) * np.outer(s, s), abseps=1e-7, releps=1e-7,
-                                   maxpts=10 ** 6).cdf(np.zeros(N))
+        orth = multivariate_normal(
+            np.zeros(N), (K + np.eye(N)) * np.outer(s, s), abseps=1e-7, releps=1e-7, maxpts=10**6
+        ).cdf(np.zeros(N))
         np.testing.assert_allclose(lz, np.log(orth), atol=5e-4)
         log_z += lz
         # EP marginals of the leaves (observed: |mean err| <~ 1e-3, |var err| <~ 1e-2)
@@ -123,7 +128,7 @@ def test_tilted_moments_by_quadrature():
         p = w * np.exp(log_ndtr(s * x))
         Z = p.sum()
         m = p @ x / Z
-        var = p @ x ** 2 / Z - m ** 2
+        var = p @ x**2 / Z - m**2
         logZ, tau, nu = EP._probit_site(jnp.asarray(s), jnp.asarray(mu), jnp.asarray(v))
         np.testing.assert_allclose(float(logZ), np.log(Z), rtol=1e-8)
         np.testing.assert_allclose(1.0 / v + float(tau), 1.0 / var, rtol=1e-6)  # tilted precision
@@ -139,10 +144,12 @@ def test_diag_message_passing_gaussian_limit():
     ref = E.e_step(parent, times, X, hyper)
     est = _e_step_diag(parent, times, X, jnp.zeros((N, D)), hyper, PYDTPriors(), True, True)
     np.testing.assert_allclose(np.asarray(est.mean), np.asarray(ref.mean), atol=1e-12)
-    np.testing.assert_allclose(np.asarray(est.var), np.broadcast_to(np.asarray(ref.var)[:, None], (2 * N - 1, D)),
-                               atol=1e-12)
-    np.testing.assert_allclose(np.asarray(est.cross), np.broadcast_to(np.asarray(ref.cross)[:, None],
-                                                                      (2 * N - 1, D)), atol=1e-12)
+    np.testing.assert_allclose(
+        np.asarray(est.var), np.broadcast_to(np.asarray(ref.var)[:, None], (2 * N - 1, D)), atol=1e-12
+    )
+    np.testing.assert_allclose(
+        np.asarray(est.cross), np.broadcast_to(np.asarray(ref.cross)[:, None], (2 * N - 1, D)), atol=1e-12
+    )
     np.testing.assert_allclose(np.asarray(est.b), np.asarray(ref.b), rtol=1e-11, atol=1e-12)
     np.testing.assert_allclose(float(est.log_lik), float(ref.log_lik), rtol=1e-12)
     np.testing.assert_allclose(float(est.bound), float(ref.bound), rtol=1e-12)
@@ -231,22 +238,27 @@ def test_probit_predictive(two_cluster_fit):
     for alpha, beta in [(0.5, 0.2), (0.0, 0.0)]:
         if alpha == 0.0:
             parent, times = sample_prior_tree(jax.random.PRNGKey(7), N, jnp.float64, 1.0, 0.0, 0.0)
-        p = E.pydt_predictive_logpdf((parent, times), grid, Ys, c=1.0, alpha=alpha, beta=beta, sigma2=1.5,
-                                     likelihood="probit")
+        p = E.pydt_predictive_logpdf(
+            (parent, times), grid, Ys, c=1.0, alpha=alpha, beta=beta, sigma2=1.5, likelihood="probit"
+        )
         np.testing.assert_allclose(np.exp(p).sum(), 1.0, atol=1e-12)
 
 
-@pytest.mark.parametrize("kwargs, X", [
-    ({"likelihood": "foo"}, None),
-    ({"likelihood": "probit"}, np.array([[0.0, 1.0], [1.0, 0.5], [0.0, 0.0], [1.0, 1.0]])),
-    ({"likelihood": "probit"}, np.array([[0.0, 1.0], [1.0, -1.0], [0.0, 0.0], [1.0, 1.0]])),
-    ({"likelihood": "probit", "ep": E.EPConfig(damping=0.0)}, None),
-])
+@pytest.mark.parametrize(
+    "kwargs, X",
+    [
+        ({"likelihood": "foo"}, None),
+        ({"likelihood": "probit"}, np.array([[0.0, 1.0], [1.0, 0.5], [0.0, 0.0], [1.0, 1.0]])),
+        ({"likelihood": "probit"}, np.array([[0.0, 1.0], [1.0, -1.0], [0.0, 0.0], [1.0, 1.0]])),
+        ({"likelihood": "probit", "ep": E.EPConfig(damping=0.0)}, None),
+    ],
+)
 def test_bad_input(kwargs, X):
     if X is None:
         X = np.array([[0.0, 1.0], [1.0, 1.0], [0.0, 0.0], [1.0, 0.0]])
     with pytest.raises(ValueError, match="X|likelihood|ep"):
         E.pydt_em(jax.random.PRNGKey(0), X, num_iters=1, progress_bar=False, **kwargs)
     with pytest.raises(ValueError, match="likelihood"):
-        E.pydt_predictive_logpdf((np.zeros(7, np.int32), np.ones(7)), X[:1], X, c=1.0, alpha=0.5, beta=0.2,
-                                 sigma2=1.0, likelihood="bits")
+        E.pydt_predictive_logpdf(
+            (np.zeros(7, np.int32), np.ones(7)), X[:1], X, c=1.0, alpha=0.5, beta=0.2, sigma2=1.0, likelihood="bits"
+        )

@@ -1,4 +1,6 @@
-import jax; jax.config.update("jax_enable_x64", True)  # noqa: E702
+import jax
+
+jax.config.update("jax_enable_x64", True)
 
 """PYDT collapsed MCMC (section 5.1): message passing against the dense Gaussian, the
 detach / re-attach move against the prior (no data) and against the exact posterior over the
@@ -45,7 +47,8 @@ def _lca_time(parent, times, i, j):
 def test_message_passing_equals_dense_gaussian_on_masked_trees():
     N, s2 = 7, 0.7
     trees = jax.jit(jax.vmap(lambda k: sample_prior_tree(k, N, jnp.float64, 1.0, 1.0, 0.3)))(
-        jax.random.split(jax.random.key(0), 4))
+        jax.random.split(jax.random.key(0), 4)
+    )
     Xs = np.random.default_rng(0).normal(size=(4, N, 2))
     lml = jax.jit(jax.vmap(lambda p, t, x: P.log_marginal_masked(p, t, p != FREE, x, s2)))
     gots = np.asarray(lml(trees[0], trees[1], jnp.asarray(Xs)))
@@ -62,14 +65,18 @@ def test_masked_prior_equals_the_model_density():
 
     N = 7
     trees = jax.jit(jax.vmap(lambda k: sample_prior_tree(k, N, jnp.float64, 1.0, 1.0, 0.3)))(
-        jax.random.split(jax.random.key(12), 3))
+        jax.random.split(jax.random.key(12), 3)
+    )
     for i in range(3):
         par, tim = np.asarray(trees[0][i]), np.asarray(trees[1][i])
         for c, a, b in ((1.0, 0.5, 0.2), (2.0, 1.5, 0.6), (0.7, 0.0, 0.0)):
             if a == b == 0 and np.sum(par != FREE) < 2 * N - 1:
                 continue  # the DDT gives multifurcations probability 0
-            got = float(P.log_prior_masked(jnp.asarray(par), jnp.asarray(tim), jnp.asarray(par != FREE),
-                                           jnp.arange(2 * N - 1) < N, c, a, b))
+            got = float(
+                P.log_prior_masked(
+                    jnp.asarray(par), jnp.asarray(tim), jnp.asarray(par != FREE), jnp.arange(2 * N - 1) < N, c, a, b
+                )
+            )
             want = float(pydt.log_structure_times(par, tim, c=c, alpha=a, beta=b))
             np.testing.assert_allclose(got, want, rtol=1e-10)
 
@@ -83,7 +90,8 @@ def test_moves_without_data_sample_the_prior(alpha, beta):
     N, c = 4, 1.0
     S = 20000
     draws = jax.jit(jax.vmap(lambda k: sample_prior_tree(k, N, jnp.float64, c, alpha, beta)))(
-        jax.random.split(jax.random.key(1), S))
+        jax.random.split(jax.random.key(1), S)
+    )
     prior = _structure_freqs(np.asarray(draws[0]), N)
     X = jnp.zeros((N, 1))
     st = P.pydt_mcmc_init(jax.random.key(2), X, c=c, alpha=alpha, beta=beta, use_likelihood=False)
@@ -94,6 +102,7 @@ def test_moves_without_data_sample_the_prior(alpha, beta):
         def body(s, k):
             s, info = P._move(k, s, X, False)
             return s, (s.parent, s.times)
+
         return jax.lax.scan(body, st, jax.random.split(key, T))[1]
 
     par, tim = (np.asarray(a) for a in run(jax.random.key(3), st))
@@ -119,8 +128,9 @@ def test_moves_sample_the_exact_posterior_over_structures_of_three_points():
     def logjoint(parent, times):
         active = parent != FREE
         is_leaf = jnp.arange(5) < 3
-        return (P.log_prior_masked(parent, times, active, is_leaf, c, alpha, beta)
-                + P.log_marginal_masked(parent, times, active, jnp.asarray(X), s2))
+        return P.log_prior_masked(parent, times, active, is_leaf, c, alpha, beta) + P.log_marginal_masked(
+            parent, times, active, jnp.asarray(X), s2
+        )
 
     post = {}
     for pair in ((0, 1), (0, 2), (1, 2)):
@@ -136,8 +146,9 @@ def test_moves_sample_the_exact_posterior_over_structures_of_three_points():
         val, _ = integrate.dblquad(dens, 0, 1, lambda tr: tr, lambda tr: 1, epsabs=1e-10, epsrel=1e-7)
         post[frozenset({(1 << pair[0]) | (1 << pair[1]), 7})] = val
     tri = jnp.asarray([3, 3, 3, -1, FREE])
-    val, _ = integrate.quad(lambda t: float(jnp.exp(logjoint(tri, jnp.asarray([1, 1, 1, t, 0], f)))), 0, 1,
-                            epsabs=1e-12)
+    val, _ = integrate.quad(
+        lambda t: float(jnp.exp(logjoint(tri, jnp.asarray([1, 1, 1, t, 0], f)))), 0, 1, epsabs=1e-12
+    )
     post[frozenset({7})] = val
     Z = sum(post.values())
     st = P.pydt_mcmc_init(jax.random.key(4), X, c=c, alpha=alpha, beta=beta, sigma2=s2)
@@ -148,6 +159,7 @@ def test_moves_sample_the_exact_posterior_over_structures_of_three_points():
         def body(s, k):
             s, info = P._move(k, s, jnp.asarray(X), True)
             return s, s.parent
+
         return jax.lax.scan(body, st, jax.random.split(key, T))[1]
 
     chain = _structure_freqs(np.asarray(run(jax.random.key(5), st)), 3)
@@ -166,8 +178,14 @@ def test_gibbs_c_and_precision_match_their_conditionals():
     active = st.parent != FREE
     is_leaf = jnp.arange(st.parent.shape[0]) < N
     grid = np.linspace(1e-3, 15, 4000)
-    lp = np.asarray(jax.vmap(lambda cc: P.log_prior_masked(st.parent, st.times, active, is_leaf, cc, st.alpha,
-                                                           st.beta))(jnp.asarray(grid))) - grid
+    lp = (
+        np.asarray(
+            jax.vmap(lambda cc: P.log_prior_masked(st.parent, st.times, active, is_leaf, cc, st.alpha, st.beta))(
+                jnp.asarray(grid)
+            )
+        )
+        - grid
+    )
     w = np.exp(lp - lp.max())
     mean = np.sum(w * grid) / w.sum()
     sd = np.sqrt(np.sum(w * (grid - mean) ** 2) / w.sum())
@@ -182,13 +200,15 @@ def test_gibbs_c_and_precision_match_their_conditionals():
         def body(s, k):
             s2 = P._gibbs_precision(k, s, jnp.asarray(X), pri)
             return s._replace(sigma2=s2), s2
+
         return jax.lax.scan(body, st, jax.random.split(key, T))[1]
 
     draws = np.asarray(run(jax.random.key(8)))[200:]
     # the grid must hold the whole posterior (its tail decays like sigma2^-(N D / 2 + 2))
     grid = np.linspace(0.02, 100, 8000)
-    ll = np.asarray(jax.vmap(lambda v: P.log_marginal_masked(st.parent, st.times, active, jnp.asarray(X), v))(
-        jnp.asarray(grid)))
+    ll = np.asarray(
+        jax.vmap(lambda v: P.log_marginal_masked(st.parent, st.times, active, jnp.asarray(X), v))(jnp.asarray(grid))
+    )
     lam = 1 / grid
     lpost = ll + np.log(lam) * 0 - lam + 2 * np.log(lam)  # G(lam; 1, 1) density in sigma2: exp(-lam) lam^2
     w = np.exp(lpost - lpost.max())
@@ -206,6 +226,7 @@ def test_driver_runs_samples_hyperparameters_and_validates():
     tree = out.tree()
     tree.validate()
     assert tree.n_leaves == 12
+
     # the root splits the two groups in most samples (with 6 points a group and sigma2 learned
     # the posterior also gives a multifurcating root some mass: 0.7-0.9 of samples over keys)
     def root_split(par):
@@ -245,10 +266,25 @@ def _leaves_under(parent, node, N):
 def test_probit_model_chains_and_numpyro_kernel():
     rng = np.random.default_rng(3)
     proto = rng.random((2, 8)) < 0.5
-    Y = np.concatenate([np.where(rng.random((5, 8)) < 0.9, proto[0], ~proto[0]),
-                        np.where(rng.random((5, 8)) < 0.9, proto[1], ~proto[1])]).astype(float)
-    out = P.pydt_mcmc(jax.random.key(10), Y, num_samples=4, num_warmup=6, likelihood="probit", num_chains=2,
-                      sigma2=4.0, num_moves=5, sample_alpha=False, sample_beta=False, progress_bar=False)
+    Y = np.concatenate(
+        [
+            np.where(rng.random((5, 8)) < 0.9, proto[0], ~proto[0]),
+            np.where(rng.random((5, 8)) < 0.9, proto[1], ~proto[1]),
+        ]
+    ).astype(float)
+    out = P.pydt_mcmc(
+        jax.random.key(10),
+        Y,
+        num_samples=4,
+        num_warmup=6,
+        likelihood="probit",
+        num_chains=2,
+        sigma2=4.0,
+        num_moves=5,
+        sample_alpha=False,
+        sample_beta=False,
+        progress_bar=False,
+    )
     assert out.parent.shape == (2, 4, 19)
     lat = np.asarray(out.state.latent)
     assert lat.shape == (2, 10, 8)
@@ -259,8 +295,12 @@ def test_probit_model_chains_and_numpyro_kernel():
     from numpyro.infer import MCMC
 
     X = rng.normal(size=(6, 2))
-    mcmc = MCMC(P.PYDT(X, num_moves=3, sample_alpha=False, sample_beta=False, sample_c=False), num_warmup=2,
-                num_samples=3, progress_bar=False)
+    mcmc = MCMC(
+        P.PYDT(X, num_moves=3, sample_alpha=False, sample_beta=False, sample_c=False),
+        num_warmup=2,
+        num_samples=3,
+        progress_bar=False,
+    )
     mcmc.run(jax.random.key(11))
     assert mcmc.get_samples()["parent"].shape == (3, 11)
 
@@ -269,8 +309,16 @@ def test_predictive_over_mcmc_samples_integrates_to_one():
     from jaxhc.inference.pydt.em import pydt_predictive_logpdf
 
     X = np.array([[-1.0], [-0.8], [1.0], [1.3]])
-    out = P.pydt_mcmc(jax.random.key(13), X, num_samples=6, num_warmup=4, num_moves=4, sample_alpha=False,
-                      sample_beta=False, progress_bar=False)
+    out = P.pydt_mcmc(
+        jax.random.key(13),
+        X,
+        num_samples=6,
+        num_warmup=4,
+        num_moves=4,
+        sample_alpha=False,
+        sample_beta=False,
+        progress_bar=False,
+    )
     grid = np.linspace(-12, 12, 4001)[:, None]
     lp = pydt_predictive_logpdf(out, grid, X, max_trees=3)
     mass = np.trapezoid(np.exp(lp), grid[:, 0])

@@ -1,4 +1,6 @@
-import jax; jax.config.update("jax_enable_x64", True)  # noqa: E702
+import jax
+
+jax.config.update("jax_enable_x64", True)
 
 """PYDT collapsed MCMC on four points (the issue's N = 4 check): the detach / re-attach
 sampler's visit frequencies over all 26 tree structures (15 binary, 11 multifurcating) match
@@ -17,8 +19,6 @@ from jaxhc.models.pydt_math import sample_prior_tree
 FREE = P.FREE
 
 
-
-
 def test_moves_sample_the_posterior_over_structures_of_four_points():
     c, alpha, beta, s2 = 1.0, 0.8, 0.3, 0.5
     N = 4
@@ -26,10 +26,11 @@ def test_moves_sample_the_posterior_over_structures_of_four_points():
     # reference: S prior draws with self-normalised likelihood weights
     S = 200000
     par, tim = jax.jit(jax.vmap(lambda k: sample_prior_tree(k, N, jnp.float64, c, alpha, beta)))(
-        jax.random.split(jax.random.key(11), S))
+        jax.random.split(jax.random.key(11), S)
+    )
     ll = jax.jit(jax.vmap(lambda p, t: P.log_marginal_masked(p, t, p != FREE, X, s2)))(par, tim)
     w = np.exp(np.asarray(ll) - float(np.max(ll)))
-    ess = w.sum() ** 2 / np.sum(w ** 2)
+    ess = w.sum() ** 2 / np.sum(w**2)
     assert ess > 20000, ess  # reference error per probability <= 0.5 / sqrt(ess) = 0.0035
     ref = Counter()
     for p, wi in zip(np.asarray(par), w):
@@ -46,6 +47,7 @@ def test_moves_sample_the_posterior_over_structures_of_four_points():
         def body(s, k):
             s, _ = P._move(k, s, X, True)
             return s, s.parent
+
         return jax.lax.scan(body, st, jax.random.split(key, T))[1]
 
     draws = np.asarray(run(jax.random.key(5), st))

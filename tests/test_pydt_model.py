@@ -1,11 +1,13 @@
-import jax; jax.config.update("jax_enable_x64", True)  # noqa: E702
+import jax
+
+jax.config.update("jax_enable_x64", True)
 
 """PYDT model (Knowles & Ghahramani): message passing against the dense Gaussian, Eq. 9 + 11
 against an independent sequential evaluation of the generative process (any order of the
 points, multifurcations), the paper's N = 4 example, Lemma 1 and 2, normalisation over
 structures and times, the prior sampler's statistics, the NumPyro program's density, and
 input validation."""
-from math import lgamma, log, exp
+from math import exp, lgamma, log
 
 import jax.numpy as jnp
 import numpy as np
@@ -119,14 +121,24 @@ def test_paper_figure1_example():
     a = lambda t: c / (1 - t)  # noqa: E731
     g = lambda x: special.gamma(x)  # noqa: E731
     w1, w2, w3 = g(1 - beta) / g(2 + alpha), g(2 - beta) / g(3 + alpha), g(3 - beta) / g(4 + alpha)
-    expr = (np.exp(-A(ta) * w1) * a(ta) * w1
-            * np.exp(-A(ta) * w2) * (1 - beta) / (2 + alpha) * np.exp((A(ta) - A(tb)) * w1) * a(tb) * w1
-            * np.exp(-A(ta) * w3) * (alpha + 2 * beta) / (3 + alpha))
+    expr = (
+        np.exp(-A(ta) * w1)
+        * a(ta)
+        * w1
+        * np.exp(-A(ta) * w2)
+        * (1 - beta)
+        / (2 + alpha)
+        * np.exp((A(ta) - A(tb)) * w1)
+        * a(tb)
+        * w1
+        * np.exp(-A(ta) * w3)
+        * (alpha + 2 * beta)
+        / (3 + alpha)
+    )
     # leaves 0..3 = x1..x4, node 4 = a, node 5 = b
     parent = np.array([5, 4, 5, 4, -1, 4])
     times = np.array([1, 1, 1, 1, ta, tb])
-    np.testing.assert_allclose(float(P.log_structure_times(parent, times, c, alpha, beta)), np.log(expr),
-                               rtol=1e-12)
+    np.testing.assert_allclose(float(P.log_structure_times(parent, times, c, alpha, beta)), np.log(expr), rtol=1e-12)
     tree = ParentTree(parent, 4, times)
     np.testing.assert_allclose(float(P.log_structure_times(tree, None, c, alpha, beta)), np.log(expr), rtol=1e-12)
 
@@ -152,10 +164,14 @@ def test_free_slots_are_ignored():
     par2 = np.concatenate([par, np.full(pad, P.FREE)])
     t2 = np.concatenate([t, np.zeros(pad)])
     X = np.random.default_rng(0).normal(size=(6, 3))
-    np.testing.assert_allclose(float(P.log_structure_times(par2, t2, 1.2, 0.7, 0.1)),
-                               float(P.log_structure_times(par, t, 1.2, 0.7, 0.1)), rtol=1e-12)
-    np.testing.assert_allclose(float(P.log_marginal_likelihood(par2, t2, X, 0.8)),
-                               float(P.log_marginal_likelihood(par, t, X, 0.8)), rtol=1e-12)
+    np.testing.assert_allclose(
+        float(P.log_structure_times(par2, t2, 1.2, 0.7, 0.1)),
+        float(P.log_structure_times(par, t, 1.2, 0.7, 0.1)),
+        rtol=1e-12,
+    )
+    np.testing.assert_allclose(
+        float(P.log_marginal_likelihood(par2, t2, X, 0.8)), float(P.log_marginal_likelihood(par, t, X, 0.8)), rtol=1e-12
+    )
 
 
 def _ddt_log_density(parent, times, c):
@@ -171,8 +187,7 @@ def _ddt_log_density(parent, times, c):
         l, r = [len(under[k]) for k in np.flatnonzero(parent == b)]
         mm = l + r
         ta = 0.0 if parent[b] < 0 else times[parent[b]]
-        total += (np.log(c / (1 - times[b])) + lgamma(l) + lgamma(r) - lgamma(mm)
-                  + (A(ta) - A(times[b])) * H(mm - 1))
+        total += np.log(c / (1 - times[b])) + lgamma(l) + lgamma(r) - lgamma(mm) + (A(ta) - A(times[b])) * H(mm - 1)
     return total
 
 
@@ -184,30 +199,40 @@ def test_lemma2_ddt():
         tree = _tree(seed, 7, alpha=0.0, beta=0.0)
         par, t = np.asarray(tree.parent), np.asarray(tree.heights)
         assert np.all(np.bincount(par[par >= 0])[7:] == 2)
-        np.testing.assert_allclose(float(P.log_structure_times(par, t, c, 0.0, 0.0)),
-                                   _ddt_log_density(par, t, c), rtol=1e-12)
+        np.testing.assert_allclose(
+            float(P.log_structure_times(par, t, c, 0.0, 0.0)), _ddt_log_density(par, t, c), rtol=1e-12
+        )
     multi = _tree(0, 7, alpha=1.5)
     mp = np.asarray(multi.parent)
     assert np.any(np.bincount(mp[mp >= 0]) >= 3)
     assert float(P.log_structure_times(multi, None, c, 0.0, 0.0)) == -np.inf
     n = np.arange(0, 40)
-    np.testing.assert_allclose(np.asarray(P.harmonic(n, 0.0, 0.0)),
-                               [sum(1.0 / i for i in range(1, k + 1)) for k in n], rtol=1e-13, atol=1e-15)
+    np.testing.assert_allclose(
+        np.asarray(P.harmonic(n, 0.0, 0.0)), [sum(1.0 / i for i in range(1, k + 1)) for k in n], rtol=1e-13, atol=1e-15
+    )
     mm = np.arange(1.0, 10.0)
     np.testing.assert_allclose(np.exp(special.gammaln(mm) - special.gammaln(mm + 1)), 1.0 / mm, rtol=1e-13)
 
 
-@pytest.mark.parametrize("alpha,beta", [(0.0, 0.0), (1.0, 0.3), (-0.6, 0.3), (-0.3, 0.3), (-0.3 + 1e-6, 0.3),
-                                        (0.5, 0.99), (30.0, 0.0), (-1.8, 0.9)])
+@pytest.mark.parametrize(
+    "alpha,beta",
+    [(0.0, 0.0), (1.0, 0.3), (-0.6, 0.3), (-0.3, 0.3), (-0.3 + 1e-6, 0.3), (0.5, 0.99), (30.0, 0.0), (-1.8, 0.9)],
+)
 def test_harmonic_closed_form(alpha, beta):
     n = np.arange(0, 60)
-    direct = [np.sum(np.exp(special.gammaln(np.arange(1, k + 1) - beta) - special.gammaln(np.arange(1, k + 1) + 1 + alpha)))
-              for k in n]
+    direct = [
+        np.sum(np.exp(special.gammaln(np.arange(1, k + 1) - beta) - special.gammaln(np.arange(1, k + 1) + 1 + alpha)))
+        for k in n
+    ]
     np.testing.assert_allclose(np.asarray(P.harmonic(n, alpha, beta)), direct, rtol=1e-11, atol=1e-300)
     # traced n and gradients
     g = _harmonic_grad(alpha, beta)
-    np.testing.assert_allclose(float(g), (float(P.harmonic(5, alpha + 1e-6, beta)) - float(P.harmonic(5, alpha - 1e-6, beta))) / 2e-6,
-                               rtol=1e-5, atol=1e-12)
+    np.testing.assert_allclose(
+        float(g),
+        (float(P.harmonic(5, alpha + 1e-6, beta)) - float(P.harmonic(5, alpha - 1e-6, beta))) / 2e-6,
+        rtol=1e-5,
+        atol=1e-12,
+    )
 
 
 @jax.jit
@@ -252,8 +277,7 @@ def _n3_probabilities(c, alpha, beta, n=120):
     t = 1 - (1 - u) ** 2
     jac = 2 * (1 - u)
     f = jax.jit(jax.vmap(lambda par, tt: P._log_structure_times(par, tt, c, alpha, beta), in_axes=(None, 0)))
-    star = np.sum(w * jac * np.exp(np.asarray(f(jnp.array([3, 3, 3, -1]),
-                                                  jnp.stack([jnp.ones_like(t)] * 3 + [t], 1)))))
+    star = np.sum(w * jac * np.exp(np.asarray(f(jnp.array([3, 3, 3, -1]), jnp.stack([jnp.ones_like(t)] * 3 + [t], 1)))))
     # binary: root at t1, inner node at t2 = t1 + (1 - t1) v
     T1, V = np.meshgrid(t, t, indexing="ij")
     W = np.outer(w * jac, w * jac) * (1 - T1)
@@ -315,7 +339,7 @@ def test_sample_prior_leaves_are_brownian():
     c, alpha, beta, s2 = 1.0, 0.5, 0.2, 2.0
     X = np.stack([P.sample_prior(jax.random.PRNGKey(i), 2, 1, c, alpha, beta, s2).X[:, 0] for i in range(3000)])
     lam = c * exp(lgamma(1 - beta) - lgamma(2 + alpha))
-    se = 4 * np.sqrt(2 * s2 ** 2 / 3000)
+    se = 4 * np.sqrt(2 * s2**2 / 3000)
     np.testing.assert_allclose(X.var(axis=0), s2, atol=se)
     np.testing.assert_allclose(np.mean(X[:, 0] * X[:, 1]), s2 / (1 + lam), atol=se)
 
@@ -333,8 +357,9 @@ def _dense_cov(parent, times, N, sigma2):
     return C
 
 
-@pytest.mark.parametrize("seed,N,c,alpha", [(0, 7, 2.0, 1.5), (1, 9, 10.0, 3.0), (2, 5, 1.0, 0.0), (3, 1, 1.0, 0.0),
-                                            (4, 2, 1.0, 0.0)])
+@pytest.mark.parametrize(
+    "seed,N,c,alpha", [(0, 7, 2.0, 1.5), (1, 9, 10.0, 3.0), (2, 5, 1.0, 0.0), (3, 1, 1.0, 0.0), (4, 2, 1.0, 0.0)]
+)
 def test_message_passing_equals_dense_gaussian(seed, N, c, alpha):
     tree = _tree(seed, N, c=c, alpha=alpha)
     par, t = np.asarray(tree.parent), np.asarray(tree.heights)
@@ -356,7 +381,9 @@ def test_message_passing_batches_and_gradients():
     batched = jax.jit(jax.vmap(P.log_marginal_likelihood, in_axes=(None, None, 0, None)))(par, t, Xb, 1.3)
     single = [float(P.log_marginal_likelihood(par, t, x, 1.3)) for x in Xb]
     np.testing.assert_allclose(np.asarray(batched), single, rtol=1e-12)
-    g = jax.grad(lambda tt: P.log_marginal_likelihood(par, tt, Xb[0], 1.3) + P.log_structure_times(par, tt, 1.0, 0.5, 0.1))(t)
+    g = jax.grad(
+        lambda tt: P.log_marginal_likelihood(par, tt, Xb[0], 1.3) + P.log_structure_times(par, tt, 1.0, 0.5, 0.1)
+    )(t)
     assert np.all(np.isfinite(np.asarray(g)))
 
 
@@ -383,7 +410,9 @@ def test_numpyro_program_density():
     X = np.asarray(tr["X"]["value"])
     loc[:5] = X
     used = par != P.FREE
-    want = float(P.log_structure_times(par, t, c, alpha, beta)) + float(P.log_locations(par[used], t[used], loc[used], s2))
+    want = float(P.log_structure_times(par, t, c, alpha, beta)) + float(
+        P.log_locations(par[used], t[used], loc[used], s2)
+    )
     params = {"tree": tree, "increments": tr["increments"]["value"]}
     got, _ = log_density(P.pydt, (5, 2), dict(c=c, alpha=alpha, beta=beta, sigma2=s2, X=X), params)
     np.testing.assert_allclose(float(got), want, rtol=1e-10)
@@ -395,8 +424,9 @@ def test_probit():
     rng = np.random.default_rng(0)
     Z = rng.normal(size=(5, 4)) * 3
     Y = rng.integers(0, 2, size=(5, 4))
-    np.testing.assert_allclose(float(P.probit_log_likelihood(Z, Y)),
-                               np.sum(stats.norm.logcdf((2 * Y - 1) * Z)), rtol=1e-12)
+    np.testing.assert_allclose(
+        float(P.probit_log_likelihood(Z, Y)), np.sum(stats.norm.logcdf((2 * Y - 1) * Z)), rtol=1e-12
+    )
     assert np.isfinite(float(P.probit_log_likelihood(jnp.array([[-40.0]]), jnp.array([[1]]))))
     with pytest.raises(ValueError, match="binary"):
         P.probit_log_likelihood(Z, Y + 1)
@@ -436,7 +466,7 @@ def test_bad_input():
     with pytest.raises(ValueError, match="exactly one root"):
         P.log_structure_times(np.array([3, 3, 4, -1, -1]), t, 1.0, 0.5, 0.2)
     with pytest.raises(ValueError, match="2 children"):
-        P.log_structure_times(np.array([3, 3, 4, 4, 5, -1]), np.array([1, 1, 1, .6, .3, .1]), 1.0, 0.5, 0.2)
+        P.log_structure_times(np.array([3, 3, 4, 4, 5, -1]), np.array([1, 1, 1, 0.6, 0.3, 0.1]), 1.0, 0.5, 0.2)
     with pytest.raises(ValueError, match="times must be given"):
         P.log_structure_times(par, None, 1.0, 0.5, 0.2)
     with pytest.raises(ValueError, match="sigma2"):

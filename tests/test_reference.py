@@ -1,4 +1,5 @@
 """Checks of tests/reference.py against independent facts (closed forms, quadrature, counts)."""
+
 import itertools
 import os
 import sys
@@ -13,9 +14,9 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 for _p in (os.path.dirname(_HERE), _HERE):
     if _p not in sys.path:
         sys.path.insert(0, _p)
-import reference as ref  # noqa: E402
-
 from jaxhc.tree import Tree  # noqa: E402
+
+import reference as ref  # noqa: E402
 
 
 def _double_factorial(k):
@@ -46,8 +47,9 @@ def test_niw_1d_equals_quadrature(x):
     # outer u = log sigma^2, inner mu over a window that widens with sigma
     lo, hi = min(x.min(), m0), max(x.max(), m0)
     width = lambda u: 12.0 * np.exp(u / 2) / min(1.0, np.sqrt(kappa0))
-    val, err = integrate.dblquad(integrand, -20.0, 20.0, lambda u: lo - width(u), lambda u: hi + width(u),
-                                 epsabs=0.0, epsrel=1e-9)
+    val, err = integrate.dblquad(
+        integrand, -20.0, 20.0, lambda u: lo - width(u), lambda u: hi + width(u), epsabs=0.0, epsrel=1e-9
+    )
     got = ref.niw_log_marginal(x[:, None], [m0], kappa0, nu0, [[S0]])
     np.testing.assert_allclose(got, np.log(val), rtol=0, atol=1e-7)
 
@@ -97,7 +99,9 @@ def test_niw_chain_rule(d):
         np.testing.assert_allclose(
             ref.niw_log_predictive(X[i], X[:i], m0, kappa0, nu0, S0),
             _niw_predictive_closed_form(X[i], X[:i], m0, kappa0, nu0, S0),
-            rtol=1e-10, atol=1e-10)
+            rtol=1e-10,
+            atol=1e-10,
+        )
 
 
 @pytest.mark.parametrize("d", [1, 2, 3])
@@ -110,7 +114,10 @@ def test_normal_known_cov_chain_rule(d):
     for i in range(5):
         np.testing.assert_allclose(
             ref.normal_known_cov_log_predictive(X[i], X[:i], m0, P, N),
-            _nkc_predictive_closed_form(X[i], X[:i], m0, P, N), rtol=1e-10, atol=1e-10)
+            _nkc_predictive_closed_form(X[i], X[:i], m0, P, N),
+            rtol=1e-10,
+            atol=1e-10,
+        )
 
 
 # ---------------------------------------------------------------------------------------
@@ -125,7 +132,7 @@ def test_beta_bernoulli_explicit():
         m = X[:, j].sum()
         expect += betaln(a[j] + m, b[j] + 6 - m) - betaln(a[j], b[j])
         # and as an integral over theta
-        f = lambda th: th ** m * (1 - th) ** (6 - m) * stats.beta.pdf(th, a[j], b[j])
+        f = lambda th: th**m * (1 - th) ** (6 - m) * stats.beta.pdf(th, a[j], b[j])
         val, _ = integrate.quad(f, 0, 1, epsabs=1e-14, epsrel=1e-12)
         np.testing.assert_allclose(betaln(a[j] + m, b[j] + 6 - m) - betaln(a[j], b[j]), np.log(val), rtol=1e-7)
     np.testing.assert_allclose(ref.beta_bernoulli_log_marginal(X, a, b), expect, rtol=1e-12)
@@ -140,32 +147,42 @@ def test_beta_bernoulli_explicit():
 
 def test_beta_bernoulli_sums_to_one_and_skips_nan():
     a, b = np.array([0.7, 2.0]), np.array([1.3, 0.4])
-    tot = [ref.beta_bernoulli_log_marginal(np.array(bits, float).reshape(3, 2), a, b)
-           for bits in itertools.product([0, 1], repeat=6)]
+    tot = [
+        ref.beta_bernoulli_log_marginal(np.array(bits, float).reshape(3, 2), a, b)
+        for bits in itertools.product([0, 1], repeat=6)
+    ]
     np.testing.assert_allclose(logsumexp(tot), 0.0, atol=1e-12)
     X = np.array([[1, 0], [np.nan, 1], [0, np.nan], [1, 1]], float)
     # a missing entry contributes nothing: same as that column without the entry
-    expect = (ref.beta_bernoulli_log_marginal(np.array([[1], [0], [1]], float), a[0], b[0])
-              + ref.beta_bernoulli_log_marginal(np.array([[0], [1], [1]], float), a[1], b[1]))
+    expect = ref.beta_bernoulli_log_marginal(
+        np.array([[1], [0], [1]], float), a[0], b[0]
+    ) + ref.beta_bernoulli_log_marginal(np.array([[0], [1], [1]], float), a[1], b[1])
     np.testing.assert_allclose(ref.beta_bernoulli_log_marginal(X, a, b), expect, rtol=1e-12)
     # marginalising a cell out (sum over its values) equals marking it missing
     Y0, Y1 = X.copy(), X.copy()
     Y0[1, 0], Y1[1, 0] = 0, 1
     np.testing.assert_allclose(
         np.logaddexp(ref.beta_bernoulli_log_marginal(Y0, a, b), ref.beta_bernoulli_log_marginal(Y1, a, b)),
-        ref.beta_bernoulli_log_marginal(X, a, b), rtol=1e-12)
+        ref.beta_bernoulli_log_marginal(X, a, b),
+        rtol=1e-12,
+    )
 
 
 def test_beta_binomial_integral_normalisation_nan():
     a, b, T = np.array([1.5, 0.6]), np.array([0.8, 2.0]), np.array([3, 2])
     X = np.array([[2, 0], [3, 1], [0, 2]], float)
     for j in range(2):
+
         def f(th):
             return np.prod(stats.binom.pmf(X[:, j], T[j], th)) * stats.beta.pdf(th, a[j], b[j])
+
         val, _ = integrate.quad(f, 0, 1, epsabs=1e-14, epsrel=1e-12)
         np.testing.assert_allclose(ref.beta_binomial_log_marginal(X[:, [j]], a[j], b[j], T[j]), np.log(val), rtol=1e-7)
-    tot = [ref.beta_binomial_log_marginal(np.array([[u, v], [w, z]], float), a, b, T)
-           for u, w in itertools.product(range(4), repeat=2) for v, z in itertools.product(range(3), repeat=2)]
+    tot = [
+        ref.beta_binomial_log_marginal(np.array([[u, v], [w, z]], float), a, b, T)
+        for u, w in itertools.product(range(4), repeat=2)
+        for v, z in itertools.product(range(3), repeat=2)
+    ]
     np.testing.assert_allclose(logsumexp(tot), 0.0, atol=1e-12)
     Xn = X.copy()
     Xn[1, 0] = np.nan
@@ -177,20 +194,25 @@ def test_dirichlet_multinomial_normalisation_and_k2_is_beta_binomial():
     alpha = np.array([0.5, 1.2, 2.0])
     totals = [2, 3]
     comps = [[c for c in itertools.product(range(N + 1), repeat=3) if sum(c) == N] for N in totals]
-    tot = [ref.dirichlet_multinomial_log_marginal(np.array([r0, r1], float), alpha)
-           for r0 in comps[0] for r1 in comps[1]]
+    tot = [
+        ref.dirichlet_multinomial_log_marginal(np.array([r0, r1], float), alpha) for r0 in comps[0] for r1 in comps[1]
+    ]
     np.testing.assert_allclose(logsumexp(tot), 0.0, atol=1e-12)
     # K = 2 with a fixed total N per row is a Beta-Binomial(N) in the first count
     X = np.array([[1, 3], [4, 0], [2, 2]], float)
     np.testing.assert_allclose(
         ref.dirichlet_multinomial_log_marginal(X, [0.7, 1.9]),
-        ref.beta_binomial_log_marginal(X[:, [0]], 0.7, 1.9, 4), rtol=1e-12)
+        ref.beta_binomial_log_marginal(X[:, [0]], 0.7, 1.9, 4),
+        rtol=1e-12,
+    )
     # predictive = marginal difference; and make_log_marginal wraps the same function
     lm = ref.make_log_marginal("dirichlet_multinomial", alpha=alpha)
     Xc = np.array([[1, 0, 1], [0, 2, 0]], float)
     np.testing.assert_allclose(
-        ref.dirichlet_multinomial_log_predictive(np.array([1, 1, 0.]), Xc, alpha),
-        lm(np.vstack([Xc, [1, 1, 0]])) - lm(Xc), rtol=1e-12)
+        ref.dirichlet_multinomial_log_predictive(np.array([1, 1, 0.0]), Xc, alpha),
+        lm(np.vstack([Xc, [1, 1, 0]])) - lm(Xc),
+        rtol=1e-12,
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -277,8 +299,11 @@ def test_enumeration_on_every_tree_and_weights_sum_to_one():
     X, lm = _niw_data(rng, 5)
     zero = lambda Y: 0.0
     for t in ref.all_binary_trees(5):
-        np.testing.assert_allclose(ref.tree_log_evidence(t, X, lm, 1.3)["log_evidence"],
-                                   ref.tree_evidence_by_enumeration(t, X, lm, 1.3), atol=1e-10)
+        np.testing.assert_allclose(
+            ref.tree_log_evidence(t, X, lm, 1.3)["log_evidence"],
+            ref.tree_evidence_by_enumeration(t, X, lm, 1.3),
+            atol=1e-10,
+        )
         # Lemma weights alpha^m prod Gamma(n_l) / d_root sum to one
         np.testing.assert_allclose(ref.tree_evidence_by_enumeration(t, X, zero, 1.3), 0.0, atol=1e-12)
     # CRP weights over all partitions sum to one
@@ -323,8 +348,12 @@ def test_dpm_lower_bound_every_tree():
     assert max(bounds) <= exact + 1e-10
     # the bound is the CRP mass of the tree-consistent partitions: a direct sub-sum
     t = next(ref.all_binary_trees(5))
-    sub = logsumexp([gammaln(0.8) - gammaln(5.8) + sum(np.log(0.8) + gammaln(len(b)) + lm(X[sorted(b)]) for b in p)
-                     for p in ref.tree_consistent_partitions(t)])
+    sub = logsumexp(
+        [
+            gammaln(0.8) - gammaln(5.8) + sum(np.log(0.8) + gammaln(len(b)) + lm(X[sorted(b)]) for b in p)
+            for p in ref.tree_consistent_partitions(t)
+        ]
+    )
     np.testing.assert_allclose(ref.tree_log_evidence(t, X, lm, 0.8)["dpm_lower_bound"], sub, atol=1e-10)
 
 

@@ -2,6 +2,7 @@
 conversions (nested, linkage, Newick, JSON, parent form) checked by round trips and against
 scipy; traversals checked against each other; cuts against scipy's fcluster; validation;
 pytree behaviour under jit / vmap."""
+
 import json
 
 import jax
@@ -258,8 +259,9 @@ def test_newick_parses_back_to_same_clusters(n):
     assert newick_clusters(parsed) == named(t.clusters())
     assert newick_lengths(parsed) == []
     # the Newick leaf order is the drawing order
-    assert [x for x in s.replace("(", " ").replace(")", " ").replace(",", " ").replace(";", " ").split()] == \
-        [str(i) for i in t.leaf_order()]
+    assert [x for x in s.replace("(", " ").replace(")", " ").replace(",", " ").replace(";", " ").split()] == [
+        str(i) for i in t.leaf_order()
+    ]
 
 
 @pytest.mark.parametrize("n", SIZES)

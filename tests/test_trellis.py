@@ -10,6 +10,7 @@ six larger jets of the authors' generator for the batch test).
 
 Compilations dominate the run time, so every test reuses a few (energy class, N) shapes.
 """
+
 from __future__ import annotations
 
 import functools
@@ -44,6 +45,7 @@ from jaxhc.trellis import (
     subtree_log_marginal,
 )
 from jaxhc.trellis import exact as trellis_exact
+
 from reference import all_binary_trees
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
@@ -259,7 +261,7 @@ def ginkgo_problems(n: int, likelihood: str):
         X = np.asarray(j["leaves"])
         if len(X) == n:
             cands.append((X, j["lam"], j["t_cut"]))
-    for j in jets[:: 3]:
+    for j in jets[::3]:
         X = np.asarray(j["leaves"])
         if len(X) == n:
             cands.append((perturb_jet(rng, X), float(rng.uniform(1.0, 4.0)), j["t_cut"]))
@@ -647,8 +649,9 @@ def test_solve_batch_ginkgo_equals_individual():
             assert trees[b].same_hierarchy(bf.enum.trees[int(np.argmax(bf.log_phi))])
     small = [b for b, x in enumerate(jets) if len(x) <= 5]
     singles = [solve(e, jets[b]) for b in small]
-    _compare_batch(e, jax.tree_util.tree_map(lambda a: a[np.array(small)], results[0]),
-                   [jets[b] for b in small], singles)
+    _compare_batch(
+        e, jax.tree_util.tree_map(lambda a: a[np.array(small)], results[0]), [jets[b] for b in small], singles
+    )
     for batch in results[1:]:  # padding content does not matter: identical output
         for field in ("log_z", "map_log_phi", "log_z_table", "backpointer"):
             np.testing.assert_array_equal(np.asarray(getattr(batch, field)), np.asarray(getattr(results[0], field)))
@@ -660,8 +663,10 @@ def test_solve_batch_dasgupta_equals_individual():
     probs = [random_affinity(rng, n, 0.05, 1.0) for n in (5, 3, 7, 4, 6, 7)]
     nl = np.array([len(x) for x in probs])
     singles = [solve(energy, x) for x in probs]
-    results = [solve_batch(energy, _pad(probs, 7, fill, True), nl, marginals=True, devices=[jax.devices()[0]])
-               for fill in _FILLS[:2]]
+    results = [
+        solve_batch(energy, _pad(probs, 7, fill, True), nl, marginals=True, devices=[jax.devices()[0]])
+        for fill in _FILLS[:2]
+    ]
     for batch in results:
         _compare_batch(energy, batch, probs, singles, marginals=True)
 
@@ -705,8 +710,9 @@ def test_grad_log_partition_dasgupta_beta():
     # d log Z / d beta = -E_P[cost(H)], Dasgupta's cost summed over the splits of H
     bf = brute_force(DasguptaEnergy(b0), W)
     E = bf.enum
-    cost = np.array([sum(-ref_dasgupta(W, _bits(l), _bits(r), 1.0) for l, r in zip(E.L[t], E.R[t]))
-                     for t in range(len(E.trees))])
+    cost = np.array(
+        [sum(-ref_dasgupta(W, _bits(l), _bits(r), 1.0) for l, r in zip(E.L[t], E.R[t])) for t in range(len(E.trees))]
+    )
     assert abs(-np.sum(bf.prob * cost) - g) <= 1e-9 * abs(g)
 
 
@@ -732,7 +738,7 @@ def test_log_partition_inside_jit_and_numpyro():
     ld, _ = log_density(model, (X, t), {}, {"lam": 2.0})
     e = GinkgoEnergy(2.0, tc)
     bf = brute_force(e, X)
-    log_phi_truth = bf.log_phi[bf.enum.index[tuple(sorted(t.bitmasks()[len(X):].tolist()))]]
+    log_phi_truth = bf.log_phi[bf.enum.index[tuple(sorted(t.bitmasks()[len(X) :].tolist()))]]
     want = float(dist.Gamma(2.0, 1.0).log_prob(2.0)) + log_phi_truth - bf.log_z
     assert np.isfinite(float(ld))
     assert abs(float(ld) - want) <= 1e-9
@@ -766,8 +772,11 @@ def test_bad_leaves_raise_value_error():
     g = GinkgoEnergy(2.0, 16.0)
     bad = X.copy()
     bad[1, 2] = np.nan
-    for fn in (lambda lv: solve(g, lv), lambda lv: log_partition(g, lv),
-               lambda lv: sample(jax.random.PRNGKey(0), g, lv, 2)):
+    for fn in (
+        lambda lv: solve(g, lv),
+        lambda lv: log_partition(g, lv),
+        lambda lv: sample(jax.random.PRNGKey(0), g, lv, 2),
+    ):
         with pytest.raises(ValueError, match="NaN"):
             fn(bad)
         with pytest.raises(ValueError, match=r"\[N, 4\]"):

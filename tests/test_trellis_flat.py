@@ -14,6 +14,7 @@ Compilations dominate the run time: the Ginkgo tests compare against the grouped
 with ``group_by_size=False`` (one padded program for all sizes 1..9, whose tables equal the
 per-size ones, see test_trellis_sharding.py); the Dasgupta test against both.
 """
+
 from __future__ import annotations
 
 import jax
@@ -127,7 +128,9 @@ def test_flat_impossible_problems():
     leaves, nl = np.asarray(sim.leaves).copy(), np.asarray(sim.n_leaves)
     dead = np.array([0, 3, 4])
     leaves[dead] *= 1e-3  # every cluster mass squared far below t_cut
-    f, g = _assert_flat_equals_grouped(energy, leaves, nl, lambda b: leaves[b, : nl[b]], grouped_by_size=False, tol=1e-8)
+    f, g = _assert_flat_equals_grouped(
+        energy, leaves, nl, lambda b: leaves[b, : nl[b]], grouped_by_size=False, tol=1e-8
+    )
     live = np.setdiff1d(np.arange(len(nl)), dead)
     for x in (f.log_z, f.map_log_phi):
         x = np.asarray(x)

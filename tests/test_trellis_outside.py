@@ -1,4 +1,5 @@
 """The explicit outside pass equals the gradient of log Z w.r.t. per-cluster log weights."""
+
 import jax
 
 jax.config.update("jax_enable_x64", True)

@@ -1,4 +1,5 @@
 """Greedy / beam search and the sparse trellis against the exact trellis and brute force."""
+
 import json
 import math
 import os
@@ -21,6 +22,7 @@ from jaxhc.trellis.energies import (  # noqa: E402
 from jaxhc.trellis.exact import sample, solve  # noqa: E402
 from jaxhc.trellis.search import beam, greedy  # noqa: E402
 from jaxhc.trellis.sparse import double_factorial, seed_trees_from_beam, sparse_solve  # noqa: E402
+
 from reference import all_binary_trees  # noqa: E402
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "ginkgo_jets_reference.json")
@@ -180,7 +182,7 @@ def test_greedy_takes_the_best_merge_at_every_step(name, energy, leaves):
     sets = g.tree.leaf_sets().astype(np.float64)
     current = list(range(n))
     for t, (a, b) in enumerate(np.asarray(g.tree.children)):
-        pairs = [(x, y) for i, x in enumerate(current) for y in current[i + 1:]]
+        pairs = [(x, y) for i, x in enumerate(current) for y in current[i + 1 :]]
         lo = lambda k: np.argmax(sets[k])
         left = [x if lo(x) < lo(y) else y for x, y in pairs]
         right = [y if lo(x) < lo(y) else x for x, y in pairs]
@@ -239,8 +241,9 @@ def test_sparse_with_all_trees_equals_full_trellis(name, energy, leaves):
     np.testing.assert_allclose(float(sp.log_z), float(full.log_z), rtol=1e-10)
     np.testing.assert_allclose(float(sp.map_log_phi), float(full.map_log_phi), rtol=1e-10)
     np.testing.assert_allclose(np.asarray(sp.log_z_table), np.asarray(full.log_z_table)[sp.clusters], rtol=1e-10)
-    np.testing.assert_allclose(np.asarray(sp.log_marginals), np.asarray(full.log_marginals)[sp.clusters],
-                               rtol=1e-9, atol=1e-10)
+    np.testing.assert_allclose(
+        np.asarray(sp.log_marginals), np.asarray(full.log_marginals)[sp.clusters], rtol=1e-9, atol=1e-10
+    )
     np.testing.assert_allclose(_lphi(energy, leaves, sp.map_tree), float(full.map_log_phi), rtol=1e-10)
 
 
@@ -355,8 +358,9 @@ def test_sparse_large_n_from_search_seeds(n):
     np.testing.assert_allclose(_lphi(e, W, sp.map_tree), m, rtol=1e-10)
     lm = np.asarray(sp.log_marginals)
     assert np.all(lm <= 1e-10)
-    np.testing.assert_allclose(lm[np.asarray([int(c).bit_count() == 1 or int(c).bit_count() == n
-                                              for c in sp.clusters])], 0.0, atol=1e-10)
+    np.testing.assert_allclose(
+        lm[np.asarray([int(c).bit_count() == 1 or int(c).bit_count() == n for c in sp.clusters])], 0.0, atol=1e-10
+    )
     np.testing.assert_allclose(np.sum(np.exp(lm)), 2 * n - 1, rtol=1e-9)
     if n <= 62:
         assert sp.clusters.dtype == np.int64

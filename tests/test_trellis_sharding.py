@@ -3,6 +3,7 @@
 The device count of XLA's CPU client is fixed when JAX starts, so the check runs in a fresh
 interpreter with ``XLA_FLAGS=--xla_force_host_platform_device_count=4``.
 """
+
 import os
 import subprocess
 import sys

@@ -24,6 +24,7 @@ is a list of per-chain states (`unstack_chains` / `stack_chains`) and the step r
 chains' keys (chain ``i`` gets the ``i``-th split), so all three make the same random draws
 (``"sequential"`` and ``"parallel"`` identical results; ``vmap`` may round differently).
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, List, Optional, Sequence, Tuple
@@ -69,11 +70,20 @@ def is_kept(t: int, num_warmup: int, thin: int = 1) -> bool:
 # ------------------------------------------------------------------------------------------
 # host loop, one compiled step per iteration
 # ------------------------------------------------------------------------------------------
-def run_steps(step: Callable[[int, Any], Tuple[Any, Any]], state, *, num_warmup: int, num_samples: int,
-              thin: int = 1, collect: Optional[Callable[[int, Any, Any], Any]] = None,
-              collect_warmup: bool = False, progress_bar: bool = True, name: str = "sample",
-              postfix: Optional[Callable[[int, Any, Any], dict]] = None, postfix_every: int = 10,
-              ) -> Tuple[Any, List]:
+def run_steps(
+    step: Callable[[int, Any], Tuple[Any, Any]],
+    state,
+    *,
+    num_warmup: int,
+    num_samples: int,
+    thin: int = 1,
+    collect: Optional[Callable[[int, Any, Any], Any]] = None,
+    collect_warmup: bool = False,
+    progress_bar: bool = True,
+    name: str = "sample",
+    postfix: Optional[Callable[[int, Any, Any], dict]] = None,
+    postfix_every: int = 10,
+) -> Tuple[Any, List]:
     """Runs ``num_warmup + num_samples * thin`` iterations of ``state, info = step(t, state)``.
 
     Args:
@@ -124,8 +134,7 @@ def chunk_size(row_bytes: int) -> int:
     return c
 
 
-def collect_chunk(step, extract, template, key, state, num_warmup, num_kept, thin, size, progress_bar=False,
-                  token=0):
+def collect_chunk(step, extract, template, key, state, num_warmup, num_kept, thin, size, progress_bar=False, token=0):
     """Device side of `run_chunks` (call it inside ``jit``): runs ``num_warmup + num_kept *
     thin`` steps in one ``fori_loop``, writing ``extract(state, info)`` after every ``thin``-th
     step past the warm-up into buffers of static length ``size >= num_kept`` (``template``: one
@@ -149,8 +158,18 @@ def collect_chunk(step, extract, template, key, state, num_warmup, num_kept, thi
     return jax.lax.fori_loop(0, num_warmup + num_kept * thin, body, (state, buf))
 
 
-def run_chunks(chunk: Callable, state, *, num_warmup: int, num_samples: int, thin: int = 1, size: int,
-               progress_bar: bool = True, name: str = "sample", device_ticks: bool = False):
+def run_chunks(
+    chunk: Callable,
+    state,
+    *,
+    num_warmup: int,
+    num_samples: int,
+    thin: int = 1,
+    size: int,
+    progress_bar: bool = True,
+    name: str = "sample",
+    device_ticks: bool = False,
+):
     """Runs ``ceil(num_samples / size)`` calls of ``state, buffers = chunk(c, state, warm, n,
     token)`` (chunk ``c`` keeps ``n <= size`` samples; the first also runs the ``warm =
     num_warmup`` warm-up steps) and concatenates the kept rows ``buffers[:n]`` on the host.

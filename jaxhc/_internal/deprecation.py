@@ -1,5 +1,6 @@
 """Renamed keyword arguments: the old spelling keeps working for a while, with a
 ``DeprecationWarning`` that names the new one (e.g. ``progress=`` -> ``progress_bar=``)."""
+
 from __future__ import annotations
 
 import warnings
@@ -13,6 +14,7 @@ def renamed_argument(new_value, old_value, *, old: str, new: str, where: str, st
     (``stacklevel=3`` points at the caller of the public function that calls this)."""
     if old_value is None:
         return new_value
-    warnings.warn(f"{where}: the argument {old}= is deprecated, use {new}= instead", DeprecationWarning,
-                  stacklevel=stacklevel)
+    warnings.warn(
+        f"{where}: the argument {old}= is deprecated, use {new}= instead", DeprecationWarning, stacklevel=stacklevel
+    )
     return old_value

@@ -1,4 +1,5 @@
 """The floating dtype JAX computes in."""
+
 from __future__ import annotations
 
 import jax

@@ -6,6 +6,7 @@ independent programs on a multi-core CPU. Tasks run in this pool must not themse
 other tasks of the pool (that could deadlock once every worker waits); `pool_map` called
 from a pool thread therefore runs its items in the calling thread.
 """
+
 from __future__ import annotations
 
 import atexit

@@ -10,6 +10,7 @@ Usage::
         bar.update(n)              # host side
         bar.token                  # for jax.debug.callback(tick, bar.token, 1) in a jitted loop
 """
+
 from __future__ import annotations
 
 import itertools
@@ -40,8 +41,9 @@ class Progress:
         a traced argument so one program serves every bar.
     """
 
-    def __init__(self, total: int, name: str, *, enabled: bool = True, num_warmup: Optional[int] = None,
-                 leave: bool = True):
+    def __init__(
+        self, total: int, name: str, *, enabled: bool = True, num_warmup: Optional[int] = None, leave: bool = True
+    ):
         self.total, self.name, self.num_warmup = int(total), name, num_warmup
         self.count = 0
         self.token = 0
@@ -96,8 +98,9 @@ class Progress:
         self.close()
 
 
-def progress(total: int, name: str, *, enabled: bool = True, num_warmup: Optional[int] = None,
-             leave: bool = True) -> Progress:
+def progress(
+    total: int, name: str, *, enabled: bool = True, num_warmup: Optional[int] = None, leave: bool = True
+) -> Progress:
     """A `Progress` bar (a context manager that closes it); see `Progress` for the arguments."""
     return Progress(total, name, enabled=enabled, num_warmup=num_warmup, leave=leave)
 

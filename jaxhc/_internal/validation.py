@@ -1,4 +1,5 @@
 """Host-side input checks shared by the public entry points."""
+
 from __future__ import annotations
 
 import jax

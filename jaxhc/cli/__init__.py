@@ -44,6 +44,7 @@ stderr. The CLI enables float64 in JAX.
 Modules: `jaxhc.cli.tables` (reading CSV / ``.npy``), `jaxhc.cli.bhc_cmd` (``demo``, ``bhc``),
 `jaxhc.cli.jets_cmd` (``jets``), `jaxhc.cli.common` (input errors, messages, compilation cache).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -90,77 +91,147 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
-    d = sub.add_parser("demo", help="BHC vs linkage on digits (0,2,4), iris and wine",
-                       description="Run BHC on built-in data sets and compare dendrogram purity with "
-                                   "scipy average / complete / single linkage.")
+    d = sub.add_parser(
+        "demo",
+        help="BHC vs linkage on digits (0,2,4), iris and wine",
+        description="Run BHC on built-in data sets and compare dendrogram purity with "
+        "scipy average / complete / single linkage.",
+    )
     d.add_argument("--out", default="jaxhc_out", help="output folder (default: ./jaxhc_out)")
-    d.add_argument("--quick", action="store_true",
-                   help="small subsets: 40 digits per class, 20 rows per class of iris and wine "
-                        "(wine on 4 of its 13 features)")
-    d.add_argument("--per-class", type=_positive_int, default=None,
-                   help="digits per class (default: all ~180 of each of 0, 2, 4; 40 with --quick)")
-    d.add_argument("--alpha", type=_positive_float, default=1.0, help="DP concentration (default 1; the start of learning unless --fixed-prior)")
+    d.add_argument(
+        "--quick",
+        action="store_true",
+        help="small subsets: 40 digits per class, 20 rows per class of iris and wine (wine on 4 of its 13 features)",
+    )
+    d.add_argument(
+        "--per-class",
+        type=_positive_int,
+        default=None,
+        help="digits per class (default: all ~180 of each of 0, 2, 4; 40 with --quick)",
+    )
+    d.add_argument(
+        "--alpha",
+        type=_positive_float,
+        default=1.0,
+        help="DP concentration (default 1; the start of learning unless --fixed-prior)",
+    )
     d.add_argument("--no-progress", action="store_true", help="no progress messages on stderr")
-    d.add_argument("--fixed-prior", action="store_true",
-                   help="keep the data-derived prior and alpha fixed (default: learn them by maximising "
-                        "BHC's lower bound on the DPM evidence)")
-    d.add_argument("--cache-dir", default=None, metavar="DIR",
-                   help="persistent JAX compilation cache (default: $JAXHC_CACHE_DIR or ~/.cache/jaxhc/xla)")
+    d.add_argument(
+        "--fixed-prior",
+        action="store_true",
+        help="keep the data-derived prior and alpha fixed (default: learn them by maximising "
+        "BHC's lower bound on the DPM evidence)",
+    )
+    d.add_argument(
+        "--cache-dir",
+        default=None,
+        metavar="DIR",
+        help="persistent JAX compilation cache (default: $JAXHC_CACHE_DIR or ~/.cache/jaxhc/xla)",
+    )
     d.add_argument("--no-cache", action="store_true", help="do not use the compilation cache")
     d.set_defaults(func=cmd_demo)
 
-    b = sub.add_parser("bhc", help="cluster a CSV or .npy file",
-                       description="Run BHC on the rows of a CSV (header row optional) or .npy file; "
-                                   "write a dendrogram PNG, a Newick tree and a JSON summary.")
+    b = sub.add_parser(
+        "bhc",
+        help="cluster a CSV or .npy file",
+        description="Run BHC on the rows of a CSV (header row optional) or .npy file; "
+        "write a dendrogram PNG, a Newick tree and a JSON summary.",
+    )
     b.add_argument("file", help="CSV (numeric columns, optional header) or .npy [n, d]")
-    b.add_argument("--component", choices=COMPONENTS, default=None,
-                   help="component family (default: bernoulli if all values are 0/1, else niw or normalgamma, "
-                        "whichever gives the higher DPM evidence bound)")
+    b.add_argument(
+        "--component",
+        choices=COMPONENTS,
+        default=None,
+        help="component family (default: bernoulli if all values are 0/1, else niw or normalgamma, "
+        "whichever gives the higher DPM evidence bound)",
+    )
     b.add_argument("--trials", type=_positive_int, default=None, help="trials per entry for binomial")
-    b.add_argument("--alpha", type=_positive_float, default=1.0, help="DP concentration (default 1; the start of learning unless --fixed-prior)")
-    b.add_argument("--labels-column", default=None, metavar="NAME_OR_INDEX",
-                   help="column with class labels (not clustered; used for purity, leaf names, colours)")
+    b.add_argument(
+        "--alpha",
+        type=_positive_float,
+        default=1.0,
+        help="DP concentration (default 1; the start of learning unless --fixed-prior)",
+    )
+    b.add_argument(
+        "--labels-column",
+        default=None,
+        metavar="NAME_OR_INDEX",
+        help="column with class labels (not clustered; used for purity, leaf names, colours)",
+    )
     b.add_argument("--standardize", action="store_true", help="z-score each column first (Gaussian components)")
     b.add_argument("--out", default="jaxhc_out", help="output folder (default: ./jaxhc_out)")
     b.add_argument("--no-progress", action="store_true", help="no progress messages or bars")
-    b.add_argument("--fixed-prior", action="store_true",
-                   help="keep the data-derived prior and alpha fixed (default: learn them by maximising "
-                        "BHC's lower bound on the DPM evidence)")
-    b.add_argument("--cache-dir", default=None, metavar="DIR",
-                   help="persistent JAX compilation cache (default: $JAXHC_CACHE_DIR or ~/.cache/jaxhc/xla)")
+    b.add_argument(
+        "--fixed-prior",
+        action="store_true",
+        help="keep the data-derived prior and alpha fixed (default: learn them by maximising "
+        "BHC's lower bound on the DPM evidence)",
+    )
+    b.add_argument(
+        "--cache-dir",
+        default=None,
+        metavar="DIR",
+        help="persistent JAX compilation cache (default: $JAXHC_CACHE_DIR or ~/.cache/jaxhc/xla)",
+    )
     b.add_argument("--no-cache", action="store_true", help="do not use the compilation cache")
     b.set_defaults(func=cmd_bhc)
 
-    j = sub.add_parser("jets", help="trellis MAP vs greedy / beam / kt on Ginkgo jets (Table 1)",
-                       description="Exact trellis MAP tree and log Z, greedy and beam search, and kt / "
-                                   "Cambridge-Aachen / anti-kt on Ginkgo jets, compared by log likelihood "
-                                   "(Table 1 and Fig. 5 of the trellis paper).")
-    j.add_argument("--num-jets", type=_positive_int, default=None,
-                   help=f"number of jets (default {JETS_DEFAULT['num_jets']}; {JETS_QUICK['num_jets']} with "
-                        "--quick; with --input, at most this many of the file's)")
-    j.add_argument("--quick", action="store_true",
-                   help=f"small run: {JETS_QUICK['num_jets']} jets of at most {JETS_QUICK['max_leaves']} leaves "
-                        "unless given")
+    j = sub.add_parser(
+        "jets",
+        help="trellis MAP vs greedy / beam / kt on Ginkgo jets (Table 1)",
+        description="Exact trellis MAP tree and log Z, greedy and beam search, and kt / "
+        "Cambridge-Aachen / anti-kt on Ginkgo jets, compared by log likelihood "
+        "(Table 1 and Fig. 5 of the trellis paper).",
+    )
+    j.add_argument(
+        "--num-jets",
+        type=_positive_int,
+        default=None,
+        help=f"number of jets (default {JETS_DEFAULT['num_jets']}; {JETS_QUICK['num_jets']} with "
+        "--quick; with --input, at most this many of the file's)",
+    )
+    j.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"small run: {JETS_QUICK['num_jets']} jets of at most {JETS_QUICK['max_leaves']} leaves unless given",
+    )
     j.add_argument("--min-leaves", type=_positive_int, default=5, help="fewest leaves per jet (default 5)")
-    j.add_argument("--max-leaves", type=_positive_int, default=None,
-                   help=f"most leaves per jet (default {JETS_DEFAULT['max_leaves']}; "
-                        f"{JETS_QUICK['max_leaves']} with --quick)")
+    j.add_argument(
+        "--max-leaves",
+        type=_positive_int,
+        default=None,
+        help=f"most leaves per jet (default {JETS_DEFAULT['max_leaves']}; {JETS_QUICK['max_leaves']} with --quick)",
+    )
     j.add_argument("--lam", type=_positive_float, default=2.0, help="Ginkgo splitting rate lambda (default 2)")
     j.add_argument("--t-cut", type=_positive_float, default=16.0, help="mass-squared cut-off t_cut (default 16)")
-    j.add_argument("--likelihood", choices=("paper", "exact"), default="paper",
-                   help="Ginkgo split likelihood: the trellis paper's (default) or the generator's exact density")
+    j.add_argument(
+        "--likelihood",
+        choices=("paper", "exact"),
+        default="paper",
+        help="Ginkgo split likelihood: the trellis paper's (default) or the generator's exact density",
+    )
     j.add_argument("--seed", type=int, default=0, help="random seed of the simulated jets (default 0)")
-    j.add_argument("--input", default=None, metavar="FILE.json",
-                   help="read jets from a JSON list of objects with 'leaves' ([n, 4] four-momenta E, px, py, pz) "
-                        "instead of simulating them")
+    j.add_argument(
+        "--input",
+        default=None,
+        metavar="FILE.json",
+        help="read jets from a JSON list of objects with 'leaves' ([n, 4] four-momenta E, px, py, pz) "
+        "instead of simulating them",
+    )
     j.add_argument("--out", default="jaxhc_out", help="output folder (default: ./jaxhc_out)")
     j.add_argument("--no-progress", action="store_true", help="no progress messages or bars")
-    j.add_argument("--cache-dir", default=None, metavar="DIR",
-                   help="JAX compilation cache (default $JAXHC_CACHE_DIR or ~/.cache/jaxhc/xla)")
+    j.add_argument(
+        "--cache-dir",
+        default=None,
+        metavar="DIR",
+        help="JAX compilation cache (default $JAXHC_CACHE_DIR or ~/.cache/jaxhc/xla)",
+    )
     j.add_argument("--no-cache", action="store_true", help="do not use the compilation cache")
-    j.add_argument("--no-fastjet", action="store_true",
-                   help="kt family by the NumPy implementation instead of FastJet (used anyway when fastjet "
-                        "is not installed)")
+    j.add_argument(
+        "--no-fastjet",
+        action="store_true",
+        help="kt family by the NumPy implementation instead of FastJet (used anyway when fastjet is not installed)",
+    )
     j.set_defaults(func=cmd_jets)
     return p
 

@@ -1,6 +1,7 @@
 """``jaxhc demo`` and ``jaxhc bhc``: BHC with learned (or fixed) hyperparameters, the family of
 highest DPM evidence bound, dendrogram purity beside scipy's linkages, and the outputs
 (dendrogram PNG, Newick, JSON); see `jaxhc.cli` for the commands."""
+
 from __future__ import annotations
 
 import json
@@ -16,8 +17,19 @@ import numpy as np
 from .common import InputError, enable_compile_cache, log
 from .tables import read_table
 
-__all__ = ["COMPONENTS", "LEARN_OBJECTIVE", "LINKAGE_METHODS", "QUICK_WINE_FEATURES", "REAL_FAMILIES", "Fit", "Report",
-           "Verdict", "class_respecting_tree", "cmd_bhc", "cmd_demo"]
+__all__ = [
+    "COMPONENTS",
+    "LEARN_OBJECTIVE",
+    "LINKAGE_METHODS",
+    "QUICK_WINE_FEATURES",
+    "REAL_FAMILIES",
+    "Fit",
+    "Report",
+    "Verdict",
+    "class_respecting_tree",
+    "cmd_bhc",
+    "cmd_demo",
+]
 
 LINKAGE_METHODS = ("average", "complete", "single")
 COMPONENTS = ("niw", "normalgamma", "bernoulli", "binomial", "multinomial", "normal")
@@ -206,8 +218,13 @@ def _verdict(X, fit: Fit, labels) -> Verdict:
     ct = class_respecting_tree(fit.result.tree, labels, score)
     cut = np.asarray(fit.result.cut(0.5))
     _, y = np.unique(np.asarray(labels), return_inverse=True)
-    return Verdict(score(ct), float(dpm_log_joint(X, y, fit.component, fit.alpha)),
-                   float(dpm_log_joint(X, cut, fit.component, fit.alpha)), int(cut.max()) + 1, int(y.max()) + 1)
+    return Verdict(
+        score(ct),
+        float(dpm_log_joint(X, y, fit.component, fit.alpha)),
+        float(dpm_log_joint(X, cut, fit.component, fit.alpha)),
+        int(cut.max()) + 1,
+        int(y.max()) + 1,
+    )
 
 
 def _fit_candidates(X, kinds, alpha, progress: bool, learn: bool = True, trials=None) -> list:
@@ -222,6 +239,7 @@ def _fit_candidates(X, kinds, alpha, progress: bool, learn: bool = True, trials=
             except (ValueError, TypeError) as e:
                 return e
             return _fit_family(X, kind, comp, alpha, learn, progress)
+
         return run
 
     return [job(k) for k in kinds]
@@ -258,23 +276,49 @@ def _report(name, X, kinds, outs, labels, learn: bool):
         purity.update(_linkage_purities(X, labels))
         if purity["bhc"] < purity["average"]:
             verdict = _verdict(X, best, labels)
-    rep = Report(name, X.shape[0], X.shape[1], best.kind, best.log_evidence, float(res.dpm_lower_bound),
-                 res.n_clusters(0.5), sum(f.seconds for f in fits), purity,
-                 best.fixed_bound if learn else None, best.alpha,
-                 {f.kind: f.bound for f in fits}, verdict)
+    rep = Report(
+        name,
+        X.shape[0],
+        X.shape[1],
+        best.kind,
+        best.log_evidence,
+        float(res.dpm_lower_bound),
+        res.n_clusters(0.5),
+        sum(f.seconds for f in fits),
+        purity,
+        best.fixed_bound if learn else None,
+        best.alpha,
+        {f.kind: f.bound for f in fits},
+        verdict,
+    )
     return res, rep
 
 
 def _format_table(reports: Sequence[Report]) -> str:
     learned = any(r.fixed_bound is not None for r in reports)
-    head = ["data set", "n", "d", "component", "log p(D|T)", "DPM bound"] + (["gain"] if learned else []) + [
-        "K(r<.5)", "BHC", "average", "complete", "single", "time[s]"]
+    head = (
+        ["data set", "n", "d", "component", "log p(D|T)", "DPM bound"]
+        + (["gain"] if learned else [])
+        + ["K(r<.5)", "BHC", "average", "complete", "single", "time[s]"]
+    )
     rows = []
     for r in reports:
         pur = [f"{r.purity[m]:.3f}" if m in r.purity else "-" for m in ("bhc",) + LINKAGE_METHODS]
         gain = [f"{r.dpm_bound - r.fixed_bound:+.1f}" if r.fixed_bound is not None else "-"] if learned else []
-        rows.append([r.name, str(r.n), str(r.d), r.component, f"{r.log_evidence:.2f}", f"{r.dpm_bound:.2f}", *gain,
-                     str(r.n_clusters), *pur, f"{r.seconds:.2f}"])
+        rows.append(
+            [
+                r.name,
+                str(r.n),
+                str(r.d),
+                r.component,
+                f"{r.log_evidence:.2f}",
+                f"{r.dpm_bound:.2f}",
+                *gain,
+                str(r.n_clusters),
+                *pur,
+                f"{r.seconds:.2f}",
+            ]
+        )
     widths = [max(len(h), *(len(row[j]) for row in rows)) for j, h in enumerate(head)]
     left = {0, 3}
     p0 = head.index("BHC")
@@ -282,7 +326,7 @@ def _format_table(reports: Sequence[Report]) -> str:
     def fmt(cells):
         return "  ".join(c.ljust(w) if j in left else c.rjust(w) for j, (c, w) in enumerate(zip(cells, widths)))
 
-    group = " " * (sum(widths[:p0]) + 2 * p0) + "dendrogram purity".center(sum(widths[p0:p0 + 4]) + 2 * 3, "-")
+    group = " " * (sum(widths[:p0]) + 2 * p0) + "dendrogram purity".center(sum(widths[p0 : p0 + 4]) + 2 * 3, "-")
     lines = [group, fmt(head), fmt(["-" * w for w in widths])] + [fmt(row) for row in rows]
     return "\n".join(lines)
 
@@ -314,8 +358,10 @@ def _explain(r: Report) -> List[str]:
         dj = v.truth_joint - v.cut_joint
         side = lambda x: "above" if x > 0 else "below"  # noqa: E731
         if abs(dt) <= 0.05:
-            why = ("the model does not decide it: the tree that keeps the true classes together scores the same "
-                   "(within 0.05 nats)")
+            why = (
+                "the model does not decide it: the tree that keeps the true classes together scores the same "
+                "(within 0.05 nats)"
+            )
         elif dt > 0:
             why = "a better tree exists under the model: the greedy search stopped short of the model's optimum"
         else:
@@ -325,7 +371,8 @@ def _explain(r: Report) -> List[str]:
             f"{why}. At the fitted prior (alpha = {r.alpha:.3g}) the tree that keeps the {v.n_classes} true "
             f"classes together has DPM bound {v.class_tree_bound:.2f} against BHC's {r.dpm_bound:.2f}, and the DPM "
             f"scores the true classes log p(D, c) = {v.truth_joint:.1f}, {abs(dj):.1f} {side(dj)} BHC's "
-            f"{v.n_cut} clusters at r < 0.5.")
+            f"{v.n_cut} clusters at r < 0.5."
+        )
     return lines
 
 
@@ -382,8 +429,12 @@ def cmd_demo(args) -> int:
         if per_class is None:
             return X, y
         rng = np.random.default_rng(seed)
-        idx = np.concatenate([np.sort(rng.choice(np.flatnonzero(y == c), min(per_class, np.sum(y == c)),
-                                                 replace=False)) for c in np.unique(y)])
+        idx = np.concatenate(
+            [
+                np.sort(rng.choice(np.flatnonzero(y == c), min(per_class, np.sum(y == c)), replace=False))
+                for c in np.unique(y)
+            ]
+        )
         return X[idx], y[idx]
 
     try:
@@ -408,31 +459,43 @@ def cmd_demo(args) -> int:
     jobs, spans = [], []
     for name, X, y in problems:
         kinds = _candidate_kinds(X)
-        log(progress, f"[jaxhc demo] BHC on {name} (n={X.shape[0]}, d={X.shape[1]}; "
-                       f"{' vs '.join(kinds)}{', hyperparameters learned' if learn else ', fixed prior'})")
+        log(
+            progress,
+            f"[jaxhc demo] BHC on {name} (n={X.shape[0]}, d={X.shape[1]}; "
+            f"{' vs '.join(kinds)}{', hyperparameters learned' if learn else ', fixed prior'})",
+        )
         spans.append((len(jobs), kinds))
         jobs += _fit_candidates(X, kinds, args.alpha, False, learn=learn)
     log(progress, f"[jaxhc demo] {len(jobs)} fits, {_workers()} at a time ...")
     outs = _run_jobs(jobs, _workers())
     for (name, X, y), (start, kinds) in zip(problems, spans):
-        res, rep = _report(name, X, kinds, outs[start:start + len(kinds)], y, learn)
+        res, rep = _report(name, X, kinds, outs[start : start + len(kinds)], y, learn)
         reports.append(rep)
         notes += _explain(rep)
         leaf_names = [f"{c}_{i}" for i, c in enumerate(y)]
         written += _write_outputs(args.out, name, res, leaf_names, y)
     print(_format_table(reports))
-    print("(dendrogram purity of BHC and of scipy linkage on the same data, Euclidean; "
-          + ("alpha and the prior learned by the DPM evidence bound, gain of the bound over the starting prior; "
-             if learn else "") + "time includes JIT compilation)")
+    print(
+        "(dendrogram purity of BHC and of scipy linkage on the same data, Euclidean; "
+        + (
+            "alpha and the prior learned by the DPM evidence bound, gain of the bound over the starting prior; "
+            if learn
+            else ""
+        )
+        + "time includes JIT compilation)"
+    )
     for line in notes:
         print(line)
     for p in written:
         print(f"wrote {p}")
     wins = sum(r.purity["bhc"] >= r.purity["average"] for r in reports)
     explained = sum(r.verdict is not None for r in reports)
-    print(f"demo done: {len(reports)} data sets{' (quick)' if args.quick else ''} in "
-          f"{time.perf_counter() - t_all:.1f} s, BHC purity at least average linkage's on {wins}/{len(reports)}"
-          + (f" ({explained} explained above)" if explained else "") + f"; outputs in {args.out}")
+    print(
+        f"demo done: {len(reports)} data sets{' (quick)' if args.quick else ''} in "
+        f"{time.perf_counter() - t_all:.1f} s, BHC purity at least average linkage's on {wins}/{len(reports)}"
+        + (f" ({explained} explained above)" if explained else "")
+        + f"; outputs in {args.out}"
+    )
     return 0
 
 
@@ -443,8 +506,10 @@ def cmd_bhc(args) -> int:
     with np.errstate(over="ignore", invalid="ignore"):
         squares_ok = np.isfinite(np.nansum(np.square(X)))
     if not squares_ok:
-        raise InputError(f"{args.file}: values up to {float(np.nanmax(np.abs(X))):.3g} are too large (their squares "
-                         f"overflow float64); rescale the data (change its units)")
+        raise InputError(
+            f"{args.file}: values up to {float(np.nanmax(np.abs(X))):.3g} are too large (their squares "
+            f"overflow float64); rescale the data (change its units)"
+        )
     if args.alpha <= 0 or not math.isfinite(args.alpha):
         raise InputError(f"--alpha must be a positive number, got {args.alpha}")
     kinds = (args.component,) if args.component else _candidate_kinds(X)
@@ -452,8 +517,9 @@ def cmd_bhc(args) -> int:
         raise InputError("--trials only applies to --component binomial")
     if args.standardize:
         if not set(kinds) <= {"niw", "normalgamma", "normal"}:
-            raise InputError(f"--standardize only applies to Gaussian components (niw, normalgamma, normal), "
-                             f"not {kinds[0]}")
+            raise InputError(
+                f"--standardize only applies to Gaussian components (niw, normalgamma, normal), not {kinds[0]}"
+            )
         sd = np.nanstd(X, axis=0)
         X = (X - np.nanmean(X, axis=0)) / np.where(sd > 0, sd, 1.0)
     if X.shape[0] < 2:
@@ -467,9 +533,12 @@ def cmd_bhc(args) -> int:
     if not args.no_cache:
         enable_compile_cache(args.cache_dir, progress, "bhc")
     stem = _safe_stem(os.path.splitext(os.path.basename(args.file))[0])
-    log(progress, f"[jaxhc bhc] {args.file}: n={X.shape[0]}, d={X.shape[1]}, component={' vs '.join(kinds)}, "
-                   f"alpha={args.alpha:g}{' (learned with the hyperparameters)' if learn else ', fixed prior'}"
-                   + (", header row detected" if table.has_header else ""))
+    log(
+        progress,
+        f"[jaxhc bhc] {args.file}: n={X.shape[0]}, d={X.shape[1]}, component={' vs '.join(kinds)}, "
+        f"alpha={args.alpha:g}{' (learned with the hyperparameters)' if learn else ', fixed prior'}"
+        + (", header row detected" if table.has_header else ""),
+    )
     jobs = _fit_candidates(X, kinds, args.alpha, progress and len(kinds) == 1, learn=learn, trials=args.trials)
     res, rep = _report(stem, X, kinds, _run_jobs(jobs, _workers()), table.labels, learn)
     kind = rep.component
@@ -504,6 +573,8 @@ def cmd_bhc(args) -> int:
     for p in written:
         print(f"wrote {p}")
     plural = "" if rep.n_clusters == 1 else "s"
-    print(f"bhc done: {rep.n} points, {rep.n_clusters} cluster{plural} at r<0.5, log p(D|T) = {rep.log_evidence:.3f}; "
-          f"outputs in {args.out}")
+    print(
+        f"bhc done: {rep.n} points, {rep.n_clusters} cluster{plural} at r<0.5, log p(D|T) = {rep.log_evidence:.3f}; "
+        f"outputs in {args.out}"
+    )
     return 0

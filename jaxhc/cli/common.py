@@ -1,5 +1,6 @@
 """What the subcommands of the ``jaxhc`` command line share: the input error, progress
 messages on stderr and JAX's persistent compilation cache."""
+
 from __future__ import annotations
 
 import os
@@ -33,4 +34,3 @@ def enable_compile_cache(path: Optional[str], progress: bool, cmd: str = "jets")
         log(progress, f"[jaxhc {cmd}] compilation cache off ({e})")
         return
     log(progress, f"[jaxhc {cmd}] compilation cache: {path} (--no-cache to turn off)")
-

@@ -1,5 +1,6 @@
 """``jaxhc jets``: the exact trellis against greedy, beam search and the kt family on Ginkgo
 jets (Table 1 and Fig. 5 of the trellis paper); see `jaxhc.cli` for the command."""
+
 from __future__ import annotations
 
 import json
@@ -66,11 +67,18 @@ def _simulate_jets(args, num_jets, min_leaves, max_leaves, progress):
         from ..models import ginkgo
     except ImportError as e:
         raise InputError(f"generating jets needs jaxhc.models.ginkgo ({e}); pass --input FILE.json") from None
-    params = ginkgo.GinkgoParams(lam=args.lam, lam_root=args.lam, t_cut=args.t_cut,
-                                 root_mass2=JETS_ROOT_MASS2, root_p3=JETS_ROOT_P3)
+    params = ginkgo.GinkgoParams(
+        lam=args.lam, lam_root=args.lam, t_cut=args.t_cut, root_mass2=JETS_ROOT_MASS2, root_p3=JETS_ROOT_P3
+    )
     try:
-        sim = ginkgo.simulate(jax.random.PRNGKey(args.seed), params, num_jets, min_leaves=min_leaves,
-                              max_leaves=max_leaves, progress_bar=progress)
+        sim = ginkgo.simulate(
+            jax.random.PRNGKey(args.seed),
+            params,
+            num_jets,
+            min_leaves=min_leaves,
+            max_leaves=max_leaves,
+            progress_bar=progress,
+        )
     except ValueError as e:  # e.g. no jets in the leaf range after many showers
         raise InputError(f"cannot simulate {num_jets} jets with {min_leaves}-{max_leaves} leaves: {e}") from None
     lp = np.asarray(sim.leaves, np.float64)
@@ -109,8 +117,9 @@ def cmd_jets(args) -> int:
     if min_leaves > max_leaves:
         raise InputError(f"--min-leaves {min_leaves} is above --max-leaves {max_leaves}")
     if max_leaves > trellis.MAX_EXACT_LEAVES:
-        raise InputError(f"--max-leaves {max_leaves} is above the exact trellis limit of "
-                         f"{trellis.MAX_EXACT_LEAVES} leaves")
+        raise InputError(
+            f"--max-leaves {max_leaves} is above the exact trellis limit of {trellis.MAX_EXACT_LEAVES} leaves"
+        )
     energy = trellis.GinkgoEnergy(args.lam, args.t_cut, likelihood=args.likelihood)
     sim_seconds = None
     if args.input is not None:
@@ -120,11 +129,16 @@ def cmd_jets(args) -> int:
             raise InputError(f"{args.input}: none of its {len(all_jets)} jets has {min_leaves} to {max_leaves} leaves")
         lp, nl = _pad_jets(kept)
         source = os.path.abspath(args.input)
-        log(progress, f"[jaxhc jets] {args.input}: {len(kept)} of {len(all_jets)} jets with {min_leaves}-"
-                       f"{max_leaves} leaves")
+        log(
+            progress,
+            f"[jaxhc jets] {args.input}: {len(kept)} of {len(all_jets)} jets with {min_leaves}-{max_leaves} leaves",
+        )
     else:
-        log(progress, f"[jaxhc jets] simulating {num_jets} Ginkgo jets ({min_leaves}-{max_leaves} leaves, "
-                       f"lam={args.lam:g}, t_cut={args.t_cut:g}, seed={args.seed}) ...")
+        log(
+            progress,
+            f"[jaxhc jets] simulating {num_jets} Ginkgo jets ({min_leaves}-{max_leaves} leaves, "
+            f"lam={args.lam:g}, t_cut={args.t_cut:g}, seed={args.seed}) ...",
+        )
         t0 = time.perf_counter()
         lp, nl = _simulate_jets(args, num_jets, min_leaves, max_leaves, progress)
         sim_seconds = time.perf_counter() - t0
@@ -139,9 +153,11 @@ def cmd_jets(args) -> int:
     rows = jetsmod.table1(res)
     B = len(nl)
 
-    print(f"## Table 1: {B} jets, {int(nl.min())}-{int(nl.max())} leaves, lam={args.lam:g}, t_cut={args.t_cut:g}, "
-          f"likelihood={args.likelihood}, beam size N(N-1)/2, kt family via "
-          f"{'FastJet' if res.kt_backend == 'fastjet' else 'NumPy'} (ee generalized kt, E scheme)")
+    print(
+        f"## Table 1: {B} jets, {int(nl.min())}-{int(nl.max())} leaves, lam={args.lam:g}, t_cut={args.t_cut:g}, "
+        f"likelihood={args.likelihood}, beam size N(N-1)/2, kt family via "
+        f"{'FastJet' if res.kt_backend == 'fastjet' else 'NumPy'} (ee generalized kt, E scheme)"
+    )
     print()
     print(jetsmod.format_table1(rows))
     print()
@@ -149,8 +165,10 @@ def cmd_jets(args) -> int:
     print()
     print("| method | seconds | jets/s | splits/s |")
     print("|---|---|---|---|")
-    print(f"| trellis (first call, with JIT compilation) | {res.seconds['trellis']:.2f} | "
-          f"{_rate(B, res.seconds['trellis'])} | {_rate(res.num_splits, res.seconds['trellis'])} |")
+    print(
+        f"| trellis (first call, with JIT compilation) | {res.seconds['trellis']:.2f} | "
+        f"{_rate(B, res.seconds['trellis'])} | {_rate(res.num_splits, res.seconds['trellis'])} |"
+    )
     print(f"| trellis (warm) | {warm:.2f} | {_rate(B, warm)} | {_rate(res.num_splits, warm)} |")
     for m in res.methods:
         if m != "trellis":
@@ -166,14 +184,16 @@ def cmd_jets(args) -> int:
     per_jet = []
     for b in range(B):
         n = int(nl[b])
-        per_jet.append({
-            "n_leaves": n,
-            "leaves": lp[b, :n].tolist(),
-            "log_z": _finite_or_none(res.log_z[b]),
-            "map_log_likelihood": _finite_or_none(res.map_log_phi[b]),
-            "log_likelihood": {m: _finite_or_none(res.log_phi[m][b]) for m in res.methods},
-            "trees": {m: np.asarray(res.trees[m][b].children).tolist() for m in res.methods},
-        })
+        per_jet.append(
+            {
+                "n_leaves": n,
+                "leaves": lp[b, :n].tolist(),
+                "log_z": _finite_or_none(res.log_z[b]),
+                "map_log_likelihood": _finite_or_none(res.map_log_phi[b]),
+                "log_likelihood": {m: _finite_or_none(res.log_phi[m][b]) for m in res.methods},
+                "trees": {m: np.asarray(res.trees[m][b].children).tolist() for m in res.methods},
+            }
+        )
     payload = {
         "source": source,
         "seed": args.seed if args.input is None else None,
@@ -187,7 +207,7 @@ def cmd_jets(args) -> int:
         "num_splits": res.num_splits,
         "table1": table,
         "note": "log likelihoods are log phi of each method's tree under the Ginkgo energy; null is -inf (a "
-                "forbidden split); trees are [left, right] rows, merge t creating node n + t (scipy linkage layout)",
+        "forbidden split); trees are [left, right] rows, merge t creating node n + t (scipy linkage layout)",
         "jets": per_jet,
     }
     js = os.path.join(args.out, "jets_results.json")
@@ -208,6 +228,8 @@ def cmd_jets(args) -> int:
         print(f"wrote {p}")
     tb = next(r for r in rows if (r.a, r.b) == ("trellis", "beam"))
     tg = next(r for r in rows if (r.a, r.b) == ("trellis", "greedy"))
-    print(f"jets done: {B} jets; trellis - beam {tb.mean:.2f} +- {tb.std:.2f}, trellis - greedy "
-          f"{tg.mean:.2f} +- {tg.std:.2f} (paper 0.4 +- 0.5, 1.5 +- 1.1); outputs in {args.out}")
+    print(
+        f"jets done: {B} jets; trellis - beam {tb.mean:.2f} +- {tb.std:.2f}, trellis - greedy "
+        f"{tg.mean:.2f} +- {tg.std:.2f} (paper 0.4 +- 0.5, 1.5 +- 1.1); outputs in {args.out}"
+    )
     return 0

@@ -1,5 +1,6 @@
 """Reading the data files of ``jaxhc bhc``: CSV (header optional, a label column, missing
 values) and ``.npy``."""
+
 from __future__ import annotations
 
 import csv

@@ -2,6 +2,7 @@
 families in ``gaussian``, the count families in ``counts``. A new family needs one module
 that subclasses `Component` (and, if its columns are independent given the cluster, overrides
 the column-splitting methods that BHCC and the CDPM use)."""
+
 from .base import ColumnParameters, ColumnSplitError, Component, betaln
 from .counts import BetaBernoulli, BetaBinomial, CountStats, DirichletMultinomial, MultinomialStats
 from .gaussian import (

@@ -22,6 +22,7 @@ The families live in ``base`` (the interface and shared helpers), ``gaussian`` a
 
 The statistics of the empty set have log marginal 0, so padding is harmless.
 """
+
 from __future__ import annotations
 
 import abc
@@ -52,7 +53,6 @@ def concrete(*xs) -> bool:
     return not any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(xs))
 
 
-
 def as_data(X, name="X") -> np.ndarray:
     """Host float array, 2-D, non-empty; raises clear errors."""
     arr = real_array(X, name, "[n, d]")
@@ -69,8 +69,10 @@ def data_variance(X, name="X") -> np.ndarray:
     with np.errstate(over="ignore", invalid="ignore"):
         var = X.var(axis=0) if X.shape[0] > 1 else np.ones(X.shape[1])
     if not np.all(np.isfinite(var)):
-        raise ValueError(f"{name}'s per-column variance overflows float64 (entries up to {np.max(np.abs(X)):.3g}): "
-                         f"rescale {name}, e.g. standardise its columns")
+        raise ValueError(
+            f"{name}'s per-column variance overflows float64 (entries up to {np.max(np.abs(X)):.3g}): "
+            f"rescale {name}, e.g. standardise its columns"
+        )
     return np.where(var > 0, var, 1.0)
 
 
@@ -176,7 +178,8 @@ class Component(eqx.Module):
         base class refuses every family; column-separable families override this."""
         raise ColumnSplitError(
             f"{name} splits columns into views, which needs a column-separable component (columns independent "
-            f"given the cluster: {_column_families()}); got {type(self).__name__}")
+            f"given the cluster: {_column_families()}); got {type(self).__name__}"
+        )
 
     def restrict_columns(self, cols, *, name: str = "restrict_columns") -> "Component":
         """The component of the columns ``cols`` alone (its prior marginalised to them).
@@ -227,13 +230,11 @@ class Component(eqx.Module):
         arr = as_data(X, name)
         if arr.shape[1] != self.dim:
             raise ValueError(
-                f"{name} has {arr.shape[1]} columns but {type(self).__name__} was built for "
-                f"{self.dim} dimensions"
+                f"{name} has {arr.shape[1]} columns but {type(self).__name__} was built for {self.dim} dimensions"
             )
         check_finite(arr, name, self.supports_missing)
         self._check_domain(arr, name)
         return arr
-
 
 
 def _jaxlib_deadlocks() -> bool:
@@ -274,8 +275,7 @@ def logdet_elimination_loop(A):
         A = A - col[..., :, None] * (col[..., None, :] / piv[..., None, None])
         return A, out + jnp.log(piv), jnp.where(io == k, piv[..., None], pivs)
 
-    _, out, piv = jax.lax.fori_loop(
-        0, d, body, (A, jnp.zeros(A.shape[:-2], A.dtype), jnp.zeros(A.shape[:-1], A.dtype)))
+    _, out, piv = jax.lax.fori_loop(0, d, body, (A, jnp.zeros(A.shape[:-2], A.dtype), jnp.zeros(A.shape[:-1], A.dtype)))
     return out, piv
 
 
@@ -333,4 +333,3 @@ PD_FLOOR = 1e-8
 def positive_param(u):
     """``exp(u)`` with ``u`` clipped to ``[-LOG_BOUND, LOG_BOUND]``: always positive and finite."""
     return jnp.exp(jnp.clip(u, -LOG_BOUND, LOG_BOUND))
-

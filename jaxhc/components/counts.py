@@ -1,5 +1,6 @@
 """Count families: `BetaBernoulli`, `BetaBinomial` (per-column Beta priors) and
 `DirichletMultinomial` (Dirichlet over categories); see the package docstring for the interface."""
+
 from __future__ import annotations
 
 from typing import Any, ClassVar, NamedTuple
@@ -11,7 +12,7 @@ import numpy as np
 from jax.scipy.special import gammaln
 
 from .._internal.dtypes import float_dtype as _float_dtype
-from .base import ColumnParameters, Component, as_data, check_finite, concrete, positive_param, betaln
+from .base import ColumnParameters, Component, as_data, betaln, check_finite, concrete, positive_param
 
 __all__ = ["CountStats", "BetaBernoulli", "BetaBinomial", "MultinomialStats", "DirichletMultinomial"]
 
@@ -25,8 +26,10 @@ def _check_exact_counts(counts, name, family):
     limit = 2.0 ** (np.finfo(_float_dtype()).nmant + 1)
     c = np.asarray(counts, dtype=float)
     if np.any(c[np.isfinite(c)] > limit):
-        raise ValueError(f"{name} must be at most 2^{np.finfo(_float_dtype()).nmant + 1} = {limit:.3g} for {family} "
-                         f"(larger counts are not exact in {np.dtype(_float_dtype()).name}), got up to {np.nanmax(c):.3g}")
+        raise ValueError(
+            f"{name} must be at most 2^{np.finfo(_float_dtype()).nmant + 1} = {limit:.3g} for {family} "
+            f"(larger counts are not exact in {np.dtype(_float_dtype()).name}), got up to {np.nanmax(c):.3g}"
+        )
 
 
 class CountStats(NamedTuple):
@@ -111,6 +114,7 @@ class _BetaCounts(Component):
         if cache is None:
             per = betaln(self.a + s.succ, self.b + s.fail) - betaln(self.a, self.b)
         else:
+
             def col_lookup(table, idx):
                 i = jnp.round(idx).astype(jnp.int32)
                 if table.ndim == 1:
@@ -119,7 +123,8 @@ class _BetaCounts(Component):
                 return jnp.take_along_axis(table, flat, axis=0, mode="clip").reshape(idx.shape)
 
             per = (
-                col_lookup(cache["ga"], s.succ) + col_lookup(cache["gb"], s.fail)
+                col_lookup(cache["ga"], s.succ)
+                + col_lookup(cache["gb"], s.fail)
                 - col_lookup(cache["gab"], s.succ + s.fail)
             ) - betaln(self.a, self.b)
         return s.logc + jnp.sum(per, axis=-1)
@@ -205,8 +210,14 @@ class BetaBinomial(_BetaCounts):
         self.a = jnp.asarray(a, dtype=_float_dtype())
         self.b = jnp.asarray(b, dtype=_float_dtype())
         t = np.asarray(trials)
-        if isinstance(trials, jax.core.Tracer) or t.ndim > 1 or t.size == 0 or not np.all(np.isfinite(t)) \
-                or np.any(t < 1) or np.any(t != np.round(t)):
+        if (
+            isinstance(trials, jax.core.Tracer)
+            or t.ndim > 1
+            or t.size == 0
+            or not np.all(np.isfinite(t))
+            or np.any(t < 1)
+            or np.any(t != np.round(t))
+        ):
             raise ValueError(f"trials must be positive integers (scalar or [d]), got {trials!r}")
         _check_exact_counts(t, "trials", "BetaBinomial")
         self.trials = int(t) if t.ndim == 0 else tuple(int(v) for v in t)
@@ -330,7 +341,9 @@ class DirichletMultinomial(Component):
         )
 
     def unconstrain(self):
-        return {"log_concentration": jnp.log(self.alpha)}  # not "log_alpha": that is the DPM alpha in learn_hyperparameters
+        return {
+            "log_concentration": jnp.log(self.alpha)
+        }  # not "log_alpha": that is the DPM alpha in learn_hyperparameters
 
     def constrain(self, u) -> "DirichletMultinomial":
         return DirichletMultinomial(positive_param(u["log_concentration"]))

@@ -1,5 +1,6 @@
 """Gaussian families: `NormalInverseWishart`, `NormalKnownCov`, `NormalGamma` and the
 column-separable `IndependentNormal` (see the package docstring for the interface)."""
+
 from __future__ import annotations
 
 from typing import ClassVar, NamedTuple
@@ -27,8 +28,15 @@ from .base import (
     positive_param,
 )
 
-__all__ = ["GaussianStats", "NormalInverseWishart", "NormalKnownCov", "DiagGaussianStats", "NormalGamma",
-           "IndepNormalStats", "IndependentNormal"]
+__all__ = [
+    "GaussianStats",
+    "NormalInverseWishart",
+    "NormalKnownCov",
+    "DiagGaussianStats",
+    "NormalGamma",
+    "IndepNormalStats",
+    "IndependentNormal",
+]
 
 
 class GaussianStats(NamedTuple):
@@ -84,6 +92,7 @@ def _check_pd(A, name):
             raise ValueError(f"{name} must be symmetric")
         if np.linalg.eigvalsh(a).min() <= 0:
             raise ValueError(f"{name} must be positive definite")
+
 
 def _chol_params(A):
     """Inverse of `_chol_unparams`: the log-Cholesky factor of ``A - floor * I``. A matrix
@@ -228,8 +237,11 @@ class NormalInverseWishart(Component):
         z = jax.scipy.linalg.solve_triangular(L, (x - loc)[..., None], lower=True)[..., 0]
         q = jnp.sum(z * z, axis=-1)
         return (
-            gammaln(0.5 * (df + d)) - gammaln(0.5 * df) - 0.5 * d * jnp.log(df * np.pi)
-            - 0.5 * logdet - 0.5 * (df + d) * jnp.log1p(q / df)
+            gammaln(0.5 * (df + d))
+            - gammaln(0.5 * df)
+            - 0.5 * d * jnp.log(df * np.pi)
+            - 0.5 * logdet
+            - 0.5 * (df + d) * jnp.log1p(q / df)
         )
 
     def unconstrain(self):
@@ -244,7 +256,9 @@ class NormalInverseWishart(Component):
     def constrain(self, u) -> "NormalInverseWishart":
         d = self.dim
         return NormalInverseWishart(
-            u["mean"], positive_param(u["log_kappa"]), (d - 1) + jnp.maximum(positive_param(u["log_dof_excess"]), 1e-6),
+            u["mean"],
+            positive_param(u["log_kappa"]),
+            (d - 1) + jnp.maximum(positive_param(u["log_dof_excess"]), 1e-6),
             _chol_unparams(u["scale_chol"]),
         )
 
@@ -329,7 +343,11 @@ class NormalKnownCov(Component):
         return jnp.where(n > 0, out, 0.0)
 
     def unconstrain(self):
-        return {"mean": self.mean, "prior_chol": _chol_params(self.prior_cov), "noise_chol": _chol_params(self.noise_cov)}
+        return {
+            "mean": self.mean,
+            "prior_chol": _chol_params(self.prior_cov),
+            "noise_chol": _chol_params(self.noise_cov),
+        }
 
     # column splitting: separable when both covariances are diagonal
     column_split_condition: ClassVar[str] = " with diagonal covariances"
@@ -340,7 +358,8 @@ class NormalKnownCov(Component):
             if np.any(m - np.diag(np.diag(m))):
                 raise ColumnSplitError(
                     f"{name} needs a column-separable component; component.{nm} of NormalKnownCov must be "
-                    f"diagonal (columns independent given the cluster)")
+                    f"diagonal (columns independent given the cluster)"
+                )
 
     def restrict_columns(self, cols, *, name: str = "restrict_columns") -> "NormalKnownCov":
         """The sub-vector and sub-matrices of ``cols`` (any covariances: the prior marginalised
@@ -350,8 +369,9 @@ class NormalKnownCov(Component):
         return NormalKnownCov(self.mean[cols], self.prior_cov[ix], self.noise_cov[ix])
 
     def column_parameters(self) -> ColumnParameters:
-        return ColumnParameters("normal", self.mean, np.diag(np.asarray(self.prior_cov)),
-                                np.diag(np.asarray(self.noise_cov)))
+        return ColumnParameters(
+            "normal", self.mean, np.diag(np.asarray(self.prior_cov)), np.diag(np.asarray(self.noise_cov))
+        )
 
     def constrain(self, u) -> "NormalKnownCov":
         return NormalKnownCov(u["mean"], _chol_unparams(u["prior_chol"]), _chol_unparams(u["noise_chol"]))
@@ -473,11 +493,12 @@ class NormalGamma(Component):
         )
 
     def unconstrain(self):
-        return {"mean": self.mean, "log_kappa": jnp.log(self.kappa), "log_a": jnp.log(self.a),
-                "log_b": jnp.log(self.b)}
+        return {"mean": self.mean, "log_kappa": jnp.log(self.kappa), "log_a": jnp.log(self.a), "log_b": jnp.log(self.b)}
 
     def constrain(self, u) -> "NormalGamma":
-        return NormalGamma(u["mean"], positive_param(u["log_kappa"]), positive_param(u["log_a"]), positive_param(u["log_b"]))
+        return NormalGamma(
+            u["mean"], positive_param(u["log_kappa"]), positive_param(u["log_a"]), positive_param(u["log_b"])
+        )
 
 
 # ==========================================================================================

@@ -18,6 +18,7 @@ already prepared batch in place of ``leaves_padded`` (then ``n_leaves=None``), s
 over many parameter values never re-validates. Fit in float64
 (``jax.config.update("jax_enable_x64", True)``): ``E^2 - |p|^2`` cancels badly in float32.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -30,10 +31,10 @@ import numpy as np
 import optax
 
 from .._internal.deprecation import renamed_argument
-from ..models.ginkgo import check_lam_prior as _check_prior
-from ..models.ginkgo import check_likelihood as _check_likelihood
-from ..models.ginkgo import check_positive as _check_positive
-from ..models.ginkgo import default_lam_prior, lambda_model, prepare_jets
+from ..models.ginkgo_lambda import check_lam_prior as _check_prior
+from ..models.ginkgo_lambda import check_likelihood as _check_likelihood
+from ..models.ginkgo_lambda import check_positive as _check_positive
+from ..models.ginkgo_lambda import default_lam_prior, lambda_model, prepare_jets
 from ..trellis.batch import PreparedBatch, log_partition_prepared
 from ..trellis.energies import GinkgoEnergy
 
@@ -64,9 +65,11 @@ def _check_count(x, name: str, minimum: int) -> int:
 
 def _warn_float32():
     if not jax.config.jax_enable_x64:
-        warnings.warn("jax_enable_x64 is off: Ginkgo masses E^2 - |p|^2 lose most of their digits in "
-                      "float32; enable it (jax.config.update('jax_enable_x64', True)) before fitting",
-                      stacklevel=3)
+        warnings.warn(
+            "jax_enable_x64 is off: Ginkgo masses E^2 - |p|^2 lose most of their digits in "
+            "float32; enable it (jax.config.update('jax_enable_x64', True)) before fitting",
+            stacklevel=3,
+        )
 
 
 # ------------------------------------------------------------------------------------------
@@ -180,8 +183,10 @@ def fit_lambda(
         raise TypeError(f"optimizer must be an optax GradientTransformation, got {type(optimizer).__name__}")
     batch = prepare_jets(leaves_padded, n_leaves, tc, likelihood)
     if not isinstance(leaves_padded, PreparedBatch) and np.all(np.asarray(n_leaves) <= 1):
-        raise ValueError("n_leaves: every jet has a single leaf, whose likelihood does not depend on lambda "
-                         "(log Z = 0): there is nothing to fit")
+        raise ValueError(
+            "n_leaves: every jet has a single leaf, whose likelihood does not depend on lambda "
+            "(log Z = 0): there is nothing to fit"
+        )
     _warn_float32()
     opt = optax.adam(lr) if optimizer is None else optimizer
 
@@ -189,8 +194,10 @@ def fit_lambda(
     opt_state = opt.init(u)
     value, grad, hess = (float(x) for x in _derivatives(u, batch, tc, likelihood))
     if not (np.isfinite(value) and np.isfinite(grad)):
-        raise ValueError(f"fit_lambda: the mean log Z per jet is {value} at lam_init={lam0:g} (gradient {grad}): "
-                         f"some jet has no possible hierarchy, or lam_init is too extreme; check the jets and t_cut")
+        raise ValueError(
+            f"fit_lambda: the mean log Z per jet is {value} at lam_init={lam0:g} (gradient {grad}): "
+            f"some jet has no possible hierarchy, or lam_init is too extreme; check the jets and t_cut"
+        )
     trace = [value]
     converged = abs(grad) <= tol and hess < 0
     bar = None
@@ -320,10 +327,15 @@ def sample_lambda(
     _warn_float32()
     kernel = NUTS(lambda_model, forward_mode_differentiation=True, init_strategy=init_to_median)
     method = "parallel" if jax.local_device_count() >= num_chains else "sequential"
-    mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
-                chain_method=method, progress_bar=progress_bar)
-    mcmc.run(key, batch, None, tc, lam_prior=prior, likelihood=likelihood,
-             extra_fields=("num_steps", "diverging"))
+    mcmc = MCMC(
+        kernel,
+        num_warmup=num_warmup,
+        num_samples=num_samples,
+        num_chains=num_chains,
+        chain_method=method,
+        progress_bar=progress_bar,
+    )
+    mcmc.run(key, batch, None, tc, lam_prior=prior, likelihood=likelihood, extra_fields=("num_steps", "diverging"))
     s = np.asarray(mcmc.get_samples()["lam"])
     lo, hi = np.quantile(s, [0.025, 0.975])
     return LambdaSamples(mcmc, s, float(s.mean()), float(s.std()), (float(lo), float(hi)))

@@ -12,6 +12,7 @@ any pytrees; the target is cached in `MHState` so each step evaluates it once.
 Samplers whose moves compute the ratio themselves (split-merge, tempered swaps) call
 `mh_accept` and `tree_select` directly.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, NamedTuple
@@ -50,8 +51,9 @@ def mh_accept(key, log_ratio) -> jax.Array:
     """Returns ``log U < log_ratio`` with ``U ~ Uniform(0, 1)``: True with probability
     ``min(1, exp(log_ratio))``; False for a NaN ratio (any batch shape of ``log_ratio``)."""
     log_ratio = jnp.asarray(log_ratio)
-    u = jax.random.uniform(key, log_ratio.shape, dtype=log_ratio.dtype if jnp.issubdtype(
-        log_ratio.dtype, jnp.floating) else jnp.float32)
+    u = jax.random.uniform(
+        key, log_ratio.shape, dtype=log_ratio.dtype if jnp.issubdtype(log_ratio.dtype, jnp.floating) else jnp.float32
+    )
     return jnp.log(u) < jnp.where(jnp.isnan(log_ratio), -jnp.inf, log_ratio)
 
 

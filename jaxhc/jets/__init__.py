@@ -52,29 +52,32 @@ sparsity index ``num_trees / (2N-3)!!`` as the number of seed trees grows, with 
 trellis and beam search as references (paper: with N = 9 both sparse trellises pass beam
 search at a sparsity index of about 2% and approach the exact MAP, the BS trellis sooner).
 
-Modules: `jaxhc.jets.kt` (generalized kt), `jaxhc.jets.studies` (MAP comparison and the
+Modules: `jaxhc.jets.kt` (generalized kt), `jaxhc.jets.studies` (MAP comparison), `jaxhc.jets.sparse_study` (the
 sparse-trellis study), `jaxhc.jets.arrays` (jet arrays and momentum ranks shared by them);
 every public name is re-exported here.
 """
-from . import arrays, kt, studies
+
+from . import arrays, kt, sparse_study, studies
 from .arrays import map_rank_trees, momentum_order, to_rank_tree
 from .kt import FASTJET_HINT, MAX_R, kt_tree, kt_tree_numpy
-from .studies import (
-    METHODS,
+from .sparse_study import (
     OWN_BEAM,
-    PAPER_TABLE1,
     SPARSE_SIZES,
-    MapComparison,
     SparseStudy,
     SparseStudyRow,
-    Table1Row,
     beam_seed_trees,
-    compare_map_methods,
     format_sparse_study,
-    format_table1,
-    plot_log_z_vs_map,
     simulator_seed_trees,
     sparse_vs_sparsity,
+)
+from .studies import (
+    METHODS,
+    PAPER_TABLE1,
+    MapComparison,
+    Table1Row,
+    compare_map_methods,
+    format_table1,
+    plot_log_z_vs_map,
     table1,
 )
 
@@ -106,5 +109,6 @@ __all__ = [
     # modules
     "arrays",
     "kt",
+    "sparse_study",
     "studies",
 ]

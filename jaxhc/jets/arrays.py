@@ -2,6 +2,7 @@
 of a list of jets and of a list of trees, and the momentum ranks of a jet's leaves
 (`momentum_order`, `to_rank_tree`, `map_rank_trees`: the leaf ordering of the sparse
 trellises of Fig. 7 of the trellis paper)."""
+
 from __future__ import annotations
 
 from typing import List
@@ -10,8 +11,7 @@ import numpy as np
 
 from ..tree import Tree
 
-__all__ = ["jet_array", "jet_list", "map_rank_trees", "momentum_order", "positive_int", "to_rank_tree",
-           "tree_list"]
+__all__ = ["jet_array", "jet_list", "map_rank_trees", "momentum_order", "positive_int", "to_rank_tree", "tree_list"]
 
 
 def jet_array(leaves, name: str = "leaves") -> np.ndarray:
@@ -107,7 +107,9 @@ def jet_list(leaves_list, name: str) -> List[np.ndarray]:
     try:
         jets = list(leaves_list)
     except TypeError:
-        raise TypeError(f"{name} must be a list of jets [N, 4] or a JetBatch, got {type(leaves_list).__name__}") from None
+        raise TypeError(
+            f"{name} must be a list of jets [N, 4] or a JetBatch, got {type(leaves_list).__name__}"
+        ) from None
     if not jets:
         raise ValueError(f"{name} must hold at least one jet")
     return [jet_array(j, f"{name}[{b}]") for b, j in enumerate(jets)]

@@ -32,6 +32,7 @@ every step (exact ties aside); the ``d_ij`` of each merge is the tree's ``height
 `kt_tree_numpy` is the same algorithm in NumPy (``O(N^3)``), used to cross-check the
 conversion of FastJet's clustering history and as a fallback.
 """
+
 from __future__ import annotations
 
 import math
@@ -84,15 +85,19 @@ def _check_kt_args(leaves, p, R, variant):
     else:
         bad = np.flatnonzero((px**2 + py**2 <= 0) | (E <= np.abs(pz)))
         if bad.size:
-            raise ValueError(f"leaves: rows {bad.tolist()} have no finite rapidity (need pt > 0 and E > |pz| "
-                             "for variant='pp'; use variant='ee')")
+            raise ValueError(
+                f"leaves: rows {bad.tolist()} have no finite rapidity (need pt > 0 and E > |pz| "
+                "for variant='pp'; use variant='ee')"
+            )
     return arr, p, R
 
 
 def _beam_error(variant, R, n_beam, n):
     hint = "use R in (pi, 3 pi]" if variant == "ee" else f"use a larger R (at most {MAX_R:g}) or variant='ee'"
-    return ValueError(f"{n_beam} of the {n} leaves were merged with the beam (d_iB < d_ij) at R={R:g}, so the "
-                      f"clustering is not one tree; {hint}")
+    return ValueError(
+        f"{n_beam} of the {n} leaves were merged with the beam (d_iB < d_ij) at R={R:g}, so the "
+        f"clustering is not one tree; {hint}"
+    )
 
 
 def _empty_tree() -> Tree:
@@ -104,8 +109,10 @@ def fastjet_interface():
     try:
         import fastjet
     except ImportError as e:
-        raise ImportError(f"jaxhc.jets.kt_tree needs the optional dependency fastjet: {FASTJET_HINT} "
-                          "(or use jaxhc.jets.kt_tree_numpy)") from e
+        raise ImportError(
+            f"jaxhc.jets.kt_tree needs the optional dependency fastjet: {FASTJET_HINT} "
+            "(or use jaxhc.jets.kt_tree_numpy)"
+        ) from e
     return fastjet._swig
 
 

@@ -1,4 +1,5 @@
 """NumPyro programs (generative models): usable with ``Predictive``, handlers and NUTS."""
-from . import cdpm, dpm, ginkgo, ncrp_hdp, pydt
 
-__all__ = ["ginkgo", "dpm", "cdpm", "ncrp_hdp", "pydt"]
+from . import cdpm, dpm, ginkgo, ginkgo_lambda, ncrp_hdp, pydt
+
+__all__ = ["ginkgo", "ginkgo_lambda", "dpm", "cdpm", "ncrp_hdp", "pydt"]

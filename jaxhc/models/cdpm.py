@@ -22,6 +22,7 @@ row partitions of all views is the product over views of each view's DPM evidenc
 how it is computed (the same sum, exactly). `dpm_log_evidence_bruteforce` is re-exported:
 the CDPM with one column is the DPM.
 """
+
 from __future__ import annotations
 
 from typing import Mapping, NamedTuple, Optional, Sequence
@@ -87,9 +88,16 @@ class CDPMSample(NamedTuple):
     truncated: jax.Array
 
 
-def cdpm(X=None, component: Optional[Component] = None, alpha=1.0, num_rows: Optional[int] = None,
-         num_cols: Optional[int] = None, *, max_views: Optional[int] = None,
-         max_clusters: Optional[int] = None) -> CDPMSample:
+def cdpm(
+    X=None,
+    component: Optional[Component] = None,
+    alpha=1.0,
+    num_rows: Optional[int] = None,
+    num_cols: Optional[int] = None,
+    *,
+    max_views: Optional[int] = None,
+    max_clusters: Optional[int] = None,
+) -> CDPMSample:
     """The CDPM (Eq. 1-4) as a NumPyro program (see the module docstring for the sites).
 
     Args:
@@ -110,8 +118,10 @@ def cdpm(X=None, component: Optional[Component] = None, alpha=1.0, num_rows: Opt
         for nm in ("prior_cov", "noise_cov"):
             m = np.asarray(getattr(component, nm))
             if np.any(m - np.diag(np.diag(m))):
-                raise ValueError(f"component.{nm} must be diagonal for the cdpm program (columns are "
-                                 f"conditionally independent); the collapsed functions accept full covariances")
+                raise ValueError(
+                    f"component.{nm} must be diagonal for the cdpm program (columns are "
+                    f"conditionally independent); the collapsed functions accept full covariances"
+                )
 
     u, t1 = _crp_scan("column_view", alpha, d, V)
     Z, t2 = _crp_scan("row_cluster", alpha, n, K, batch=(V,))  # [n, V]
@@ -119,8 +129,7 @@ def cdpm(X=None, component: Optional[Component] = None, alpha=1.0, num_rows: Opt
     numpyro.deterministic("truncated", trunc)
     cols = jnp.arange(d)
     zi = Z[:, u]  # [n, d]: row cluster of each entry in its column's view
-    with numpyro.plate("views", V, dim=-3), numpyro.plate("clusters", K, dim=-2), \
-            numpyro.plate("columns", d, dim=-1):
+    with numpyro.plate("views", V, dim=-3), numpyro.plate("clusters", K, dim=-2), numpyro.plate("columns", d, dim=-1):
         if isinstance(component, NormalKnownCov):
             par = numpyro.sample("mu", dist.Normal(component.mean, jnp.sqrt(jnp.diag(component.prior_cov))))
         else:
@@ -153,8 +162,8 @@ def _view_row_labels(row_labels_per_view, view_ids, n):
     arr = np.asarray(row_labels_per_view)
     if arr.ndim != 2 or arr.shape[0] != n:
         raise ValueError(
-            f"row_labels_per_view must be a mapping {{view: labels [{n}]}} or an array [{n}, V], "
-            f"got shape {arr.shape}")
+            f"row_labels_per_view must be a mapping {{view: labels [{n}]}} or an array [{n}, V], got shape {arr.shape}"
+        )
     for v in view_ids:
         if not 0 <= v < arr.shape[1]:
             raise ValueError(f"row_labels_per_view has {arr.shape[1]} columns but column_views uses view {v}")
@@ -192,8 +201,9 @@ def cdpm_log_joint(X, column_views, row_labels_per_view, component: Component, a
     return out
 
 
-def cdpm_log_evidence_bruteforce(X, component: Component, alpha, *, max_rows: int = MAX_BRUTEFORCE_ROWS,
-                                 max_cols: int = MAX_BRUTEFORCE_COLS):
+def cdpm_log_evidence_bruteforce(
+    X, component: Component, alpha, *, max_rows: int = MAX_BRUTEFORCE_ROWS, max_cols: int = MAX_BRUTEFORCE_COLS
+):
     """``log p(X) = log sum_u sum_{Z} exp cdpm_log_joint(X, u, Z)`` over every column
     partition ``u`` and every row partition of every view (computed as ``sum_u CRP(u)
     prod_v p_DPM(X[:, u = v])``, the same sum factorised). Raises ``ValueError`` above
@@ -204,15 +214,16 @@ def cdpm_log_evidence_bruteforce(X, component: Component, alpha, *, max_rows: in
     n, d = Xa.shape
     if n > max_rows or d > max_cols:
         raise ValueError(
-            f"X has shape {Xa.shape}; the brute-force evidence is limited to {max_rows} rows x "
-            f"{max_cols} columns")
+            f"X has shape {Xa.shape}; the brute-force evidence is limited to {max_rows} rows x {max_cols} columns"
+        )
     cache = {}
 
     def view_ev(cols):
         key = tuple(cols)
         if key not in cache:
             cache[key] = dpm_log_evidence_bruteforce(
-                Xa[:, list(cols)], restrict_columns(component, cols), alpha, max_rows=max_rows)
+                Xa[:, list(cols)], restrict_columns(component, cols), alpha, max_rows=max_rows
+            )
         return cache[key]
 
     terms = []

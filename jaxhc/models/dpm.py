@@ -24,6 +24,7 @@ component).
 p(X_k)`` (component parameters integrated out). `dpm_log_evidence_bruteforce` sums it over
 all set partitions of the rows (tiny data only).
 """
+
 from __future__ import annotations
 
 from typing import Iterator, NamedTuple, Optional
@@ -201,8 +202,11 @@ def program_data(X, component, num_rows, num_cols, name="X"):
     d = check_count(num_cols, "num_cols", allow_none=True)
     if d is None:
         d = component.dim
-    elif (isinstance(component, NormalKnownCov) or np.ndim(getattr(component, "a", 0))
-          or np.ndim(getattr(component, "b", 0))) and d != component.dim:
+    elif (
+        isinstance(component, NormalKnownCov)
+        or np.ndim(getattr(component, "a", 0))
+        or np.ndim(getattr(component, "b", 0))
+    ) and d != component.dim:
         raise ValueError(f"num_cols={d} but the component was built for {component.dim} columns")
     return None, n, d
 
@@ -211,8 +215,15 @@ def col_vec(v, d):
     return jnp.broadcast_to(jnp.asarray(v, _float()), (d,))
 
 
-def dpm(X=None, component: Optional[Component] = None, alpha=1.0, num_rows: Optional[int] = None,
-        *, num_cols: Optional[int] = None, max_clusters: Optional[int] = None) -> DPMSample:
+def dpm(
+    X=None,
+    component: Optional[Component] = None,
+    alpha=1.0,
+    num_rows: Optional[int] = None,
+    *,
+    num_cols: Optional[int] = None,
+    max_clusters: Optional[int] = None,
+) -> DPMSample:
     """The DPM as a NumPyro program (see the module docstring for the sites).
 
     Args:
@@ -279,8 +290,9 @@ def _partition_log_marginal(component, leaf_stats, labels):
     n = labels.shape[0]
     # a family whose dimension is unknown from scalar hyperparameters reports ``dim = 1``:
     # its empty statistics broadcast to the rows' own statistic shapes
-    slots = jax.tree_util.tree_map(lambda e, l: jnp.broadcast_to(e, l.shape).astype(l.dtype),
-                                   component.empty_stats((n,)), leaf_stats)
+    slots = jax.tree_util.tree_map(
+        lambda e, l: jnp.broadcast_to(e, l.shape).astype(l.dtype), component.empty_stats((n,)), leaf_stats
+    )
 
     def step(slots, i):
         c = labels[i]

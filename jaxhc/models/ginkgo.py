@@ -22,6 +22,7 @@ leaves of many jets with the trees summed out by the exact trellis (``numpyro.fa
 each jet's log Z), for NUTS (`jaxhc.inference.ginkgo_fit.sample_lambda`); `prepare_jets`
 validates and lays out the jets once for it.
 """
+
 from __future__ import annotations
 
 import json
@@ -39,9 +40,7 @@ from numpyro.distributions.util import promote_shapes, validate_sample
 
 from .._internal.deprecation import renamed_argument
 from .._internal.dtypes import float_dtype as _float
-from .._internal.validation import check_alpha
 from ..tree import Tree
-from ..trellis.batch import PreparedBatch, log_partition_prepared, prepare_batch
 from ..trellis.energies import GinkgoEnergy, kallen, log_phi_of_tree
 
 __all__ = [
@@ -58,9 +57,6 @@ __all__ = [
     "load_jets",
     "save_jets",
     "mass2",
-    "lambda_model",
-    "prepare_jets",
-    "default_lam_prior",
 ]
 
 UNUSED, PENDING, LEAF, SPLIT = 0, 1, 2, 3
@@ -164,8 +160,7 @@ class TruncatedExponential(dist.Distribution):
 
     @validate_sample
     def log_prob(self, value):
-        lp = (jnp.log(self.lam) - jnp.log(self.high) - jnp.log(-jnp.expm1(-self.lam))
-              - self.lam * value / self.high)
+        lp = jnp.log(self.lam) - jnp.log(self.high) - jnp.log(-jnp.expm1(-self.lam)) - self.lam * value / self.high
         return jnp.where((value >= 0) & (value < self.high), lp, -jnp.inf)
 
     @property
@@ -324,8 +319,14 @@ class JetBatch(NamedTuple):
         idx = np.asarray(idx, dtype=np.int64).reshape(-1)
         nl = self.n_leaves[idx]
         lmax = int(nl.max()) if len(idx) else 1
-        return JetBatch(self.leaves[idx, :lmax], nl, [self.trees[i] for i in idx],
-                        [self.content[i] for i in idx], [self.t[i] for i in idx], self.params)
+        return JetBatch(
+            self.leaves[idx, :lmax],
+            nl,
+            [self.trees[i] for i in idx],
+            [self.content[i] for i in idx],
+            [self.t[i] for i in idx],
+            self.params,
+        )
 
 
 def _jet_from_slots(momenta, t, children, status) -> tuple:
@@ -350,11 +351,17 @@ def _jet_from_slots(momenta, t, children, status) -> tuple:
     heights = np.asarray(t[inner_slots], dtype=np.float64)
     tree = Tree(ch, heights=heights if n > 1 else None)
     slots = leaves + inner_slots
-    return np.asarray(momenta[leaves], np.float64), tree, np.asarray(momenta[slots], np.float64), \
-        np.asarray(t[slots], np.float64)
+    return (
+        np.asarray(momenta[leaves], np.float64),
+        tree,
+        np.asarray(momenta[slots], np.float64),
+        np.asarray(t[slots], np.float64),
+    )
 
 
-def jets_from_states(states: ShowerState, params: Optional[GinkgoParams] = None, l_max: Optional[int] = None) -> JetBatch:
+def jets_from_states(
+    states: ShowerState, params: Optional[GinkgoParams] = None, l_max: Optional[int] = None
+) -> JetBatch:
     """Converts batched `ShowerState` s (leading axis ``B``; none overflowed) to a `JetBatch`."""
     m, tt, ch, st = (np.asarray(x) for x in (states.momenta, states.t, states.children, states.status))
     if np.any(np.asarray(states.overflow)):
@@ -379,9 +386,19 @@ def _simulate_chunk(keys, lam, lam_root, t_cut, root, max_nodes):
 _simulate_chunk_jit = jax.jit(_simulate_chunk, static_argnames=("max_nodes",))
 
 
-def simulate(key, params: GinkgoParams = GinkgoParams(), num_jets: int = 1, *, min_leaves: int = 1,
-             max_leaves: Optional[int] = None, max_nodes: Optional[int] = None, chunk_size: int = 1024,
-             max_draws: Optional[int] = None, progress_bar: bool = False, progress: Optional[bool] = None) -> JetBatch:
+def simulate(
+    key,
+    params: GinkgoParams = GinkgoParams(),
+    num_jets: int = 1,
+    *,
+    min_leaves: int = 1,
+    max_leaves: Optional[int] = None,
+    max_nodes: Optional[int] = None,
+    chunk_size: int = 1024,
+    max_draws: Optional[int] = None,
+    progress_bar: bool = False,
+    progress: Optional[bool] = None,
+) -> JetBatch:
     """Draws ``num_jets`` jets from the shower, keeping those with ``min_leaves <= n <=
     max_leaves`` leaves (rejection: the kept jets are exact draws of the shower conditioned
     on that range, like the paper's Ginkgo510 selection of 5..10 leaves).
@@ -417,14 +434,17 @@ def simulate(key, params: GinkgoParams = GinkgoParams(), num_jets: int = 1, *, m
     if not isinstance(max_nodes, (int, np.integer)) or max_nodes < 1:
         raise ValueError(f"max_nodes must be a positive integer, got {max_nodes!r}")
     if max_leaves is not None and 2 * max_leaves - 1 > max_nodes:
-        raise ValueError(f"max_nodes={max_nodes} cannot hold jets of max_leaves={max_leaves} "
-                         f"(needs 2 * max_leaves - 1 = {2 * max_leaves - 1})")
+        raise ValueError(
+            f"max_nodes={max_nodes} cannot hold jets of max_leaves={max_leaves} "
+            f"(needs 2 * max_leaves - 1 = {2 * max_leaves - 1})"
+        )
     if float(params.root_mass2) <= float(params.t_cut) and min_leaves > 1:
         raise ValueError(f"root_mass2={params.root_mass2} <= t_cut={params.t_cut}: every jet is a single leaf")
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
-    if max_draws is not None and (isinstance(max_draws, bool) or not isinstance(max_draws, (int, np.integer))
-                                  or max_draws < 1):
+    if max_draws is not None and (
+        isinstance(max_draws, bool) or not isinstance(max_draws, (int, np.integer)) or max_draws < 1
+    ):
         raise ValueError(f"max_draws must be None or a positive integer, got {max_draws!r}")
     from .._internal.validation import check_key
 
@@ -445,8 +465,10 @@ def simulate(key, params: GinkgoParams = GinkgoParams(), num_jets: int = 1, *, m
         bar = tqdm(total=num_jets, desc="simulate jets", unit="jet")
     while n_kept < num_jets:
         if drawn >= max_draws:
-            raise ValueError(f"simulate: only {n_kept} of {num_jets} jets with {min_leaves}..{max_leaves} leaves "
-                             f"after {drawn} showers; widen the leaf range or raise max_draws")
+            raise ValueError(
+                f"simulate: only {n_kept} of {num_jets} jets with {min_leaves}..{max_leaves} leaves "
+                f"after {drawn} showers; widen the leaf range or raise max_draws"
+            )
         keys = jax.random.split(jax.random.fold_in(key, rnd), chunk_size)
         st = jax.device_get(_simulate_chunk_jit(keys, lam, lam_root, t_cut, root, int(max_nodes)))
         rnd += 1
@@ -454,8 +476,9 @@ def simulate(key, params: GinkgoParams = GinkgoParams(), num_jets: int = 1, *, m
         nl = np.asarray(st.n_leaves)
         ov = np.asarray(st.overflow)
         if max_leaves is None and np.any(ov):
-            raise ValueError(f"a shower needed more than max_nodes={max_nodes} slots; raise max_nodes "
-                             "or set max_leaves")
+            raise ValueError(
+                f"a shower needed more than max_nodes={max_nodes} slots; raise max_nodes or set max_leaves"
+            )
         ok = (~ov) & (nl >= min_leaves) & (nl <= (max_leaves if max_leaves is not None else nl.max()))
         idx = np.flatnonzero(ok)[: num_jets - n_kept]
         if len(idx):
@@ -472,8 +495,15 @@ def simulate(key, params: GinkgoParams = GinkgoParams(), num_jets: int = 1, *, m
 # ------------------------------------------------------------------------------------------
 # likelihood of a tree
 # ------------------------------------------------------------------------------------------
-def tree_log_likelihood(tree: Tree, leaves, params: GinkgoParams = GinkgoParams(), *, likelihood: str = "exact",
-                        ordered: bool = False, phase_space: bool = True):
+def tree_log_likelihood(
+    tree: Tree,
+    leaves,
+    params: GinkgoParams = GinkgoParams(),
+    *,
+    likelihood: str = "exact",
+    ordered: bool = False,
+    phase_space: bool = True,
+):
     """Log likelihood of the leaves' four-momenta given a binary `Tree` over them.
 
     Every node's momentum is the sum of its leaves' and its mass squared ``t = E^2 -
@@ -495,8 +525,14 @@ def tree_log_likelihood(tree: Tree, leaves, params: GinkgoParams = GinkgoParams(
     if not isinstance(tree, Tree):
         raise TypeError(f"tree must be a jaxhc.Tree, got {type(tree).__name__}")
     params = params.validate()
-    e = GinkgoEnergy(params.lam, params.t_cut, likelihood=likelihood, lam_root=params.lam_root,
-                     ordered=ordered, phase_space=phase_space)
+    e = GinkgoEnergy(
+        params.lam,
+        params.t_cut,
+        likelihood=likelihood,
+        lam_root=params.lam_root,
+        ordered=ordered,
+        phase_space=phase_space,
+    )
     arr = e.validate_leaves(leaves)
     if tree.n_leaves != arr.shape[0]:
         raise ValueError(f"tree has {tree.n_leaves} leaves but leaves has {arr.shape[0]} rows")
@@ -556,8 +592,10 @@ def load_jets(path_or_list, max_leaves: Optional[int] = None) -> JetBatch:
             try:
                 _, tr, cont, tt = _tree_from_rows(j[pre + "tree"], j[pre + "content"], j.get(pre + "deltas"))
             except (TypeError, ValueError, IndexError, KeyError, RecursionError):
-                raise ValueError(f"jet {i}: malformed '{pre}tree' / '{pre}content' (rows [left, right] per "
-                                 "node, node 0 the root, -1 -1 for a leaf; one four-momentum per node)") from None
+                raise ValueError(
+                    f"jet {i}: malformed '{pre}tree' / '{pre}content' (rows [left, right] per "
+                    "node, node 0 the root, -1 -1 for a leaf; one four-momentum per node)"
+                ) from None
             # the file's leaves follow its own order; map tree leaves (DFS order) onto them
             dfs = cont[: lv.shape[0]]
             perm = _match_rows(dfs, lv)
@@ -565,8 +603,8 @@ def load_jets(path_or_list, max_leaves: Optional[int] = None) -> JetBatch:
                 tree = None
             else:
                 tree = tr.relabel_leaves(perm)
-                cont = np.concatenate([lv, cont[lv.shape[0]:]])
-                tt = np.concatenate([tt[: lv.shape[0]][np.argsort(perm)], tt[lv.shape[0]:]])
+                cont = np.concatenate([lv, cont[lv.shape[0] :]])
+                tt = np.concatenate([tt[: lv.shape[0]][np.argsort(perm)], tt[lv.shape[0] :]])
         leaves_list.append(lv)
         trees.append(tree)
         contents.append(cont)
@@ -604,8 +642,7 @@ def save_jets(path, jets: JetBatch):
             item.update(_rows_of(tree, jets.content[b], jets.t[b]))
         if jets.params is not None:
             p = jets.params
-            item.update(lam=float(p.lam), lam_root=float(p.rate_root), t_cut=float(p.t_cut),
-                        root_t=float(p.root_mass2))
+            item.update(lam=float(p.lam), lam_root=float(p.rate_root), t_cut=float(p.t_cut), root_t=float(p.root_mass2))
         out.append(item)
         del n
     with open(path, "w") as fh:
@@ -631,127 +668,3 @@ def _rows_of(tree: Tree, content, t) -> dict:
 
     visit(2 * n - 2 if n > 1 else 0)
     return {"tree": rows, "content": cont, "deltas": deltas}
-
-
-# ------------------------------------------------------------------------------------------
-# the rate lambda given the leaves of many jets, trees summed out: NumPyro model
-# (fitted by jaxhc.inference.ginkgo_fit: fit_lambda, sample_lambda)
-# ------------------------------------------------------------------------------------------
-_LIKELIHOODS = ("paper", "exact")
-
-
-def check_likelihood(likelihood) -> str:
-    if not isinstance(likelihood, str) or likelihood not in _LIKELIHOODS:
-        raise ValueError(f"likelihood must be 'paper' or 'exact', got {likelihood!r}")
-    return likelihood
-
-
-def check_positive(x, name: str) -> float:
-    if isinstance(x, (bool, np.bool_, str, bytes)):
-        raise TypeError(f"{name} must be a positive scalar, got {x!r}")
-    return check_alpha(x, name)
-
-
-def prepare_jets(leaves_padded, n_leaves, t_cut, likelihood: str = "exact") -> PreparedBatch:
-    """Validates a batch of jets once and lays it out for the trellis (host work).
-
-    Args:
-      leaves_padded: ``[B, N_max, 4]`` four-momenta ``(E, px, py, pz)``; jet ``b`` in its
-        first ``n_leaves[b]`` rows, the remaining rows never read (zero padding is fine).
-        A `jaxhc.trellis.PreparedBatch` is returned as is (then ``n_leaves`` must be None).
-      n_leaves: ``[B]`` integer number of leaves of each jet, in ``[1, N_max]``.
-      t_cut: mass-squared cut-off of the shower (> 0, finite).
-      likelihood: ``"exact"`` or ``"paper"``.
-
-    Returns:
-      `jaxhc.trellis.PreparedBatch` (every jet at its own size, one compiled program).
-    """
-    check_likelihood(likelihood)
-    tc = check_positive(t_cut, "t_cut")
-    if isinstance(leaves_padded, PreparedBatch):
-        if n_leaves is not None:
-            raise ValueError("n_leaves must be None when leaves_padded is a PreparedBatch")
-        return leaves_padded
-    if n_leaves is None:
-        raise ValueError("n_leaves is required (the number of leaves of each jet)")
-    lp = leaves_padded if isinstance(leaves_padded, jax.core.Tracer) else np.asarray(leaves_padded)
-    if isinstance(lp, np.ndarray) and (lp.ndim != 3 or lp.shape[-1] != 4):
-        raise ValueError(f"leaves_padded must be four-momenta [B, N_max, 4], got shape {lp.shape}")
-    batch = prepare_batch(GinkgoEnergy(1.0, tc, likelihood), leaves_padded, n_leaves)
-    if isinstance(lp, np.ndarray):
-        _check_jets_split(lp.astype(np.float64), np.asarray(n_leaves), tc)
-    return batch
-
-
-def _check_jets_split(lp: np.ndarray, nl: np.ndarray, t_cut: float):
-    """Every split needs its parent's mass squared above ``t_cut``: a jet of two or more
-    leaves whose total mass squared is not has ``log Z = -inf`` for every ``lambda``."""
-    real = np.arange(lp.shape[1])[None, :] < nl[:, None]
-    p = np.sum(np.where(real[..., None], lp, 0.0), axis=1)
-    m2 = p[:, 0] ** 2 - np.sum(p[:, 1:] ** 2, axis=1)
-    bad = np.flatnonzero((nl >= 2) & ~(m2 > t_cut))
-    if bad.size:
-        b = int(bad[0])
-        raise ValueError(f"t_cut={t_cut:g} is not below the mass squared {m2[b]:.4g} of jet {b} ({bad.size} of "
-                         f"{len(nl)} jets): no split is possible there (log Z = -inf for every lambda); lower "
-                         f"t_cut or check the units of the momenta")
-
-
-def default_lam_prior():
-    """The default prior of ``lambda``: ``LogNormal(0, 1)`` (median 1, central 95% mass in
-    ``[0.14, 7.1]``): weakly informative over the rates a parton-shower toy uses (Ginkgo's
-    examples take 1 to 3), support ``lambda > 0``."""
-    import numpyro.distributions as dist
-
-    return dist.LogNormal(0.0, 1.0)
-
-
-def check_lam_prior(lam_prior):
-    import numpyro.distributions as dist
-
-    if lam_prior is None:
-        return default_lam_prior()
-    if not isinstance(lam_prior, dist.Distribution):
-        raise TypeError(f"lam_prior must be a numpyro Distribution, got {type(lam_prior).__name__}")
-    if lam_prior.batch_shape != () or lam_prior.event_shape != ():
-        raise ValueError(f"lam_prior must be a scalar distribution, got batch_shape {lam_prior.batch_shape} "
-                         f"and event_shape {lam_prior.event_shape}")
-    with jax.ensure_compile_time_eval():  # the model is traced under jit by NUTS
-        negative_allowed = lam_prior.support(jnp.asarray(-1.0))
-    if not isinstance(negative_allowed, jax.core.Tracer) and bool(negative_allowed):
-        raise ValueError("lam_prior must have support in lambda > 0 (e.g. LogNormal, Gamma, HalfNormal)")
-    return lam_prior
-
-
-def lambda_model(leaves_padded, n_leaves, t_cut, *, lam_prior=None, likelihood: str = "exact"):
-    """NumPyro model of ``lambda`` given jets' leaves, trees summed out.
-
-    ``lam ~ lam_prior`` (site ``"lam"``; default `default_lam_prior`, ``LogNormal(0, 1)``),
-    then ``numpyro.factor("log_z", sum_b log Z_b(lam))`` with ``Z_b`` the exact trellis
-    partition function of jet ``b`` under ``GinkgoEnergy(lam, t_cut, likelihood)``. Jittable
-    and differentiable in ``lam`` (NUTS, ``Predictive``, ``log_density``): the jets' layout
-    is static structure of the prepared batch.
-
-    Args:
-      leaves_padded: ``[B, N_max, 4]`` four-momenta (jet ``b`` in its first ``n_leaves[b]``
-        rows) or, better, a `PreparedBatch` from `prepare_jets` (``n_leaves=None``): raw
-        arrays are validated on the host each time the model is traced and must be concrete.
-      n_leaves: ``[B]`` number of leaves per jet (None with a `PreparedBatch`).
-      t_cut: mass-squared cut-off (> 0).
-      lam_prior: a scalar numpyro distribution with support ``lambda > 0``.
-      likelihood: ``"exact"`` or ``"paper"``.
-    """
-    import numpyro
-
-    prior = check_lam_prior(lam_prior)
-    check_likelihood(likelihood)
-    if isinstance(t_cut, jax.core.Tracer):
-        if not isinstance(leaves_padded, PreparedBatch):
-            raise TypeError("with a traced t_cut, leaves_padded must be a PreparedBatch (prepare_jets)")
-        tc, batch = t_cut, leaves_padded
-    else:
-        tc = check_positive(t_cut, "t_cut")
-        batch = prepare_jets(leaves_padded, n_leaves, tc, likelihood)
-    lam = numpyro.sample("lam", prior)
-    log_z = log_partition_prepared(GinkgoEnergy(lam, tc, likelihood), batch)
-    numpyro.factor("log_z", jnp.sum(log_z))

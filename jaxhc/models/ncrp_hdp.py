@@ -26,6 +26,7 @@ log density of a whole state. The array primitives (`dirichlet_log`, `beta_log`,
 ``log beta*`` and whose ``-inf`` entries are components that do not exist (a ``Dir`` parameter
 of 0); the sampler of `jaxhc.inference.bhmc.sampler` shares them.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -52,6 +53,7 @@ _NEG = -jnp.inf
 
 
 _GAMMA_MAX_TRIES = 200
+
 
 # ---------------------------------------------------------------------------------------
 # log-space primitives shared with the sampler
@@ -160,9 +162,11 @@ def log_dirichlet_density(log_x, log_conc):
     """``log Dir(x; a)`` over the entries with ``a > 0`` (absent atoms are skipped)."""
     a = jnp.exp(log_conc)
     ok = (a > 0) & jnp.isfinite(log_x)
-    return (gammaln(jnp.sum(jnp.where(ok, a, 0.0), -1))
-            - jnp.sum(jnp.where(ok, gammaln(jnp.where(ok, a, 1.0)), 0.0), -1)
-            + jnp.sum(jnp.where(ok, (a - 1.0) * jnp.where(ok, log_x, 0.0), 0.0), -1))
+    return (
+        gammaln(jnp.sum(jnp.where(ok, a, 0.0), -1))
+        - jnp.sum(jnp.where(ok, gammaln(jnp.where(ok, a, 1.0)), 0.0), -1)
+        + jnp.sum(jnp.where(ok, (a - 1.0) * jnp.where(ok, log_x, 0.0), 0.0), -1)
+    )
 
 
 def gem_log_density(log_beta_root, gamma0):
@@ -244,8 +248,20 @@ def _check_pos(v, name):
     return v
 
 
-def ncrp_hdp(num_points: int = None, dim: int = None, depth: int = 3, *, alpha=1.0, gamma0=1.0, gamma=1.0,
-             sigma2=1.0, mu0=0.0, prior_var=1.0, epsilon=1e-3, X=None) -> NCRPHDPSample:
+def ncrp_hdp(
+    num_points: int = None,
+    dim: int = None,
+    depth: int = 3,
+    *,
+    alpha=1.0,
+    gamma0=1.0,
+    gamma=1.0,
+    sigma2=1.0,
+    mu0=0.0,
+    prior_var=1.0,
+    epsilon=1e-3,
+    X=None,
+) -> NCRPHDPSample:
     """Algorithm 1 (with section 4.1's truncated stick) as a NumPyro program.
 
     Run it under ``numpyro.handlers.seed``; with ``X`` given, ``x`` is observed (so
@@ -277,8 +293,7 @@ def ncrp_hdp(num_points: int = None, dim: int = None, depth: int = 3, *, alpha=1
     N, D, L = int(num_points), int(dim), int(depth)
     if N < 1 or D < 1 or L < 1:
         raise ValueError(f"num_points, dim and depth must be >= 1, got {N}, {D}, {L}")
-    for v, name in ((alpha, "alpha"), (gamma0, "gamma0"), (gamma, "gamma"), (sigma2, "sigma2"),
-                    (epsilon, "epsilon")):
+    for v, name in ((alpha, "alpha"), (gamma0, "gamma0"), (gamma, "gamma"), (sigma2, "sigma2"), (epsilon, "epsilon")):
         _check_pos(v, name)
     mu0 = np.broadcast_to(np.asarray(mu0, float), (D,))
     sd0 = np.sqrt(np.broadcast_to(np.asarray(prior_var, float), (D,)))
@@ -354,7 +369,8 @@ def ncrp_hdp(num_points: int = None, dim: int = None, depth: int = 3, *, alpha=1
     K = len(theta)
     log_beta = np.full((len(beta), K + 1), -np.inf)
     for j, lb in enumerate(beta):
-        log_beta[j, :len(lb) - 1] = lb[:-1]
+        log_beta[j, : len(lb) - 1] = lb[:-1]
         log_beta[j, K] = lb[-1]
-    return NCRPHDPSample(paths, cs, np.asarray(parent), np.asarray(level), log_beta,
-                         np.asarray(theta).reshape(K, D), xs)
+    return NCRPHDPSample(
+        paths, cs, np.asarray(parent), np.asarray(level), log_beta, np.asarray(theta).reshape(K, D), xs
+    )

@@ -48,6 +48,7 @@ Validation: the public functions check their inputs eagerly (clear ``ValueError`
 inputs are concrete; called on traced values (inside ``jit``/``vmap``/``grad``) they skip the
 checks and run the kernel, so they batch with ``jax.vmap`` directly.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -123,9 +124,11 @@ def check_hyper(c=None, alpha=None, beta=None, sigma2=None):
         if not 0.0 <= b <= 1.0:
             raise ValueError(f"beta must be in [0, 1), got {beta}")
         if b == 1.0:
-            raise ValueError("beta must be in [0, 1): at beta = 1 the divergence rate "
-                             "Gamma(m - beta) / Gamma(m + 1 + alpha) of a path followed by one "
-                             "point is infinite and every tree collapses at t = 0")
+            raise ValueError(
+                "beta must be in [0, 1): at beta = 1 the divergence rate "
+                "Gamma(m - beta) / Gamma(m + 1 + alpha) of a path followed by one "
+                "point is infinite and every tree collapses at t = 0"
+            )
     if alpha is not None:
         a = scalar(alpha, "alpha")
         b = 0.0 if beta is None else float(beta)
@@ -179,8 +182,9 @@ def check_tree(parent, times, n_leaves=None):
     nonroot = used & (par >= 0)
     if np.any(t[nonroot] <= t[par[nonroot]]):
         bad = np.flatnonzero(nonroot & (t <= t[np.maximum(par, 0)]))
-        raise ValueError(f"times must increase from parent to child; nodes {bad[:5].tolist()} "
-                         "are not later than their parents")
+        raise ValueError(
+            f"times must increase from parent to child; nodes {bad[:5].tolist()} are not later than their parents"
+        )
     # no cycles: with strictly increasing times along edges a cycle is impossible
     return N
 
@@ -247,8 +251,7 @@ def _log_structure_times(parent, times, c, alpha, beta):
     child_terms = jax.ops.segment_sum(per_child, pidx, num_segments=m + 1)[:m]
     tb = jnp.where(branch, times, 0.5)
     new_branch = log_new_branch_table(m, alpha, beta, f)[nkids]
-    eq9 = (jnp.log(c) - jnp.log1p(-tb) + new_branch + child_terms + lg1b
-           - gammaln(cntf + alpha))
+    eq9 = jnp.log(c) - jnp.log1p(-tb) + new_branch + child_terms + lg1b - gammaln(cntf + alpha)
     # Eq. 11 over edges [ab] with m(b) >= 2 (into branch points), the root's from t = 0
     H = harmonic_table(m, alpha, beta, f)
     ta = jnp.where(has_parent, times[jnp.maximum(parent, 0)], 0.0)
@@ -349,8 +352,7 @@ def _upward(parent, times, X, sigma2, noise_var=0.0):
         eta = eta.at[p].add(mk / ov)
         return prec, eta, mu.at[k].set(mk), v.at[k].set(vk), out_v.at[k].set(ov)
 
-    init = (jnp.zeros(m + 2, f), jnp.zeros((m + 2, D), f), jnp.zeros((m, D), f), jnp.zeros(m, f),
-            jnp.ones(m, f))
+    init = (jnp.zeros(m + 2, f), jnp.zeros((m + 2, D), f), jnp.zeros((m, D), f), jnp.zeros(m, f), jnp.ones(m, f))
     _, _, mu, v, out_v = jax.lax.fori_loop(0, m, body, init)
     return mu, v, out_v
 
@@ -407,15 +409,13 @@ def log_marginal_likelihood(tree, times, X, sigma2, noise_var=0.0):
         check_tree(parent, times, n_leaves=Xn.shape[0])
         if not float(noise_var) >= 0:
             raise ValueError(f"noise_var must be >= 0, got {noise_var}")
-    return _log_marginal_likelihood_jit(jnp.asarray(parent), jnp.asarray(times), jnp.asarray(X), sigma2,
-                                        noise_var)
+    return _log_marginal_likelihood_jit(jnp.asarray(parent), jnp.asarray(times), jnp.asarray(X), sigma2, noise_var)
 
 
 def log_joint(tree, times, X, c, alpha, beta, sigma2):
     """``log P(tree, times) + log p(X | tree, times)`` (Eq. 9 + 11 and the marginal
     likelihood): the log density of a collapsed state, for MCMC and EM."""
-    return (log_structure_times(tree, times, c, alpha, beta)
-            + log_marginal_likelihood(tree, times, X, sigma2))
+    return log_structure_times(tree, times, c, alpha, beta) + log_marginal_likelihood(tree, times, X, sigma2)
 
 
 def probit_log_likelihood(latent, Y):
@@ -586,8 +586,14 @@ class PYDTTree(dist.Distribution):
         rng = numpy_rng(key)
         out = np.empty((n, 2, 2 * self.num_points - 1))
         for j in range(n):
-            par, t = _sample_structure(rng, self.num_points, float(self.c), float(self.alpha),
-                                       float(self.beta), capacity=2 * self.num_points - 1)
+            par, t = _sample_structure(
+                rng,
+                self.num_points,
+                float(self.c),
+                float(self.alpha),
+                float(self.beta),
+                capacity=2 * self.num_points - 1,
+            )
             out[j, 0], out[j, 1] = par, t
         return jnp.asarray(out.reshape(tuple(sample_shape) + self.event_shape))
 
@@ -668,9 +674,10 @@ def pydt(num_points: int = None, dim: int = None, *, c=1.0, alpha=0.0, beta=0.0,
     tp = jnp.where(has_parent, times[pp], 0.0)
     inner = used[N:]
     scale = jnp.sqrt(sigma2 * jnp.where(inner, times[N:] - tp[N:], 1.0))
-    inc = numpyro.sample("increments",
-                         dist.Normal(jnp.zeros((m - N, D)), scale[:, None] * jnp.ones((m - N, D)))
-                         .mask(inner[:, None]).to_event(2))
+    inc = numpyro.sample(
+        "increments",
+        dist.Normal(jnp.zeros((m - N, D)), scale[:, None] * jnp.ones((m - N, D))).mask(inner[:, None]).to_event(2),
+    )
     loc = numpyro.deterministic("locations", _accumulate(parent, times, inc))
     leaf_par = parent[:N]
     mean = jnp.where((leaf_par >= 0)[:, None], loc[jnp.maximum(leaf_par, 0)], 0.0)

@@ -24,6 +24,7 @@ an unused slot; the masked helpers take an ``active`` mask of the nodes present 
   so one key gives different trees, but the same law (tested).
 * `check_X`: the data check of the PYDT entry points.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple, Optional
@@ -36,10 +37,27 @@ from jax.scipy.special import digamma, gammaln, polygamma
 from .._internal.validation import real_array
 
 __all__ = [
-    "FREE", "PriorTables", "attach_point", "check_X", "check_squares", "cumulative_divergence", "divergence",
-    "exprel", "harmonic", "harmonic_table", "log_branch_prod", "log_new_branch_table", "log_prior_from_counts",
-    "log_prior_masked", "log_rate_factor", "prior_tables", "sample_prior_tree", "subtree_mask", "time_order",
-    "up_counts", "walk_up",
+    "FREE",
+    "PriorTables",
+    "attach_point",
+    "check_X",
+    "check_squares",
+    "cumulative_divergence",
+    "divergence",
+    "exprel",
+    "harmonic",
+    "harmonic_table",
+    "log_branch_prod",
+    "log_new_branch_table",
+    "log_prior_from_counts",
+    "log_prior_masked",
+    "log_rate_factor",
+    "prior_tables",
+    "sample_prior_tree",
+    "subtree_mask",
+    "time_order",
+    "up_counts",
+    "walk_up",
 ]
 
 FREE = -2  # parent value of an unused slot in a fixed-capacity array
@@ -229,8 +247,13 @@ def prior_tables(m, alpha, beta, dtype=None) -> PriorTables:
     f = jnp.result_type(alpha, beta, float) if dtype is None else dtype
     n = jnp.arange(m + 1)
     nf = jnp.maximum(n, 1).astype(f)  # n = 0 never indexed by an active node
-    return PriorTables(harmonic_table(m, alpha, beta).astype(f), gammaln(nf - beta), gammaln(nf + alpha),
-                       log_branch_prod(n, alpha, beta).astype(f), gammaln(1.0 - beta).astype(f))
+    return PriorTables(
+        harmonic_table(m, alpha, beta).astype(f),
+        gammaln(nf - beta),
+        gammaln(nf + alpha),
+        log_branch_prod(n, alpha, beta).astype(f),
+        gammaln(1.0 - beta).astype(f),
+    )
 
 
 def log_prior_masked(parent, times, active, is_leaf, c, alpha, beta, tables: Optional[PriorTables] = None):
@@ -263,8 +286,7 @@ def log_prior_masked(parent, times, active, is_leaf, c, alpha, beta, tables: Opt
     # Eq. 9 with the Gamma(1 - beta)^-(K_b - 1) that the printed equation drops (Appendix A's
     # products give Gamma(n_l - beta) / Gamma(1 - beta) for every branch but the first point's;
     # the N = 2 density is a(t) Gamma(1 - beta) / Gamma(2 + alpha) exp(...), not Gamma(1 - beta)^2)
-    eq9 = (jnp.log(c) - jnp.log1p(-tb) + T.lbp[nkids] + child_terms
-           - (nkids - 1).astype(f) * T.lg_1mb - T.lg_pa[cnt])
+    eq9 = jnp.log(c) - jnp.log1p(-tb) + T.lbp[nkids] + child_terms - (nkids - 1).astype(f) * T.lg_1mb - T.lg_pa[cnt]
     tpar = jnp.where(parent >= 0, times[jnp.maximum(parent, 0)], 0.0)
     A = lambda t: -c * jnp.log1p(-t)  # noqa: E731
     eq11 = (A(tpar) - A(tb)) * T.H[jnp.clip(cnt - 1, 0, m)]
@@ -281,13 +303,20 @@ def log_prior_from_counts(parent, times, active, cnt, N, c, alpha, beta):
     nkids = jax.ops.segment_sum(nonroot.astype(jnp.int32), pidx, num_segments=m + 1)[:m]
     branch = active & ~is_leaf
     cntf = cnt.astype(f)
-    child_terms = jax.ops.segment_sum(jnp.where(nonroot, gammaln(jnp.maximum(cntf, 1.0) - beta), 0.0), pidx,
-                                      num_segments=m + 1)[:m]
+    child_terms = jax.ops.segment_sum(
+        jnp.where(nonroot, gammaln(jnp.maximum(cntf, 1.0) - beta), 0.0), pidx, num_segments=m + 1
+    )[:m]
     tb = jnp.where(branch, times, 0.0)
     # Eq. 9 with the Gamma(1 - beta)^-(K - 1) factor the printed equation drops (as
     # `log_prior_masked`)
-    eq9 = (jnp.log(c) - jnp.log1p(-tb) + log_branch_prod(nkids, alpha, beta) + child_terms
-           - (nkids - 1).astype(f) * gammaln(1.0 - beta) - gammaln(jnp.maximum(cntf, 1.0) + alpha))
+    eq9 = (
+        jnp.log(c)
+        - jnp.log1p(-tb)
+        + log_branch_prod(nkids, alpha, beta)
+        + child_terms
+        - (nkids - 1).astype(f) * gammaln(1.0 - beta)
+        - gammaln(jnp.maximum(cntf, 1.0) + alpha)
+    )
     H = harmonic_table(m, alpha, beta)
     tpar = jnp.where(parent >= 0, times[jnp.maximum(parent, 0)], 0.0)
     A = lambda t: -c * jnp.log1p(-t)  # noqa: E731
@@ -338,11 +367,27 @@ def attach_point(key, parent, times, active, cnt, root, t_max, c, alpha, beta, m
         restart = end & ~finish
         nxt = jnp.where(end, root, pick)
         t0_next = jnp.where(end, 0.0, times[cur])
-        return (nxt, t0_next.astype(f), i + 1, finish, jnp.where(finish, here, seg), jnp.where(finish, cur, node),
-                jnp.where(finish, t_end, t), tries + restart.astype(jnp.int32))
+        return (
+            nxt,
+            t0_next.astype(f),
+            i + 1,
+            finish,
+            jnp.where(finish, here, seg),
+            jnp.where(finish, cur, node),
+            jnp.where(finish, t_end, t),
+            tries + restart.astype(jnp.int32),
+        )
 
-    init = (root, jnp.zeros((), f), jnp.int32(0), jnp.bool_(False), jnp.bool_(False), root, jnp.zeros((), f),
-            jnp.int32(1))
+    init = (
+        root,
+        jnp.zeros((), f),
+        jnp.int32(0),
+        jnp.bool_(False),
+        jnp.bool_(False),
+        root,
+        jnp.zeros((), f),
+        jnp.int32(1),
+    )
     _, _, _, _, seg, node, t, tries = jax.lax.while_loop(cond, body, init)
     return seg, node, t, tries
 
@@ -365,8 +410,9 @@ def sample_prior_tree(key, N, f, c, alpha, beta):
         order = time_order(parent, times, active)
         cnt = up_counts(parent, order, active, is_leaf.astype(jnp.int32))
         root = jnp.argmax(active & (parent == -1)).astype(jnp.int32)
-        seg, node, t, _ = attach_point(jax.random.fold_in(key, n), parent, times, active, cnt, root,
-                                        jnp.asarray(1.0, f), c, alpha, beta)
+        seg, node, t, _ = attach_point(
+            jax.random.fold_in(key, n), parent, times, active, cnt, root, jnp.asarray(1.0, f), c, alpha, beta
+        )
         slot = jnp.argmax((parent == FREE) & (slots >= N)).astype(jnp.int32)
         par_seg = parent.at[slot].set(parent[node]).at[node].set(slot).at[n].set(slot)
         par_bp = parent.at[n].set(node)
@@ -402,5 +448,7 @@ def check_squares(X: np.ndarray, name: str = "X"):
     with np.errstate(over="ignore", invalid="ignore"):
         ok = np.isfinite(np.sum(np.square(X))) and np.isfinite(np.sum(np.square(X - np.mean(X, axis=0))))
     if not ok:
-        raise ValueError(f"{name}: entries up to {float(np.max(np.abs(X))):.3g} are too large: their sums of squares "
-                         f"overflow float64; rescale {name} (e.g. standardise its columns)")
+        raise ValueError(
+            f"{name}: entries up to {float(np.max(np.abs(X))):.3g} are too large: their sums of squares "
+            f"overflow float64; rescale {name} (e.g. standardise its columns)"
+        )

@@ -1,5 +1,6 @@
 """Exact and sparse cluster trellis (Greenberg, Macaluso et al.): partition function, MAP
 hierarchy, cluster marginals and exact sampling over all binary hierarchies."""
+
 from .batch import (
     PreparedBatch,
     log_partition_batch,

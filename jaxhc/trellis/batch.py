@@ -5,6 +5,7 @@ layout) and the differentiable ``log Z`` of many problems (`prepare_batch` once,
 problems in fixed-size chunks under one ``lax.scan``; the same layout with a segment max /
 first argmax gives `solve_batch` its MAP (``layout="flat"``). The dynamic program itself is
 in `jaxhc.trellis.exact`."""
+
 from __future__ import annotations
 
 from functools import lru_cache, partial
@@ -64,8 +65,10 @@ def _validate_batch(energy: Energy, leaves_padded, n_leaves):
     if not isinstance(energy, Energy):
         raise TypeError(f"energy must be a jaxhc.trellis Energy, got {type(energy).__name__}")
     if isinstance(leaves_padded, jax.core.Tracer) or isinstance(n_leaves, jax.core.Tracer):
-        raise TypeError("leaves_padded and n_leaves must be concrete arrays (validated on the host); "
-                        "inside jit, call prepare_batch outside and log_partition_prepared inside")
+        raise TypeError(
+            "leaves_padded and n_leaves must be concrete arrays (validated on the host); "
+            "inside jit, call prepare_batch outside and log_partition_prepared inside"
+        )
     lp = real_array(leaves_padded, "leaves_padded", "[B, N_max, ...]").astype(np.float64)
     nl = np.asarray(n_leaves)
     if lp.ndim < 2 or lp.shape[0] == 0:
@@ -87,8 +90,16 @@ def _validate_batch(energy: Energy, leaves_padded, n_leaves):
 _FLAT_DEFAULT_MAX_PAIRS = 1 << 25
 
 
-def solve_batch(energy: Energy, leaves_padded, n_leaves, *, marginals: bool = False, devices=None,
-                group_by_size: bool = True, layout: Optional[str] = None) -> TrellisSolution:
+def solve_batch(
+    energy: Energy,
+    leaves_padded,
+    n_leaves,
+    *,
+    marginals: bool = False,
+    devices=None,
+    group_by_size: bool = True,
+    layout: Optional[str] = None,
+) -> TrellisSolution:
     """Solves many problems of different sizes at once (``vmap``; sharded over devices).
 
     Args:
@@ -130,8 +141,9 @@ def solve_batch(energy: Energy, leaves_padded, n_leaves, *, marginals: bool = Fa
     if not (layout is None or (isinstance(layout, str) and layout in ("grouped", "flat"))):
         raise ValueError(f"layout must be 'grouped' or 'flat' (or None: the default), got {layout!r}")
     if layout == "flat" and marginals:
-        raise ValueError("layout='flat' computes log Z and the MAP only; marginals=True needs "
-                         "layout='grouped' (or None)")
+        raise ValueError(
+            "layout='flat' computes log Z and the MAP only; marginals=True needs layout='grouped' (or None)"
+        )
     lp, nl, n_max = _validate_batch(energy, leaves_padded, n_leaves)
     devices = list(jax.devices()) if devices is None else list(devices)
     B = lp.shape[0]
@@ -293,13 +305,21 @@ def _layout_batch(lp, nl, n_max, group_by_size):
             for flag in (True, False):
                 if np.any(live == flag):
                     s, l = masks[live == flag], L[live == flag]
-                    parts[flag].append((off + s[None], off[:, :, None] + l[None], off[:, :, None] + (s[:, None] ^ l)[None]))
+                    parts[flag].append(
+                        (off + s[None], off[:, :, None] + l[None], off[:, :, None] + (s[:, None] ^ l)[None])
+                    )
         for flag in (True, False):
             if parts[flag]:
                 S = np.concatenate([p[0].reshape(-1) for p in parts[flag]])
                 P = 2 ** (k - 1) - 1
-                levels.append((S, np.concatenate([p[1].reshape(-1, P) for p in parts[flag]]),
-                               np.concatenate([p[2].reshape(-1, P) for p in parts[flag]]), flag))
+                levels.append(
+                    (
+                        S,
+                        np.concatenate([p[1].reshape(-1, P) for p in parts[flag]]),
+                        np.concatenate([p[2].reshape(-1, P) for p in parts[flag]]),
+                        flag,
+                    )
+                )
     total = sum(L.size for _, L, _, _ in levels)
     p_max = max((L.shape[1] for _, L, _, _ in levels), default=1)
     target = total / (4 * max(len(levels), 1))  # about 4 chunks per level: little padding
@@ -316,15 +336,24 @@ def _layout_batch(lp, nl, n_max, group_by_size):
             slot = np.concatenate([s, np.full(M - len(s), T)])
             chunks.append((fill(np.repeat(s, P), s[0]), fill(l, l[0, 0]), fill(r, r[0, 0]), seg, slot, flag))
     if not chunks:  # only one-element problems
-        chunks.append((np.zeros(M, np.int64), np.zeros(M, np.int64), np.zeros(M, np.int64),
-                       np.full(M, M), np.full(M, T), True))
+        chunks.append(
+            (np.zeros(M, np.int64), np.zeros(M, np.int64), np.zeros(M, np.int64), np.full(M, M), np.full(M, T), True)
+        )
     cols = [np.stack([c[i] for c in chunks]) for i in range(5)]
     pairs = tuple(jnp.asarray(c, jnp.int32) for c in cols[:4])
     roots = offs + np.left_shift(1, nl) - 1
     return PreparedBatch(
-        jnp.asarray(lp), jnp.asarray(sub_prob, jnp.int32), jnp.asarray(sub_mask, jnp.int32),
-        jnp.asarray(singles, jnp.int32), pairs, jnp.asarray(cols[4], jnp.int32),
-        jnp.asarray([c[5] for c in chunks]), jnp.asarray(roots, jnp.int32), T, M)
+        jnp.asarray(lp),
+        jnp.asarray(sub_prob, jnp.int32),
+        jnp.asarray(sub_mask, jnp.int32),
+        jnp.asarray(singles, jnp.int32),
+        pairs,
+        jnp.asarray(cols[4], jnp.int32),
+        jnp.asarray([c[5] for c in chunks]),
+        jnp.asarray(roots, jnp.int32),
+        T,
+        M,
+    )
 
 
 def _flat_features(energy, batch: PreparedBatch):
@@ -441,8 +470,11 @@ def _solve_flat(energy, batch: PreparedBatch, gather):
         first = jax.ops.segment_min(jnp.where(hit, pos, M), seg, num_segments=M + 1)[:M]
         vmax = jnp.where(has_nan, jnp.nan, vmax)[:M]
         left = batch.subset_mask[L[jnp.clip(first, 0, M - 1)]]
-        return (log_z.at[slot].set(z, mode="drop"), best.at[slot].set(vmax, mode="drop"),
-                bp.at[slot].set(left, mode="drop")), None
+        return (
+            log_z.at[slot].set(z, mode="drop"),
+            best.at[slot].set(vmax, mode="drop"),
+            bp.at[slot].set(left, mode="drop"),
+        ), None
 
     carry = (init, init, jnp.zeros((T,), jnp.int32))
     (log_z, best, bp), _ = jax.lax.scan(step, carry, (batch.pairs, batch.segment_slot))

@@ -13,6 +13,7 @@ them) with two methods:
 ``log phi(H) = sum over the inner nodes of H of log psi(children)``, ``P(H) = phi(H) / Z``
 (Eq. 1-2 of the trellis paper). Users bring their own energies by subclassing `Energy`.
 """
+
 from __future__ import annotations
 
 import abc
@@ -243,8 +244,16 @@ class GinkgoEnergy(Energy):
     ordered: bool = eqx.field(static=True)
     phase_space: bool = eqx.field(static=True)
 
-    def __init__(self, lam=2.0, t_cut=16.0, likelihood: str = "paper", lam_root=None, *,
-                 ordered: bool = False, phase_space: bool = True):
+    def __init__(
+        self,
+        lam=2.0,
+        t_cut=16.0,
+        likelihood: str = "paper",
+        lam_root=None,
+        *,
+        ordered: bool = False,
+        phase_space: bool = True,
+    ):
         if likelihood not in ("paper", "exact"):
             raise ValueError(f"likelihood must be 'paper' or 'exact', got {likelihood!r}")
         self.lam = jnp.asarray(lam, dtype=_float())
@@ -275,8 +284,10 @@ class GinkgoEnergy(Energy):
         with np.errstate(over="ignore"):
             ok = bool(np.isfinite(np.float64(np.sum(np.abs(arr))) ** 4 * 64.0))
         if not ok:
-            raise ValueError(f"{name}: four-momenta up to {float(np.max(np.abs(arr))):.3g} are too large: the squared "
-                             f"invariant masses overflow float64; rescale the momenta (and t_cut with them)")
+            raise ValueError(
+                f"{name}: four-momenta up to {float(np.max(np.abs(arr))):.3g} are too large: the squared "
+                f"invariant masses overflow float64; rescale the momenta (and t_cut with them)"
+            )
         return arr
 
     def pad_leaves(self, leaves, n_max: int):
@@ -302,8 +313,13 @@ class GinkgoEnergy(Energy):
         is_root = size == n_real
         lam = self._lam_of(is_root)
         return _JetFeatures(
-            p, size, t, jnp.sqrt(t), jnp.where(pos, jnp.log(ts), 0.0),
-            jnp.log(-jnp.expm1(-lam * self.t_cut / ts)), is_root,
+            p,
+            size,
+            t,
+            jnp.sqrt(t),
+            jnp.where(pos, jnp.log(ts), 0.0),
+            jnp.log(-jnp.expm1(-lam * self.t_cut / ts)),
+            is_root,
         )
 
     def log_psi(self, parent, left, right):

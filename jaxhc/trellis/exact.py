@@ -23,6 +23,7 @@ time, ``(3^N + 1) / 2 - 2^N`` split evaluations in all.
 Batches of problems of mixed sizes (`solve_batch`, `prepare_batch`, `log_partition_prepared`,
 `log_partition_batch`, `map_trees`) are in `jaxhc.trellis.batch`.
 """
+
 from __future__ import annotations
 
 from functools import lru_cache, partial
@@ -158,7 +159,8 @@ def run_dp(energy: Energy, feats, n: int, u=None, with_map: bool = True):
         if n_chunks == 1:
             # one chunk: no loop (a while loop per level costs compile time, most under grad)
             z, mv, mb = jax.tree_util.tree_map(
-                lambda x: x[None], chunk((jnp.asarray(masks_p[0]), jnp.asarray(pos_p[0]))))
+                lambda x: x[None], chunk((jnp.asarray(masks_p[0]), jnp.asarray(pos_p[0])))
+            )
         else:
             z, mv, mb = jax.lax.map(jax.checkpoint(chunk), (jnp.asarray(masks_p), jnp.asarray(pos_p)))
         S_all = jnp.asarray(masks_p.reshape(-1))
@@ -243,6 +245,7 @@ def _complement_positions(n: int, k: int):
 
 def _select(cond, a, b):
     """Elementwise ``where`` on feature pytrees whose leaves may have trailing axes."""
+
     def sel(x, y):
         c = cond.reshape(cond.shape + (1,) * (max(x.ndim, y.ndim) - cond.ndim))
         return jnp.where(c, x, y)
@@ -304,8 +307,9 @@ def solve_impl(energy, leaves, n, marginals=True, root=None):
 _solve_core = jax.jit(solve_impl, static_argnames=("n", "marginals"))
 
 
-def solve(energy: Energy, leaves, *, marginals: bool = True, max_leaves: Optional[int] = None,
-          max_bytes: Optional[int] = None) -> TrellisSolution:
+def solve(
+    energy: Energy, leaves, *, marginals: bool = True, max_leaves: Optional[int] = None, max_bytes: Optional[int] = None
+) -> TrellisSolution:
     """Exact partition function, MAP hierarchy and all cluster marginals.
 
     Args:
@@ -322,8 +326,10 @@ def solve(energy: Energy, leaves, *, marginals: bool = True, max_leaves: Optiona
     leaves, n = _prepare(energy, leaves, max_leaves, max_bytes)
     log_z, map_v, log_m, tz, tb, bp = _solve_core(energy, leaves, n, marginals=marginals)
     if float(log_z) == np.inf or np.isnan(float(log_z)):
-        raise ValueError(f"log Z is {float(log_z)}: the energy's log potentials of these leaves overflow float64; "
-                         "rescale the leaves or the energy's parameters (e.g. beta)")
+        raise ValueError(
+            f"log Z is {float(log_z)}: the energy's log potentials of these leaves overflow float64; "
+            "rescale the leaves or the energy's parameters (e.g. beta)"
+        )
     tree = tree_from_backpointers(np.asarray(bp), n)
     return TrellisSolution(log_z, map_v, tree, log_m, tz, tb, bp, n)
 
@@ -367,8 +373,11 @@ def subtree_log_marginal(solution: TrellisSolution, energy: Energy, leaves, subt
     if len(set(leaf_ids.tolist())) != len(leaf_ids) or subtree.n_leaves != len(leaf_ids):
         raise ValueError("leaf_ids must be distinct and one per leaf of subtree")
     mask = int(np.sum(np.left_shift(1, leaf_ids)))
-    lv = jnp.asarray(leaves)[jnp.asarray(leaf_ids)] if not isinstance(energy, _affinity_types()) else \
-        jnp.asarray(leaves)[jnp.ix_(leaf_ids, leaf_ids)]
+    lv = (
+        jnp.asarray(leaves)[jnp.asarray(leaf_ids)]
+        if not isinstance(energy, _affinity_types())
+        else jnp.asarray(leaves)[jnp.ix_(leaf_ids, leaf_ids)]
+    )
     log_phi = log_phi_of_tree(energy, lv, subtree)
     lm = solution.log_marginals[mask]
     return jnp.where(lm == -jnp.inf, -jnp.inf, lm + log_phi - solution.log_z_table[mask])
@@ -473,7 +482,9 @@ def sample(key, energy: Energy, leaves, num_samples: int) -> SampledTrees:
         return SampledTrees(z, z, z, jnp.zeros((num_samples,)), 1)
     S, L, R, lp = _sample_core(key, energy, leaves, n, int(num_samples))
     if not np.all(np.isfinite(np.asarray(lp))):
-        raise ValueError("leaves: cannot sample, log Z is not finite: no hierarchy of these leaves has positive "
-                         "probability under the energy (log Z = -inf; for Ginkgo, jets whose masses are below "
-                         "t_cut), or the potentials overflow")
+        raise ValueError(
+            "leaves: cannot sample, log Z is not finite: no hierarchy of these leaves has positive "
+            "probability under the energy (log Z = -inf; for Ginkgo, jets whose masses are below "
+            "t_cut), or the potentials overflow"
+        )
     return SampledTrees(S, L, R, lp, n)

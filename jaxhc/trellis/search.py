@@ -15,6 +15,7 @@ keeps the union in slot ``i``, so slot ``i`` always holds the cluster whose lowe
 Only the scores of pairs involving the merged slot are recomputed after a merge (one jitted,
 vectorised call per step for the whole beam).
 """
+
 from __future__ import annotations
 
 from typing import Any, List, NamedTuple
@@ -67,8 +68,7 @@ def _merge_scores(energy, leaves, M, i):
     unflat = lambda x: x.reshape((B, K) + x.shape[1:])
     fU = _tree_map(unflat, energy.subset_features(leaves, U.reshape(B * K, N)))
     fK = _tree_map(unflat, energy.subset_features(leaves, M.reshape(B * K, N)))
-    fI = _tree_map(lambda x: jnp.broadcast_to(x[:, None], (B, K) + x.shape[1:]),
-                   energy.subset_features(leaves, Ci))
+    fI = _tree_map(lambda x: jnp.broadcast_to(x[:, None], (B, K) + x.shape[1:]), energy.subset_features(leaves, Ci))
     k_left = jnp.arange(K)[None, :] < i[:, None]  # slot k is the left (lower) cluster
 
     def pick(a, b, first):

@@ -16,6 +16,7 @@ grouped by parent: sweep ``k = 2 .. N`` commits the vertices of size ``k`` (insi
 sweeps ``k = N-1 .. 1`` the outside values. Vertices and splits are padded to powers of two
 so problems of similar size share one compilation.
 """
+
 from __future__ import annotations
 
 from functools import partial
@@ -110,7 +111,9 @@ def _as_seed_list(seed_trees):
     try:
         seeds = list(seed_trees)
     except TypeError:
-        raise ValueError(f"seed_trees must be a Tree, a sequence of Trees or SampledTrees, got {type(seed_trees).__name__}")
+        raise ValueError(
+            f"seed_trees must be a Tree, a sequence of Trees or SampledTrees, got {type(seed_trees).__name__}"
+        )
     return seeds
 
 
@@ -280,8 +283,9 @@ def sparse_solve(energy: Energy, leaves, seed_trees) -> SparseSolution:
     if n <= 62:
         clusters = (rows.astype(np.int64) << np.arange(n, dtype=np.int64)).sum(1)
     else:
-        clusters = np.array([int.from_bytes(np.packbits(r, bitorder="little").tobytes(), "little") for r in rows],
-                            dtype=object)
+        clusters = np.array(
+            [int.from_bytes(np.packbits(r, bitorder="little").tobytes(), "little") for r in rows], dtype=object
+        )
     sp, sl, sr = _splits(rows)
     E = len(sp)
     counts = _count_trees(V, sizes, sp, sl, sr)
@@ -304,9 +308,16 @@ def sparse_solve(energy: Energy, leaves, seed_trees) -> SparseSolution:
     ok = np.zeros(Ep, bool)
     ok[:E] = True
     log_z, best, bp, log_m = _sparse_dp(
-        energy, jnp.asarray(arr, dt), jnp.asarray(masks, dt), jnp.asarray(sizes_p, jnp.int32),
-        jnp.asarray(sp_p, jnp.int32), jnp.asarray(sl_p, jnp.int32), jnp.asarray(sr_p, jnp.int32),
-        jnp.asarray(ok), V - 1, n,
+        energy,
+        jnp.asarray(arr, dt),
+        jnp.asarray(masks, dt),
+        jnp.asarray(sizes_p, jnp.int32),
+        jnp.asarray(sp_p, jnp.int32),
+        jnp.asarray(sl_p, jnp.int32),
+        jnp.asarray(sr_p, jnp.int32),
+        jnp.asarray(ok),
+        V - 1,
+        n,
     )
     root = V - 1
     bp_h = np.asarray(bp)
@@ -323,8 +334,16 @@ def sparse_solve(energy: Energy, leaves, seed_trees) -> SparseSolution:
         queue.extend([lv, rv])
     tree = tree_from_splits(splits, n)
     return SparseSolution(
-        log_z[root], best[root], tree, log_m[:V], clusters, log_z[:V], int(num_trees),
-        num_trees / total, E, n,
+        log_z[root],
+        best[root],
+        tree,
+        log_m[:V],
+        clusters,
+        log_z[:V],
+        int(num_trees),
+        num_trees / total,
+        E,
+        n,
     )
 
 

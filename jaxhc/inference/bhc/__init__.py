@@ -4,12 +4,23 @@
 ``randomized``: randomized BHC (filtering, ``O(n log n)``); ``hyperopt``: optax learning of
 the hyperparameters. The functions are exported at the top level (``jaxhc.bhc``, ...).
 """
-from . import greedy, hyperopt, randomized
-from .greedy import BHCResult, bhc_predictive, bhc_predictive_cell, tree_log_evidence
+
+from . import greedy, hyperopt, predictive, randomized
+from .greedy import BHCResult, tree_log_evidence
 from .hyperopt import HyperoptResult, learn_hyperparameters
+from .predictive import bhc_predictive, bhc_predictive_cell
 from .randomized import rbhc
 
 __all__ = [
-    "BHCResult", "HyperoptResult", "bhc_predictive", "bhc_predictive_cell", "greedy", "hyperopt",
-    "learn_hyperparameters", "randomized", "rbhc", "tree_log_evidence",
+    "BHCResult",
+    "HyperoptResult",
+    "bhc_predictive",
+    "bhc_predictive_cell",
+    "greedy",
+    "hyperopt",
+    "learn_hyperparameters",
+    "predictive",
+    "randomized",
+    "rbhc",
+    "tree_log_evidence",
 ]

@@ -18,6 +18,7 @@ caches its best partner, so finding the next merge is an ``O(n)`` argmax. Rows w
 partner disappeared are rescanned (a few per merge on average). Total ``O(n^2)`` work and
 ``O(n^2)`` memory for the score matrix.
 """
+
 from __future__ import annotations
 
 from functools import partial
@@ -33,7 +34,7 @@ from ..._internal.validation import check_alpha, check_component
 from ...components import Component
 from ...tree import Tree
 
-__all__ = ["BHCResult", "bhc", "bhc_predictive", "bhc_predictive_cell", "tree_node_terms", "TreeTerms"]
+__all__ = ["BHCResult", "bhc", "tree_log_evidence", "tree_node_terms", "TreeTerms"]
 
 
 # ------------------------------------------------------------------------------------------
@@ -53,8 +54,9 @@ class _Merge(NamedTuple):
     logit: jax.Array
 
 
-def _merge_terms(comp, log_alpha, sa, na, log_da, log_pTa, sb, nb, log_db, log_pTb, cache=None,
-                 lgamma_table=None) -> _Merge:
+def _merge_terms(
+    comp, log_alpha, sa, na, log_da, log_pTa, sb, nb, log_db, log_pTb, cache=None, lgamma_table=None
+) -> _Merge:
     """All BHC quantities of merging clusters a and b (broadcasts over leading axes);
     ``lgamma_table[m] = log Gamma(m)`` replaces ``gammaln`` of the integer count when given."""
     s = comp.merge(sa, sb)
@@ -139,17 +141,19 @@ def _loop_parts(comp, log_alpha, n, dtype, keep_matrix, evidence_only):
 
     def row(i, stats, cnt, log_d, log_pT, active):
         si = _take(stats, i)
-        m = _merge_terms(
-            comp, log_alpha, si, cnt[i], log_d[i], log_pT[i], stats, cnt, log_d, log_pT, cache, lgam
-        )
+        m = _merge_terms(comp, log_alpha, si, cnt[i], log_d[i], log_pT[i], stats, cnt, log_d, log_pT, cache, lgam)
         ok = active & active[i] & (idx != i)
         return jnp.where(ok, m.logit, neg_inf)
 
     def exact_row(k, vals, bv, bi, sec, stl):
         t2, t2i = _top2(vals)
         at_k = idx == k
-        return (jnp.where(at_k, t2[0], bv), jnp.where(at_k, t2i[0].astype(bi.dtype), bi), jnp.where(at_k, t2[1], sec),
-                stl & ~at_k)
+        return (
+            jnp.where(at_k, t2[0], bv),
+            jnp.where(at_k, t2i[0].astype(bi.dtype), bi),
+            jnp.where(at_k, t2[1], sec),
+            stl & ~at_k,
+        )
 
     def body(t, st: _State):
         # lazy selection: rescan stale rows while one of them is on top (bounds are upper
@@ -171,9 +175,18 @@ def _loop_parts(comp, log_alpha, n, dtype, keep_matrix, evidence_only):
         j = best_idx[i]
         a, b = jnp.minimum(i, j), jnp.maximum(i, j)
         m = _merge_terms(
-            comp, log_alpha,
-            _take(st.stats, a), st.cnt[a], st.log_d[a], st.log_pT[a],
-            _take(st.stats, b), st.cnt[b], st.log_d[b], st.log_pT[b], cache, lgam,
+            comp,
+            log_alpha,
+            _take(st.stats, a),
+            st.cnt[a],
+            st.log_d[a],
+            st.log_pT[a],
+            _take(st.stats, b),
+            st.cnt[b],
+            st.log_d[b],
+            st.log_pT[b],
+            cache,
+            lgam,
         )
         na, nb = st.node[a], st.node[b]
         if evidence_only:
@@ -183,7 +196,8 @@ def _loop_parts(comp, log_alpha, n, dtype, keep_matrix, evidence_only):
         # one-slot updates as selects (cheaper than scatters under vmap)
         at_a, at_b = idx == a, idx == b
         stats = jax.tree_util.tree_map(
-            lambda x, v: jnp.where(at_a.reshape((n,) + (1,) * (x.ndim - 1)), v[None], x), st.stats, m.stats)
+            lambda x, v: jnp.where(at_a.reshape((n,) + (1,) * (x.ndim - 1)), v[None], x), st.stats, m.stats
+        )
         cnt = jnp.where(at_a, m.n, st.cnt)
         log_d = jnp.where(at_a, m.log_d, st.log_d)
         log_pT = jnp.where(at_a, m.log_pT, st.log_pT)
@@ -222,10 +236,19 @@ def _loop_parts(comp, log_alpha, n, dtype, keep_matrix, evidence_only):
         best_val = jnp.where(at_b, neg_inf, best_val)
         stale = stale & ~at_b
         if evidence_only:
-            return _State(stats, cnt, log_d, log_pT, node, active, S, best_val, best_idx, second, stale,
-                          *st[11:])
+            return _State(stats, cnt, log_d, log_pT, node, active, S, best_val, best_idx, second, stale, *st[11:])
         return _State(
-            stats, cnt, log_d, log_pT, node, active, S, best_val, best_idx, second, stale,
+            stats,
+            cnt,
+            log_d,
+            log_pT,
+            node,
+            active,
+            S,
+            best_val,
+            best_idx,
+            second,
+            stale,
             children,
             _set(st.out_stats, t, m.stats),
             st.out_log_h1.at[t].set(m.log_h1),
@@ -253,11 +276,24 @@ def _initial_state(comp, log_alpha, leaf_stats, n_valid, S, keep_matrix, evidenc
     empty_stats = jax.tree_util.tree_map(lambda x: jnp.zeros((n_out,) + x.shape[1:], x.dtype), leaf_stats)
     zeros = jnp.zeros((n_out,), dtype)
     return _State(
-        leaf_stats, active.astype(dtype), jnp.full((n,), log_alpha, dtype),
-        jnp.where(active, comp.log_marginal(leaf_stats), 0.0).astype(dtype), idx, active,
+        leaf_stats,
+        active.astype(dtype),
+        jnp.full((n,), log_alpha, dtype),
+        jnp.where(active, comp.log_marginal(leaf_stats), 0.0).astype(dtype),
+        idx,
+        active,
         S if keep_matrix else jnp.zeros((0, n), dtype),
-        top2[:, 0], top2_idx[:, 0].astype(jnp.int32), top2[:, 1], jnp.zeros((n,), bool),
-        jnp.zeros((n_out, 2), jnp.int32), empty_stats, zeros, zeros, zeros, zeros, zeros,
+        top2[:, 0],
+        top2_idx[:, 0].astype(jnp.int32),
+        top2[:, 1],
+        jnp.zeros((n,), bool),
+        jnp.zeros((n_out, 2), jnp.int32),
+        empty_stats,
+        zeros,
+        zeros,
+        zeros,
+        zeros,
+        zeros,
     )
 
 
@@ -299,8 +335,14 @@ def bhc_core(comp, log_alpha, leaf_stats, n_valid, row_batch=1, S0=None, keep_ma
         return state.log_pT[0], state.log_d[0]
     leaf_log_h1 = jnp.where(jnp.arange(n) < n_valid, comp.log_marginal(leaf_stats), 0.0)
     return (
-        state.children, state.out_stats, state.out_log_h1, state.out_log_d, state.out_log_pT,
-        state.out_log_r, state.out_log_1mr, leaf_log_h1,
+        state.children,
+        state.out_stats,
+        state.out_log_h1,
+        state.out_log_d,
+        state.out_log_pT,
+        state.out_log_r,
+        state.out_log_1mr,
+        leaf_log_h1,
     )
 
 
@@ -321,8 +363,9 @@ def _merges_chunk(comp, log_alpha, state, n_valid, t0, t1):
     return jax.lax.fori_loop(t0, t1, body, state)
 
 
-def _bhc_chunked(comp, log_alpha, leaf_stats, n_valid: int, row_batch: int, progress_bar: bool,
-                 chunk_seconds: float = 1.0):
+def _bhc_chunked(
+    comp, log_alpha, leaf_stats, n_valid: int, row_batch: int, progress_bar: bool, chunk_seconds: float = 1.0
+):
     """The same search as `bhc_core` (bitwise: the same compiled pieces), driven from the
     host in chunks of about ``chunk_seconds``: first the pair matrix, ``row_batch``-row
     blocks at a time, then the merges, the number per call adapted to the measured time.
@@ -368,8 +411,16 @@ def _bhc_chunked(comp, log_alpha, leaf_stats, n_valid: int, row_batch: int, prog
         if bar is not None:
             bar.close()
     leaf_log_h1 = jnp.where(jnp.arange(n) < n_valid, comp.log_marginal(leaf_stats), 0.0)
-    return (state.children, state.out_stats, state.out_log_h1, state.out_log_d, state.out_log_pT,
-            state.out_log_r, state.out_log_1mr, leaf_log_h1)
+    return (
+        state.children,
+        state.out_stats,
+        state.out_log_h1,
+        state.out_log_d,
+        state.out_log_pT,
+        state.out_log_r,
+        state.out_log_1mr,
+        leaf_log_h1,
+    )
 
 
 # ------------------------------------------------------------------------------------------
@@ -440,7 +491,9 @@ def _gather_nodes(leaf, inner):
     return jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b], axis=0), leaf, inner)
 
 
-def assemble_result(comp, alpha, n, leaf_stats, leaf_log_h1, children, out_stats, log_h1, log_d, log_pT, log_r, log_1mr):
+def assemble_result(
+    comp, alpha, n, leaf_stats, leaf_log_h1, children, out_stats, log_h1, log_d, log_pT, log_r, log_1mr
+):
     """Host-side assembly of a BHCResult from per-merge outputs (ids in 0..2n-2)."""
     dtype = np.asarray(log_h1).dtype if n > 1 else np.float64
     log_alpha = np.log(alpha)
@@ -453,9 +506,17 @@ def assemble_result(comp, alpha, n, leaf_stats, leaf_log_h1, children, out_stats
     log_ev = node_log_pT[-1]
     bound = log_ev + node_log_d[-1] + gammaln(alpha) - gammaln(n + alpha)
     return BHCResult(
-        tree, jnp.asarray(log_ev), jnp.asarray(log_r), jnp.asarray(bound),
-        jnp.asarray(node_log_d), jnp.asarray(node_log_pT), jnp.asarray(node_log_h1), jnp.asarray(node_log_1mr),
-        _gather_nodes(leaf_stats, out_stats), comp, jnp.asarray(alpha),
+        tree,
+        jnp.asarray(log_ev),
+        jnp.asarray(log_r),
+        jnp.asarray(bound),
+        jnp.asarray(node_log_d),
+        jnp.asarray(node_log_pT),
+        jnp.asarray(node_log_h1),
+        jnp.asarray(node_log_1mr),
+        _gather_nodes(leaf_stats, out_stats),
+        comp,
+        jnp.asarray(alpha),
     )
 
 
@@ -517,8 +578,9 @@ def _work_estimate(leaf_stats, n: int) -> float:
     return float(n) ** 2 * max(s, 1) ** 1.5
 
 
-def bhc_from_stats(comp, alpha, leaf_stats, n_valid: Optional[int] = None, progress_bar: bool = False,
-                   chunked: Optional[bool] = None):
+def bhc_from_stats(
+    comp, alpha, leaf_stats, n_valid: Optional[int] = None, progress_bar: bool = False, chunked: Optional[bool] = None
+):
     """BHC on precomputed leaf statistics (leading axis ``n_max``), the first ``n_valid``
     of which are real points; the rest are padding and never merged. Node ids of the
     result refer to the ``n_valid`` real points. Returns a `BHCResult`.
@@ -533,8 +595,12 @@ def bhc_from_stats(comp, alpha, leaf_stats, n_valid: Optional[int] = None, progr
         leaf = jax.tree_util.tree_map(lambda y: y[:1], leaf_stats)
         empty = jax.tree_util.tree_map(lambda y: y[:0], leaf_stats)
         z = np.zeros(0)
-        return assemble_result(comp, alpha, 1, leaf, comp.log_marginal(leaf), np.zeros((0, 2), np.int64), empty, z, z, z, z, z)
-    check_finite_scores(comp, leaf_stats, n, leaf_log_h1=comp.log_marginal(jax.tree_util.tree_map(lambda y: y[:n], leaf_stats)))
+        return assemble_result(
+            comp, alpha, 1, leaf, comp.log_marginal(leaf), np.zeros((0, 2), np.int64), empty, z, z, z, z, z
+        )
+    check_finite_scores(
+        comp, leaf_stats, n, leaf_log_h1=comp.log_marginal(jax.tree_util.tree_map(lambda y: y[:n], leaf_stats))
+    )
     log_alpha = jnp.log(jnp.asarray(alpha, dtype=jnp.result_type(float)))
     if chunked is None:
         chunked = progress_bar or _work_estimate(leaf_stats, n) > _CHUNKED_WORK
@@ -544,15 +610,26 @@ def bhc_from_stats(comp, alpha, leaf_stats, n_valid: Optional[int] = None, progr
         out = bhc_core(comp, log_alpha, leaf_stats, jnp.asarray(n, jnp.int32), row_batch=_row_batch(leaf_stats, n_max))
     children, out_stats, log_h1, log_d, log_pT, log_r, log_1mr, leaf_log_h1 = out
     k = n - 1
-    check_finite_scores(comp, leaf_stats, n, merge_terms=(np.asarray(log_h1)[:k], np.asarray(log_pT)[:k], np.asarray(log_r)[:k]))
+    check_finite_scores(
+        comp, leaf_stats, n, merge_terms=(np.asarray(log_h1)[:k], np.asarray(log_pT)[:k], np.asarray(log_r)[:k])
+    )
     ch = np.asarray(children)[:k].astype(np.int64)
     if n_max != n:  # remap padded node ids n_max + t -> n + t
         ch = np.where(ch >= n_max, ch - n_max + n, ch)
     take = lambda x: jax.tree_util.tree_map(lambda y: y[:k], x)
     return assemble_result(
-        comp, alpha, n, jax.tree_util.tree_map(lambda y: y[:n], leaf_stats),
-        np.asarray(leaf_log_h1)[:n], ch, take(out_stats), np.asarray(log_h1)[:k], np.asarray(log_d)[:k],
-        np.asarray(log_pT)[:k], np.asarray(log_r)[:k], np.asarray(log_1mr)[:k],
+        comp,
+        alpha,
+        n,
+        jax.tree_util.tree_map(lambda y: y[:n], leaf_stats),
+        np.asarray(leaf_log_h1)[:n],
+        ch,
+        take(out_stats),
+        np.asarray(log_h1)[:k],
+        np.asarray(log_d)[:k],
+        np.asarray(log_pT)[:k],
+        np.asarray(log_r)[:k],
+        np.asarray(log_1mr)[:k],
     )
 
 
@@ -644,8 +721,11 @@ def tree_node_terms(comp: Component, alpha, node_stats, children) -> TreeTerms:
         y = ldd - ld + log_pT[a] + log_pT[b]
         lp = jnp.logaddexp(x, y)
         return (
-            cnt.at[k].set(nk), log_d.at[k].set(ld), log_pT.at[k].set(lp),
-            log_r.at[k].set(x - lp), log_1mr.at[k].set(y - lp),
+            cnt.at[k].set(nk),
+            log_d.at[k].set(ld),
+            log_pT.at[k].set(lp),
+            log_r.at[k].set(x - lp),
+            log_1mr.at[k].set(y - lp),
         ), None
 
     (cnt, log_d, log_pT, log_r, log_1mr), _ = jax.lax.scan(
@@ -666,122 +746,12 @@ def tree_log_evidence(X, tree: Tree, component: Component, alpha: float = 1.0) -
     if tree.n_leaves != Xh.shape[0]:
         raise ValueError(f"tree has {tree.n_leaves} leaves but X has {Xh.shape[0]} rows")
     leaf = component.leaf_stats(jnp.asarray(Xh))
-    return _tree_terms(component, jnp.asarray(alpha, dtype=jnp.result_type(float)), leaf,
-                       jnp.asarray(tree.children, jnp.int32))
+    return _tree_terms(
+        component, jnp.asarray(alpha, dtype=jnp.result_type(float)), leaf, jnp.asarray(tree.children, jnp.int32)
+    )
 
 
 @jax.jit
 def _tree_terms(comp, alpha, leaf_stats, children):
     """`node_stats_of_tree` then `tree_node_terms` as one compiled program (per family and n)."""
     return tree_node_terms(comp, alpha, node_stats_of_tree(comp, leaf_stats, children), children)
-
-
-@jax.jit
-def _predictive_core(comp, log_w, node_stats, Xn):
-    def one(x):
-        lp = comp.log_predictive(x, node_stats)
-        return jax.scipy.special.logsumexp(log_w + lp)
-
-    return jax.lax.map(one, Xn, batch_size=16)
-
-
-def bhc_predictive(result: BHCResult, X_new) -> jax.Array:
-    """``log p(x | D)`` for each row of ``X_new [m, d]`` under a BHC tree.
-
-    ``p(x|D) = sum_k w_k p(x | D_k)`` over all nodes, ``w_k = r_k prod_{i in path(root ..
-    parent(k))} (1 - r_i) n_{c(i)} / n_i`` (Heller & Ghahramani 2005, Sec. 4, with the
-    DPM's size-proportional split so the weights sum to 1; see `BHCResult.log_weights`);
-    for NIW components each ``p(x | D_k)`` is a multivariate Student-t. Returns ``[m]``.
-    """
-    if not isinstance(result, BHCResult):
-        raise TypeError(f"result must be a BHCResult from jaxhc.bhc, got {type(result).__name__}")
-    comp = result.component
-    Xn = np.asarray(X_new)
-    if Xn.ndim == 1:
-        raise ValueError(f"X_new must be 2-D [m, d]; got a vector of shape {Xn.shape} (use X_new[None])")
-    Xn = comp.validate_data(Xn, "X_new")
-    log_w = jnp.asarray(result.log_weights())
-    out = _predictive_core(comp, log_w, result.node_stats, jnp.asarray(Xn))
-    bad = ~np.isfinite(np.asarray(out)) & ~(np.asarray(out) == -np.inf)
-    if np.any(bad):
-        scale = comp.prior_scale()
-        hint = "" if scale is None else f" against a prior within-cluster scale of {float(np.min(scale)):.3g} to {float(np.max(scale)):.3g}"
-        raise ValueError(
-            f"bhc_predictive: the predictive of {int(bad.sum())} rows of X_new is not finite: X_new's scale "
-            f"(entries up to {float(np.nanmax(np.abs(Xn))):.3g}){hint} leaves no precision. Rescale X_new as the "
-            f"training data were (the same units, the same standardisation)."
-        )
-    return out
-
-
-@jax.jit
-def _cell_core(comp, log_w_rows, node_stats, Xq):
-    """``logsumexp_m (log_w_rows[q, m] + log p(Xq[q] | D_m))`` per query row of ``Xq``."""
-    def one(lw, x):
-        return jax.scipy.special.logsumexp(lw + comp.log_predictive(x, node_stats))
-
-    return jax.lax.map(lambda a: one(*a), (log_w_rows, Xq), batch_size=64)
-
-
-def _integer_indices(x, name) -> np.ndarray:
-    """``x`` as int64 ``[Q]``; a TypeError / ValueError for non-numeric or fractional entries."""
-    try:
-        a = np.asarray(x)
-    except Exception:  # pragma: no cover - exotic inputs
-        raise TypeError(f"{name} must be integer indices, got {x!r}") from None
-    if a.dtype == object or not (np.issubdtype(a.dtype, np.integer) or np.issubdtype(a.dtype, np.floating)):
-        raise TypeError(f"{name} must be integer indices, got dtype {a.dtype}")
-    if np.issubdtype(a.dtype, np.floating) and not np.all(np.isfinite(a) & (a == np.round(a))):
-        raise ValueError(f"{name} must be integer indices, got {a.reshape(-1)[:5]}")
-    return a.astype(np.int64).reshape(-1)
-
-
-def bhc_predictive_cell(result: BHCResult, rows, cols, values) -> np.ndarray:
-    """``log p(X_ij = v | D, T)`` of cells of existing rows under a BHC tree (the DPM
-    baseline of the cross-clustering paper's missing-value study).
-
-    Row ``i``'s cluster is one of the nodes on the path from the root to leaf ``i``: node
-    ``m`` with weight ``r_m prod_{above m} (1 - r)`` (these sum to one since ``r = 1`` at the
-    leaf), and ``p(v | D_m)`` is the component's predictive of column ``j`` given the data of
-    node ``m`` (which includes row ``i``'s observed entries; the cell itself should be
-    missing, NaN, in the data the tree was built on). Needs a component with missing-value
-    support (the Beta families).
-
-    Args:
-      rows, cols: int ``[Q]`` cell coordinates; values: ``[Q]`` or ``[Q, K]`` candidates.
-    Returns ``log p`` with the shape of ``values``.
-    """
-    if not isinstance(result, BHCResult):
-        raise TypeError(f"result must be a BHCResult from jaxhc.bhc, got {type(result).__name__}")
-    comp = result.component
-    if not comp.supports_missing:
-        raise TypeError(f"{type(comp).__name__} does not support missing entries; cell prediction needs one that does")
-    rows = _integer_indices(rows, "rows")
-    cols = _integer_indices(cols, "cols")
-    try:
-        vals = np.asarray(values, dtype=float)
-    except (TypeError, ValueError):
-        raise TypeError(f"values must be real numbers [Q] or [Q, K], got {values!r}") from None
-    v2 = vals[:, None] if vals.ndim == 1 else vals
-    n, d = result.tree.n_leaves, int(np.shape(jax.tree_util.tree_leaves(result.node_stats)[0])[-1])
-    if not np.all(np.isfinite(vals)):
-        raise ValueError("values must be finite (a NaN value would be read as a missing cell)")
-    if rows.shape != cols.shape or v2.ndim != 2 or v2.shape[0] != rows.shape[0]:
-        raise ValueError(f"rows, cols must be [Q] and values [Q] or [Q, K]; got {rows.shape}, {cols.shape}, {vals.shape}")
-    if np.any((rows < 0) | (rows >= n)) or np.any((cols < 0) | (cols >= d)):
-        raise ValueError(f"cell coordinates out of range for {n} rows x {d} columns")
-    sets = result.tree.leaf_sets()
-    par = result.tree.parents()
-    log_r = np.concatenate([np.zeros(n), np.asarray(result.log_r)])
-    l1 = np.asarray(result.log_1mr)
-    above = np.zeros(2 * n - 1)  # sum of log(1 - r) over the strict ancestors
-    for k in range(2 * n - 3, -1, -1):
-        above[k] = above[par[k]] + l1[par[k]]
-    log_w = np.where(sets[:, rows].T, (log_r + above)[None, :], -np.inf)  # [Q, 2n-1]
-    Q, K = v2.shape
-    Xq = np.full((Q * K, d), np.nan)
-    Xq[np.arange(Q * K), np.repeat(cols, K)] = v2.reshape(-1)
-    comp._check_domain(Xq, "values")
-    out = _cell_core(comp, jnp.asarray(np.repeat(log_w, K, axis=0)), result.node_stats, jnp.asarray(Xq))
-    out = np.asarray(out).reshape(Q, K)
-    return out[:, 0] if vals.ndim == 1 else out

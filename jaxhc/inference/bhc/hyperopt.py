@@ -7,6 +7,7 @@ depend on them); maximise it with an optax optimiser over an unconstrained
 reparameterisation (log for positive scalars, log-Cholesky for covariance matrices). Repeat
 until the evidence of the rebuilt tree stops improving.
 """
+
 from __future__ import annotations
 
 import functools
@@ -17,8 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from ...components import Component
 from ..._internal.validation import check_alpha, check_component
+from ...components import Component
 from .greedy import BHCResult, bhc, tree_node_terms
 
 __all__ = ["HyperoptResult", "learn_hyperparameters"]
@@ -180,8 +181,16 @@ def learn_hyperparameters(
         return _unpack(component, u, mask)
 
     def m_step(u, node_stats, children):
-        return _m_step(component, u, node_stats, children, obj=obj, opt=opt,
-                       mask_items=tuple(sorted(mask.items())), steps=int(steps))
+        return _m_step(
+            component,
+            u,
+            node_stats,
+            children,
+            obj=obj,
+            opt=opt,
+            mask_items=tuple(sorted(mask.items())),
+            steps=int(steps),
+        )
 
     def e_step(u):
         comp, a = unpack(u)

@@ -12,6 +12,7 @@ the total work is ``O(n log n)`` for balanced splits. All BHC quantities of the 
 
 Every BHC call is padded to a power-of-two size so only a handful of programs compile.
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -221,6 +222,15 @@ def rbhc(
     log_r = np.asarray(terms.log_r)[n:]
     tree = Tree(ch, heights=np.arange(1, n, dtype=float), values={"log_r": log_r})
     return BHCResult(
-        tree, terms.log_evidence, jnp.asarray(log_r), terms.dpm_lower_bound, terms.log_d, terms.log_pT,
-        terms.log_h1, terms.log_1mr, node_stats, component, jnp.asarray(alpha),
+        tree,
+        terms.log_evidence,
+        jnp.asarray(log_r),
+        terms.dpm_lower_bound,
+        terms.log_d,
+        terms.log_pT,
+        terms.log_h1,
+        terms.log_1mr,
+        node_stats,
+        component,
+        jnp.asarray(alpha),
     )

@@ -44,12 +44,19 @@ views), ``merges`` (Algorithm 1's merge loop), ``refine`` (the local search), ``
 (`BHCCResult`, `BHCCView`), ``search`` (`bhcc`, `rbhcc`), ``predictive`` (section 6). The
 functions are exported at the top level (``jaxhc.bhcc``, ...).
 """
+
 from ...components import IndependentNormal
 from .predictive import bhcc_predictive_cell, bhcc_predictive_column, bhcc_predictive_row
 from .result import BHCCResult, BHCCView
 from .search import bhcc, rbhcc
 
 __all__ = [
-    "BHCCResult", "BHCCView", "IndependentNormal", "bhcc", "bhcc_predictive_cell", "bhcc_predictive_column",
-    "bhcc_predictive_row", "rbhcc",
+    "BHCCResult",
+    "BHCCView",
+    "IndependentNormal",
+    "bhcc",
+    "bhcc_predictive_cell",
+    "bhcc_predictive_column",
+    "bhcc_predictive_row",
+    "rbhcc",
 ]

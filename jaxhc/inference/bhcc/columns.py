@@ -1,5 +1,6 @@
 """Per-column data of BHCC: the statistics of every cell plus null columns, padded views of
 column indices (`ColumnData`), and the checks of the data against the component."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -48,8 +49,9 @@ class _BetaView(Component):
         x = jnp.where(obs, X, 0.0)
         tt = jnp.where(obs, self.t, 0.0)
         logc = gammaln(tt + 1) - gammaln(x + 1) - gammaln(tt - x + 1)
-        return CountStats(jnp.sum(obs, -2).astype(x.dtype), jnp.sum(x, -2), jnp.sum(tt - x, -2),
-                          jnp.sum(logc, axis=(-2, -1)))
+        return CountStats(
+            jnp.sum(obs, -2).astype(x.dtype), jnp.sum(x, -2), jnp.sum(tt - x, -2), jnp.sum(logc, axis=(-2, -1))
+        )
 
     def merge(self, s1, s2) -> CountStats:
         return CountStats(*(u + v for u, v in zip(s1, s2)))
@@ -160,8 +162,10 @@ def column_model(component: Component, X: np.ndarray) -> ColumnData:
     par = component.column_parameters()
     kind = None if par is None else par.kind
     if kind not in ("beta", "normal"):
-        raise ColumnSplitError(f"BHCC has no column model for {type(component).__name__} (its column_parameters() "
-                               f"kind is {kind!r}; BHCC knows 'beta' and 'normal')")
+        raise ColumnSplitError(
+            f"BHCC has no column model for {type(component).__name__} (its column_parameters() "
+            f"kind is {kind!r}; BHCC knows 'beta' and 'normal')"
+        )
     if kind == "beta":
         t = np.broadcast_to(np.asarray(par.p3, float), (J,))
         shared = np.ndim(par.p1) == 0 and np.ndim(par.p2) == 0
@@ -187,15 +191,31 @@ def column_model(component: Component, X: np.ndarray) -> ColumnData:
                 ss = m[None, :]
                 ff = tmax * nn - ss
                 with np.errstate(invalid="ignore"):
-                    g = (_sgammaln(a1[0] + ss) + _sgammaln(b1[0] + np.maximum(ff, 0)) - _sgammaln(a1[0] + b1[0] + tmax * nn)
-                         - (_sgammaln(a1[0]) + _sgammaln(b1[0]) - _sgammaln(a1[0] + b1[0])))
+                    g = (
+                        _sgammaln(a1[0] + ss)
+                        + _sgammaln(b1[0] + np.maximum(ff, 0))
+                        - _sgammaln(a1[0] + b1[0] + tmax * nn)
+                        - (_sgammaln(a1[0]) + _sgammaln(b1[0]) - _sgammaln(a1[0] + b1[0]))
+                    )
                 dense, stride = jnp.asarray(np.where(ff >= 0, g, 0.0).reshape(-1), fdt), size
         else:
             tables = tuple(jnp.asarray(_sgammaln(v[None, :] + m[:, None]), fdt) for v in (a1, b1, a1 + b1))
-        return ColumnData(True, bool(shared), J, jnp.asarray(a1, fdt), jnp.asarray(b1, fdt), jnp.asarray(tt, fdt), s,
-                        tables, dense, stride)
+        return ColumnData(
+            True,
+            bool(shared),
+            J,
+            jnp.asarray(a1, fdt),
+            jnp.asarray(b1, fdt),
+            jnp.asarray(tt, fdt),
+            s,
+            tables,
+            dense,
+            stride,
+        )
     mean, pv, nv = (np.broadcast_to(np.asarray(x, float), (J,)) for x in (par.p1, par.p2, par.p3))
-    comp = IndependentNormal(np.append(mean, np.zeros(npad)), np.append(pv, np.ones(npad)), np.append(nv, np.ones(npad)))
+    comp = IndependentNormal(
+        np.append(mean, np.zeros(npad)), np.append(pv, np.ones(npad)), np.append(nv, np.ones(npad))
+    )
     s = tuple(x.reshape(I, J + npad) for x in comp.stats(Xj[:, :, None, None]))
     return ColumnData(False, False, J, comp.mean, comp.prior_var, comp.noise_var, s, None)
 
@@ -228,7 +248,8 @@ def _check_gaussian_scale(arr: np.ndarray, mean, prior_var, noise_var, name: str
         raise ValueError(
             f"{name}: entries up to {big:.3g} are too large for the Normal model's sums of squares in "
             f"float64 (they overflow, and every score would be NaN); rescale {name} (e.g. standardise its "
-            f"columns) and the component's prior with it")
+            f"columns) and the component's prior with it"
+        )
 
 
 def validate_inputs(X, component, name: str = "X") -> np.ndarray:
@@ -241,8 +262,9 @@ def validate_inputs(X, component, name: str = "X") -> np.ndarray:
     par = component.column_parameters()
     if par is not None and par.kind == "normal":
         if np.ndim(par.p1) and np.shape(par.p1)[-1] != arr.shape[1]:
-            raise ValueError(f"{name} has {arr.shape[1]} columns but the component was built for "
-                             f"{np.shape(par.p1)[-1]}")
+            raise ValueError(
+                f"{name} has {arr.shape[1]} columns but the component was built for {np.shape(par.p1)[-1]}"
+            )
         if np.any(np.isinf(arr)):
             raise ValueError(f"{name} must be finite (NaN marks a missing entry)")
         _check_gaussian_scale(arr, par.p1, par.p2, par.p3, name)

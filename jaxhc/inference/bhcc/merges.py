@@ -1,4 +1,5 @@
 """Algorithm 1: the greedy merges of the column tree (Eq. 6-8)."""
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -22,8 +23,9 @@ def merge_log(log_alpha, na, nb, log_da, log_db, log_pa, log_pb, log_h1):
     return log_d, log_pT, x - log_pT, y - log_pT, x - y
 
 
-def greedy_merges(la: float, cols_of: list, cnt, node_h1, node_d, node_pT, node_1mr, node_r, evaluate,
-                   on_merge=None, progress=None) -> np.ndarray:
+def greedy_merges(
+    la: float, cols_of: list, cnt, node_h1, node_d, node_pT, node_1mr, node_r, evaluate, on_merge=None, progress=None
+) -> np.ndarray:
     """The merge loop of Algorithm 1 over ``m`` starting subtrees (slots ``0..m-1``, tree nodes
     ``0..m-1``, columns ``cols_of[s]``, column counts ``cnt [m]``), filling the per-node arrays
     ``[2m-1]`` in place (entries ``0..m-1`` must hold the starting subtrees' ``log d``,
@@ -88,6 +90,17 @@ def bhcc_core(cd: ColumnData, alpha: float, col_ids: Sequence[int], progress=Non
     node_h1[:m], node_d[:m], node_pT[:m] = h1_leaf, la, h1_leaf
     if m == 1:
         return np.zeros((0, 2), np.int64), node_h1, node_d, node_pT, node_1mr, node_r
-    children = greedy_merges(la, [[c] for c in col_ids], np.ones(m), node_h1, node_d, node_pT, node_1mr, node_r,
-                              lambda cl, ia, ib: slots.evidence(cl, ia, ib, log_alpha), slots.merge, progress)
+    children = greedy_merges(
+        la,
+        [[c] for c in col_ids],
+        np.ones(m),
+        node_h1,
+        node_d,
+        node_pT,
+        node_1mr,
+        node_r,
+        lambda cl, ia, ib: slots.evidence(cl, ia, ib, log_alpha),
+        slots.merge,
+        progress,
+    )
     return children, node_h1, node_d, node_pT, node_1mr, node_r

@@ -1,5 +1,6 @@
 """Predictive distributions of BHCC (section 6): new rows (Eq. 10), new columns (Eq. 11-12)
 and missing cells (Eq. 13, Lemma A.7)."""
+
 from __future__ import annotations
 
 from functools import partial
@@ -13,7 +14,7 @@ from jax.scipy.special import gammaln, logsumexp
 from ...components import (
     IndependentNormal,
 )
-from .columns import column_model, ColumnData, check_real_table, validate_inputs
+from .columns import ColumnData, check_real_table, column_model, validate_inputs
 from .result import BHCCResult
 from .views import VIEW_CHUNK, grouped_views, pad_views, views_full
 
@@ -138,6 +139,8 @@ def views_column_predict(cd: ColumnData, cols, outs, log_alpha, Y, ycol, sign=1.
         return lp[-1] - base * lpT_inner[-1]
 
     return jax.vmap(one)(children, log_h1, log_d, log_pT, leaf_h1)
+
+
 QUERY_CHUNK = {"cell": 1024, "row": 256, "column": 512}
 
 
@@ -164,10 +167,17 @@ def node_queries(cd: ColumnData, col_lists, alpha, mode, per_node_queries):
             Qp = -(-len(Y) // Qc) * Qc
             Yp = np.concatenate([Y, np.repeat(Y[:1], Qp - len(Y), axis=0)])
             yc = np.concatenate([ycol, np.repeat(ycol[:1], Qp - len(Y))]).astype(np.int32)
-            res = np.concatenate([
-                np.asarray(views_column_predict(cd, cols, outs, log_alpha, jnp.asarray(Yp[s0 : s0 + Qc]),
-                                                 jnp.asarray(yc[s0 : s0 + Qc])))
-                for s0 in range(0, Qp, Qc)], axis=1)
+            res = np.concatenate(
+                [
+                    np.asarray(
+                        views_column_predict(
+                            cd, cols, outs, log_alpha, jnp.asarray(Yp[s0 : s0 + Qc]), jnp.asarray(yc[s0 : s0 + Qc])
+                        )
+                    )
+                    for s0 in range(0, Qp, Qc)
+                ],
+                axis=1,
+            )
             for r, i in enumerate(idx):
                 results[i] = res[r, : len(Y)]
             continue
@@ -191,10 +201,23 @@ def node_queries(cd: ColumnData, col_lists, alpha, mode, per_node_queries):
         qv = np.concatenate([qv, np.zeros(padn, np.int32)])
         qa = np.concatenate([qa, np.repeat(qa[:1], padn, axis=0)])
         qb = np.concatenate([qb, np.repeat(qb[:1], padn, axis=0)])
-        out = np.concatenate([
-            np.asarray(_views_predict(cd, cols, outs, log_alpha, jnp.asarray(qv[s0 : s0 + Qc]),
-                                      jnp.asarray(qa[s0 : s0 + Qc]), jnp.asarray(qb[s0 : s0 + Qc]), mode))
-            for s0 in range(0, Qp, Qc)])
+        out = np.concatenate(
+            [
+                np.asarray(
+                    _views_predict(
+                        cd,
+                        cols,
+                        outs,
+                        log_alpha,
+                        jnp.asarray(qv[s0 : s0 + Qc]),
+                        jnp.asarray(qa[s0 : s0 + Qc]),
+                        jnp.asarray(qb[s0 : s0 + Qc]),
+                        mode,
+                    )
+                )
+                for s0 in range(0, Qp, Qc)
+            ]
+        )
         off = 0
         for r, i in enumerate(idx):
             results[i] = out[off : off + sizes[r]]
@@ -280,7 +303,9 @@ def bhcc_predictive_column(result: BHCCResult, Y, column: Optional[int] = None) 
     c = 0 if column is None else int(column)
     if not 0 <= c < result.n_columns:
         raise ValueError(f"column must be in [0, {result.n_columns}), got {column}")
-    validate_inputs(np.concatenate([result.X[:, [c]], Yn.T], axis=1), _restrict(result.component, [c] * (len(Yn) + 1)), "Y")
+    validate_inputs(
+        np.concatenate([result.X[:, [c]], Yn.T], axis=1), _restrict(result.component, [c] * (len(Yn) + 1)), "Y"
+    )
     lw = result.log_omega(size_weighted=True)
     nodes = _live_nodes(result, lw)
     qs = [(Yn, np.full(len(Yn), c, np.int32)) for _ in nodes]
@@ -331,7 +356,9 @@ def bhcc_predictive_cell(result: BHCCResult, rows, cols, values) -> np.ndarray:
     vals2 = vals[:, None] if squeeze else vals
     I, J = result.X.shape
     if rows.shape != cols.shape or vals2.ndim != 2 or vals2.shape[0] != rows.shape[0]:
-        raise ValueError(f"rows, cols must be [Q] and values [Q] or [Q, K]; got {rows.shape}, {cols.shape}, {vals.shape}")
+        raise ValueError(
+            f"rows, cols must be [Q] and values [Q] or [Q, K]; got {rows.shape}, {cols.shape}, {vals.shape}"
+        )
     if np.any((rows < 0) | (rows >= I)) or np.any((cols < 0) | (cols >= J)):
         raise ValueError(f"cell coordinates out of range for X of shape {(I, J)}")
     if not np.all(np.isfinite(vals2)):

@@ -1,6 +1,7 @@
 """Refinement of the column partition after the tree: a bounded local search under the CDPM
 criterion (single-column moves, merges and splits of views), then the tree rebuilt above the
 refined views (see `jaxhc.bhcc`)."""
+
 from __future__ import annotations
 
 from typing import Optional
@@ -218,8 +219,9 @@ def _group_tree(ev: SetEvidence, la: float, groups):
     node_h1[:m], node_d[:m], node_pT[:m] = h, la + _sgammaln(sizes), h
     if m == 1:
         return np.zeros((0, 2), np.int64), node_h1, node_d, node_pT, node_1mr, node_r
-    children = greedy_merges(la, [list(g) for g in groups], sizes, node_h1, node_d, node_pT, node_1mr, node_r,
-                              lambda cl, ia, ib: ev(cl))
+    children = greedy_merges(
+        la, [list(g) for g in groups], sizes, node_h1, node_d, node_pT, node_1mr, node_r, lambda cl, ia, ib: ev(cl)
+    )
     return children, node_h1, node_d, node_pT, node_1mr, node_r
 
 
@@ -305,9 +307,24 @@ def _column_estimates(cd: ColumnData, alpha: float, X: np.ndarray, views, budget
             log_d_root = np.asarray(outs[3][:, -1]) if I > 1 else np.full(VIEW_CHUNK, la)
 
             def pred(sign, base):
-                return np.concatenate([np.asarray(views_column_predict(
-                    cd, cols, outs, log_alpha, jnp.asarray(Yp[q : q + Qc]), jnp.asarray(yc[q : q + Qc]), sign, base))
-                    for q in range(0, Qp, Qc)], axis=1)[:, :J]
+                return np.concatenate(
+                    [
+                        np.asarray(
+                            views_column_predict(
+                                cd,
+                                cols,
+                                outs,
+                                log_alpha,
+                                jnp.asarray(Yp[q : q + Qc]),
+                                jnp.asarray(yc[q : q + Qc]),
+                                sign,
+                                base,
+                            )
+                        )
+                        for q in range(0, Qp, Qc)
+                    ],
+                    axis=1,
+                )[:, :J]
 
             p_add, p_loo, p_alone = pred(1.0, 1.0), pred(-1.0, 1.0), pred(1.0, 0.0)
             for r, i in enumerate(sub):
@@ -351,8 +368,18 @@ def _local_search(P: _Partition, passes: int, propose, estimates=None) -> int:
     return left
 
 
-def refine_partition(ev: SetEvidence, cd: ColumnData, X: np.ndarray, alpha: float, children, node_h1, node_r, passes: int,
-            propose, screen: Optional[int] = None):
+def refine_partition(
+    ev: SetEvidence,
+    cd: ColumnData,
+    X: np.ndarray,
+    alpha: float,
+    children,
+    node_h1,
+    node_r,
+    passes: int,
+    propose,
+    screen: Optional[int] = None,
+):
     """Local search over the column partition from the cut of a column tree, then a tree for it.
 
     `_local_search` from the tree's cut; with ``screen = k`` its single-column moves are only
@@ -397,8 +424,7 @@ def greedy_split(ev: SetEvidence, la: float, cache: dict):
             ch, h1, *_ = _group_tree(ev, la, [(c,) for c in view])
             local = tree_splits(ch, len(view), h1)
             for k, (l, r) in local.items():
-                cache.setdefault(frozenset(view[i] for i in k),
-                                 (tuple(view[i] for i in l), tuple(view[i] for i in r)))
+                cache.setdefault(frozenset(view[i] for i in k), (tuple(view[i] for i in l), tuple(view[i] for i in r)))
         return cache.get(key)
 
     propose.cache = cache

@@ -1,4 +1,5 @@
 """The result types of BHCC (`BHCCResult`, `BHCCView`) and their assembly from a column tree."""
+
 from __future__ import annotations
 
 from typing import NamedTuple, Sequence
@@ -10,7 +11,7 @@ import numpy as np
 from ...components import Component
 from ...tree import Tree
 from ..bhc.greedy import BHCResult, assemble_result
-from .columns import column_model, ColumnData
+from .columns import ColumnData, column_model
 from .hostmath import host_gammaln as _sgammaln
 from .views import VIEW_CHUNK, grouped_views, pad_views, views_full
 
@@ -141,13 +142,24 @@ def _view_rows(cd: "ColumnData", col_lists, alpha) -> list:
 def _rows_result(comp, alpha, leaf, out) -> BHCResult:
     children, out_stats, log_h1, log_d, log_pT, log_r, log_1mr, leaf_log_h1 = out
     I = int(np.shape(leaf_log_h1)[0])
-    return assemble_result(comp, float(alpha), I, leaf, np.asarray(leaf_log_h1), np.asarray(children).astype(np.int64),
-                     out_stats, np.asarray(log_h1), np.asarray(log_d), np.asarray(log_pT), np.asarray(log_r),
-                     np.asarray(log_1mr))
+    return assemble_result(
+        comp,
+        float(alpha),
+        I,
+        leaf,
+        np.asarray(leaf_log_h1),
+        np.asarray(children).astype(np.int64),
+        out_stats,
+        np.asarray(log_h1),
+        np.asarray(log_d),
+        np.asarray(log_pT),
+        np.asarray(log_r),
+        np.asarray(log_1mr),
+    )
 
 
 def _views_of(X, component, alpha, tree, log_r_nodes) -> tuple:
-    labels = tree.cut(0.5, scores=np.exp(log_r_nodes[tree.n_leaves:]))
+    labels = tree.cut(0.5, scores=np.exp(log_r_nodes[tree.n_leaves :]))
     sets = tree.leaf_sets()
     groups = [np.flatnonzero(labels == g) for g in range(int(labels.max()) + 1)]
     rows = _view_rows(column_model(component, X), groups, alpha)
@@ -159,13 +171,30 @@ def _views_of(X, component, alpha, tree, log_r_nodes) -> tuple:
     return tuple(views)
 
 
-def finish_result(children, J, node_h1, node_d, node_pT, node_1mr, node_log_r, X, component, alpha, *, heights=None,
-            refine_gain=0.0):
+def finish_result(
+    children, J, node_h1, node_d, node_pT, node_1mr, node_log_r, X, component, alpha, *, heights=None, refine_gain=0.0
+):
     log_r = node_log_r[J:]
-    tree = Tree(np.asarray(children, np.int64).reshape(-1, 2),
-                heights=np.arange(1, J, dtype=float) if heights is None else heights, values={"log_r": log_r})
+    tree = Tree(
+        np.asarray(children, np.int64).reshape(-1, 2),
+        heights=np.arange(1, J, dtype=float) if heights is None else heights,
+        values={"log_r": log_r},
+    )
     log_ev = float(node_pT[-1])
     bound = log_ev + float(node_d[-1]) + float(_sgammaln(alpha) - _sgammaln(J + alpha))
     views = _views_of(X, component, alpha, tree, node_log_r)
-    return BHCCResult(tree, log_ev, log_r, bound, node_h1, node_d, node_pT, node_1mr, views, component,
-                      float(alpha), X, float(refine_gain))
+    return BHCCResult(
+        tree,
+        log_ev,
+        log_r,
+        bound,
+        node_h1,
+        node_d,
+        node_pT,
+        node_1mr,
+        views,
+        component,
+        float(alpha),
+        X,
+        float(refine_gain),
+    )

@@ -1,5 +1,6 @@
 """The column-tree searches: `bhcc` (Algorithm 1, then the refinement) and `rbhcc` (Algorithm 2,
 randomized)."""
+
 from __future__ import annotations
 
 from typing import Optional
@@ -10,17 +11,24 @@ import numpy as np
 
 from ..._internal.validation import check_alpha, check_component
 from ...components import Component
-from .columns import column_model, ColumnData, validate_inputs
+from .columns import ColumnData, column_model, validate_inputs
 from .hostmath import host_gammaln as _sgammaln
 from .merges import bhcc_core, merge_log
 from .predictive import node_queries
-from .refine import check_refine, greedy_split, refine_partition, SetEvidence, tree_splits
+from .refine import SetEvidence, check_refine, greedy_split, refine_partition, tree_splits
 from .result import BHCCResult, finish_result
 from .views import dpm_bound, pad_views, row_bhc, view_width
 
 
-def bhcc(X, component: Component, alpha: float = 1.0, *, refine: bool = True, refine_passes: int = 10,
-         progress_bar: Optional[bool] = None) -> BHCCResult:
+def bhcc(
+    X,
+    component: Component,
+    alpha: float = 1.0,
+    *,
+    refine: bool = True,
+    refine_passes: int = 10,
+    progress_bar: Optional[bool] = None,
+) -> BHCCResult:
     """Bayesian hierarchical cross-clustering of the columns of ``X`` (Algorithm 1), with the
     tree's column partition refined by a local search.
 
@@ -89,8 +97,17 @@ def bhcc(X, component: Component, alpha: float = 1.0, *, refine: bool = True, re
     gain = 0.0
     if refine and J > 1:
         ev = SetEvidence(cd, alpha)
-        out = refine_partition(ev, cd, Xh, alpha, children, h1, lr, refine_passes,
-                      greedy_split(ev, float(np.log(alpha)), tree_splits(children, J, h1)))
+        out = refine_partition(
+            ev,
+            cd,
+            Xh,
+            alpha,
+            children,
+            h1,
+            lr,
+            refine_passes,
+            greedy_split(ev, float(np.log(alpha)), tree_splits(children, J, h1)),
+        )
         if out is not None:
             children, h1, d, pT, l1, lr, gain = out
     return finish_result(children, J, h1, d, pT, l1, lr, Xh, component, alpha, refine_gain=gain)
@@ -103,8 +120,9 @@ def _direct_evidence(cd: ColumnData, cols, log_alpha):
 
 
 def _group_evidence(cd: ColumnData, cols, log_alpha) -> float:
-    return float(_direct_evidence(cd, jnp.asarray(pad_views([list(cols)], view_width(len(cols)), cd.n_cols, 1)[0]),
-                                  log_alpha))
+    return float(
+        _direct_evidence(cd, jnp.asarray(pad_views([list(cols)], view_width(len(cols)), cd.n_cols, 1)[0]), log_alpha)
+    )
 
 
 def _subtree_weights(children, log_r, log_1mr, sizes, top) -> np.ndarray:
@@ -150,8 +168,7 @@ def _filter_split(cd: ColumnData, Xh: np.ndarray, alpha: float, cols: np.ndarray
     wb = _subtree_weights(ch, lr, l1, sizes, top_b)
     nodes = np.flatnonzero(np.isfinite(wa) | np.isfinite(wb))
     Y = Xh[:, rest].T
-    outs = node_queries(cd, [col_lists[k] for k in nodes], alpha, "column",
-                         [(Y, rest.astype(np.int32)) for _ in nodes])
+    outs = node_queries(cd, [col_lists[k] for k in nodes], alpha, "column", [(Y, rest.astype(np.int32)) for _ in nodes])
     la_, lb_ = np.full(len(rest), -np.inf), np.full(len(rest), -np.inf)
     for k, o in zip(nodes, outs):
         if np.isfinite(wa[k]):
@@ -162,9 +179,19 @@ def _filter_split(cd: ColumnData, Xh: np.ndarray, alpha: float, cols: np.ndarray
     return np.concatenate([sub[sets[top_a]], rest[to_a]]), np.concatenate([sub[sets[top_b]], rest[~to_a]])
 
 
-def rbhcc(key, X, component: Component, alpha: float = 1.0, *, subset_size: int = 16, threshold: int = 32,
-          levels: Optional[int] = None, refine: bool = True, refine_passes: int = 10,
-          progress_bar: Optional[bool] = None) -> BHCCResult:
+def rbhcc(
+    key,
+    X,
+    component: Component,
+    alpha: float = 1.0,
+    *,
+    subset_size: int = 16,
+    threshold: int = 32,
+    levels: Optional[int] = None,
+    refine: bool = True,
+    refine_passes: int = 10,
+    progress_bar: Optional[bool] = None,
+) -> BHCCResult:
     """Randomized BHCC (Algorithm 2): a column tree in ``O(J log J)`` column comparisons.
 
     At each level: if fewer than ``threshold`` columns remain, plain BHCC (Algorithm 1)
@@ -277,8 +304,9 @@ def rbhcc(key, X, component: Component, alpha: float = 1.0, *, subset_size: int 
         ka = rec(np.sort(side_a), depth + 1)
         kb = rec(np.sort(side_b), depth + 1)
         h = _group_evidence(cd, cols, log_alpha)
-        ld, lp, lr_, l1_, _ = merge_log(la, len(side_a), len(side_b), node_d[ka], node_d[kb], node_pT[ka],
-                                         node_pT[kb], h)
+        ld, lp, lr_, l1_, _ = merge_log(
+            la, len(side_a), len(side_b), node_d[ka], node_d[kb], node_pT[ka], node_pT[kb], h
+        )
         k = new_node(ka, kb)
         node_h1[k], node_d[k], node_pT[k], node_1mr[k], node_r[k] = h, ld, lp, l1_, lr_
         return k
@@ -303,8 +331,20 @@ def rbhcc(key, X, component: Component, alpha: float = 1.0, *, subset_size: int 
             small.cache[key] = (tuple(sorted(a.tolist())), tuple(sorted(b.tolist())))
             return small.cache[key]
 
-        out = refine_partition(ev, cd, Xh, alpha, children, node_h1, node_r, refine_passes, propose,
-                      screen=subset_size if J >= threshold else None)
+        out = refine_partition(
+            ev,
+            cd,
+            Xh,
+            alpha,
+            children,
+            node_h1,
+            node_r,
+            refine_passes,
+            propose,
+            screen=subset_size if J >= threshold else None,
+        )
         if out is not None:
             children, node_h1, node_d, node_pT, node_1mr, node_r, gain = out
-    return finish_result(children, J, node_h1, node_d, node_pT, node_1mr, node_r, Xh, component, alpha, refine_gain=gain)
+    return finish_result(
+        children, J, node_h1, node_d, node_pT, node_1mr, node_r, Xh, component, alpha, refine_gain=gain
+    )

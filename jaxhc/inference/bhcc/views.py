@@ -1,5 +1,6 @@
 """Batched row BHC over padded views (column index vectors): the DPM evidence of many
 candidate views at once (`ViewSlots`), and the full row-BHC outputs of a batch (`views_full`)."""
+
 from __future__ import annotations
 
 from functools import partial
@@ -47,11 +48,15 @@ def _pair_tables(cd: ColumnData, cols):
     """Per column ``j`` of ``cols [m]``: the pair log marginals ``P_j [I, I]`` (rows ``i, i'``
     merged, column ``j`` only) and the leaf log marginals ``l_j [I]``; one extra all-zero
     slot is appended (the empty column set)."""
+
     def one(c):
         comp, leaf = cd.view(c[None])
         li = comp.log_marginal(leaf)
-        pair = comp.log_marginal(comp.merge(jax.tree_util.tree_map(lambda x: x[:, None], leaf),
-                                            jax.tree_util.tree_map(lambda x: x[None, :], leaf)))
+        pair = comp.log_marginal(
+            comp.merge(
+                jax.tree_util.tree_map(lambda x: x[:, None], leaf), jax.tree_util.tree_map(lambda x: x[None, :], leaf)
+            )
+        )
         return pair, li
 
     P, L = jax.lax.map(one, cols)
@@ -143,8 +148,9 @@ class ViewSlots:
 
         def run(job):
             sub, cols, pa, pb = job
-            res = _pairs_evidence(cd, jnp.asarray(cols), self.P, self.L, jnp.asarray(pa), jnp.asarray(pb),
-                                  jnp.int32(len(sub)), log_alpha)
+            res = _pairs_evidence(
+                cd, jnp.asarray(cols), self.P, self.L, jnp.asarray(pa), jnp.asarray(pb), jnp.int32(len(sub)), log_alpha
+            )
             return np.asarray(res)[: len(sub)]
 
         results = pool_map(run, jobs, max_workers=JOB_THREADS)

@@ -6,6 +6,7 @@ path and component), `updates` (weights ``B``, means ``theta``, hyperparameters,
 complete-data log likelihood), `init` (starting states), `sampler` (the sweep, `bhmc`,
 `BHMCSamples`, the NumPyro kernel `BHMC`).
 """
+
 from ...models.ncrp_hdp import joint_log_density
 from . import init, moves, sampler, state, updates
 from .init import bhmc_init, level_sizes_from_gaps, prior_sample_state, state_from_level_labels, tree_init_state

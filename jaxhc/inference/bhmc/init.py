@@ -1,5 +1,6 @@
 """Initial BHMC states: prior draws (`prior_sample_state`), Algorithm 2's start (`bhmc_init`)
 and starts cut from a hierarchy (`tree_init_state`, `state_from_level_labels`)."""
+
 from __future__ import annotations
 
 import functools
@@ -10,8 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from ...models.ncrp_hdp import (
-    normal_diag_logpdf,
     dp_child_log,
+    normal_diag_logpdf,
 )
 from .moves import point_update
 from .state import NEG_INF, BHMCConfig, BHMCState
@@ -33,10 +34,19 @@ def _empty_state(N, D, L, M, K, hyper, dtype):
     alpha, gamma0, gamma, sigma2 = (jnp.asarray(h, dtype) for h in hyper)
     logb = jnp.full((M, K + 1), NEG_INF, dtype).at[:, K].set(0.0)
     return BHMCState(
-        path=jnp.zeros((N, L + 1), jnp.int32), c=jnp.zeros(N, jnp.int32),
-        parent=jnp.full(M, -1, jnp.int32), level=jnp.zeros(M, jnp.int32), count=jnp.zeros(M, jnp.int32),
-        logb=logb, theta=jnp.zeros((K, D), dtype), alpha=alpha, gamma0=gamma0, gamma=gamma, sigma2=sigma2,
-        overflow=jnp.int32(0))
+        path=jnp.zeros((N, L + 1), jnp.int32),
+        c=jnp.zeros(N, jnp.int32),
+        parent=jnp.full(M, -1, jnp.int32),
+        level=jnp.zeros(M, jnp.int32),
+        count=jnp.zeros(M, jnp.int32),
+        logb=logb,
+        theta=jnp.zeros((K, D), dtype),
+        alpha=alpha,
+        gamma0=gamma0,
+        gamma=gamma,
+        sigma2=sigma2,
+        overflow=jnp.int32(0),
+    )
 
 
 @functools.partial(jax.jit, static_argnames=("N", "D", "L", "M", "K"))
@@ -52,8 +62,20 @@ def _prior_sample(key, hyper, cfg, N, D, L, M, K):
     return jax.lax.fori_loop(0, N, body, (st, x0))
 
 
-def prior_sample_state(key, num_points: int, dim: int, depth: int, cfg: BHMCConfig, *, alpha=1.0, gamma0=1.0,
-                       gamma=1.0, sigma2=1.0, max_nodes: Optional[int] = None, max_components: Optional[int] = None):
+def prior_sample_state(
+    key,
+    num_points: int,
+    dim: int,
+    depth: int,
+    cfg: BHMCConfig,
+    *,
+    alpha=1.0,
+    gamma0=1.0,
+    gamma=1.0,
+    sigma2=1.0,
+    max_nodes: Optional[int] = None,
+    max_components: Optional[int] = None,
+):
     """An exact draw ``(state, X)`` from the BHMC prior by the generative process (points
     inserted one by one; the root starts with no component and components are made on
     demand, so there is no truncation). Compiled; ``vmap``-able over ``key``."""
@@ -63,8 +85,20 @@ def prior_sample_state(key, num_points: int, dim: int, depth: int, cfg: BHMCConf
     return _prior_sample(key, (alpha, gamma0, gamma, sigma2), cfg, N, D, L, M, K)
 
 
-def bhmc_init(key, X, depth: int, cfg: BHMCConfig, *, alpha=0.5, gamma0=1.0, gamma=0.5, sigma2=1.0, epsilon=1e-6,
-              max_nodes: int = 1024, max_components: int = 128) -> BHMCState:
+def bhmc_init(
+    key,
+    X,
+    depth: int,
+    cfg: BHMCConfig,
+    *,
+    alpha=0.5,
+    gamma0=1.0,
+    gamma=0.5,
+    sigma2=1.0,
+    epsilon=1e-6,
+    max_nodes: int = 1024,
+    max_components: int = 128,
+) -> BHMCState:
     """The initial state of Algorithm 2: the root's sticks broken until ``beta* < epsilon``
     (line 1), their ``theta_k`` at distinct random data points, every point on one path of ``depth`` nodes (each node's
     ``beta ~ DP(gamma, beta_parent)``), ``c_n`` by Eq. 2 among those components with the root's
@@ -78,8 +112,10 @@ def bhmc_init(key, X, depth: int, cfg: BHMCConfig, *, alpha=0.5, gamma0=1.0, gam
     st, n_sticks = _init_jit(key, X, (alpha, gamma0, gamma, sigma2), cfg, jnp.asarray(epsilon, X.dtype), L, M, K)
     n_sticks = int(n_sticks)
     if n_sticks > K:
-        raise ValueError(f"the initial root stick needs {n_sticks} components until beta* < epsilon={epsilon}, "
-                         f"more than max_components={K}; raise max_components or epsilon")
+        raise ValueError(
+            f"the initial root stick needs {n_sticks} components until beta* < epsilon={epsilon}, "
+            f"more than max_components={K}; raise max_components or epsilon"
+        )
     return st
 
 
@@ -103,14 +139,18 @@ def _init_jit(key, X, hyper, cfg, epsilon, L, M, K):
     # theta_k ~ H would leave one component holding every point), the other slots at H draws
     kt1, kt2 = jax.random.split(kt)
     pick = jax.random.permutation(kt1, N)[jnp.arange(K) % N]
-    theta = jnp.where((jnp.arange(K) < n_sticks)[:, None], X[pick],
-                      cfg.mu0 + jnp.sqrt(cfg.prior_var) * jax.random.normal(kt2, (K, D), f))
+    theta = jnp.where(
+        (jnp.arange(K) < n_sticks)[:, None],
+        X[pick],
+        cfg.mu0 + jnp.sqrt(cfg.prior_var) * jax.random.normal(kt2, (K, D), f),
+    )
     # one chain of nodes 0..L
-    logb = jax.lax.fori_loop(1, L + 1, lambda l, lb: lb.at[l].set(
-        dp_child_log(jax.random.fold_in(kb, l), lb[l - 1], st.gamma)), logb)
-    parent = st.parent.at[1:L + 1].set(jnp.arange(L, dtype=jnp.int32))
-    level = st.level.at[1:L + 1].set(jnp.arange(1, L + 1, dtype=jnp.int32))
-    count = st.count.at[:L + 1].set(N)
+    logb = jax.lax.fori_loop(
+        1, L + 1, lambda l, lb: lb.at[l].set(dp_child_log(jax.random.fold_in(kb, l), lb[l - 1], st.gamma)), logb
+    )
+    parent = st.parent.at[1 : L + 1].set(jnp.arange(L, dtype=jnp.int32))
+    level = st.level.at[1 : L + 1].set(jnp.arange(1, L + 1, dtype=jnp.int32))
+    count = st.count.at[: L + 1].set(N)
     path = jnp.broadcast_to(jnp.arange(L + 1, dtype=jnp.int32), (N, L + 1))
     st = st._replace(logb=logb, theta=theta, parent=parent, level=level, count=count, path=path)
     # c_n among the instantiated components by Eq. 2 with the root's weights (the chain's
@@ -123,7 +163,6 @@ def _init_jit(key, X, hyper, cfg, epsilon, L, M, K):
     st = update_weights(kB, st)
     st = update_theta(kT, st, X, cfg)
     return st, n_sticks
-
 
 
 # ------------------------------------------------------------------------------------------
@@ -169,9 +208,22 @@ def level_sizes_from_gaps(heights, depth: int, max_clusters: int):
     return chosen
 
 
-def tree_init_state(X, depth: int, cfg: BHMCConfig, *, key, init="ward", level_sizes=None, alpha=1.0,
-                    gamma0=1.0, gamma=0.5, sigma2=None, max_nodes: int = 1024, max_components: int = 128,
-                    sample_hyper: bool = True):
+def tree_init_state(
+    X,
+    depth: int,
+    cfg: BHMCConfig,
+    *,
+    key,
+    init="ward",
+    level_sizes=None,
+    alpha=1.0,
+    gamma0=1.0,
+    gamma=0.5,
+    sigma2=None,
+    max_nodes: int = 1024,
+    max_components: int = 128,
+    sample_hyper: bool = True,
+):
     """A start for the sampler cut from a hierarchy: Ward's linkage of ``X`` (``init="ward"``)
     or a binary `Tree` (e.g. ``jaxhc.bhc(...).tree``) cut at ``level_sizes`` clusters per level
     (nested cuts; default `level_sizes_from_gaps` with at most ``max(2 sqrt(N), L + 1)``
@@ -194,17 +246,41 @@ def tree_init_state(X, depth: int, cfg: BHMCConfig, *, key, init="ward", level_s
         else:
             sizes = [int(s) for s in level_sizes]
             if len(sizes) != L or any(s < 1 or s > N for s in sizes) or sizes != sorted(sizes):
-                raise ValueError(f"init_levels must be {L} non-decreasing cluster counts in 1..N={N}, "
-                                 f"got {level_sizes!r}")
+                raise ValueError(
+                    f"init_levels must be {L} non-decreasing cluster counts in 1..N={N}, got {level_sizes!r}"
+                )
         labels = np.asarray(cut_tree(Z, n_clusters=sizes), np.int64).reshape(N, L)
-    st = state_from_level_labels(X, labels, cfg, key=key, alpha=alpha, gamma0=gamma0, gamma=gamma, sigma2=sigma2,
-                                 max_nodes=max_nodes, max_components=max_components, sample_hyper=sample_hyper)
+    st = state_from_level_labels(
+        X,
+        labels,
+        cfg,
+        key=key,
+        alpha=alpha,
+        gamma0=gamma0,
+        gamma=gamma,
+        sigma2=sigma2,
+        max_nodes=max_nodes,
+        max_components=max_components,
+        sample_hyper=sample_hyper,
+    )
     return st, sizes
 
 
-def state_from_level_labels(X, level_labels, cfg: BHMCConfig, *, key, components=None, alpha=1.0, gamma0=1.0,
-                            gamma=0.5, sigma2=None, max_nodes: int = 1024, max_components: int = 128,
-                            sample_hyper: bool = True) -> BHMCState:
+def state_from_level_labels(
+    X,
+    level_labels,
+    cfg: BHMCConfig,
+    *,
+    key,
+    components=None,
+    alpha=1.0,
+    gamma0=1.0,
+    gamma=0.5,
+    sigma2=None,
+    max_nodes: int = 1024,
+    max_components: int = 128,
+    sample_hyper: bool = True,
+) -> BHMCState:
     """The state whose paths are the nested partition ``level_labels`` (``[N, L]``; column
     ``l`` labels level ``l + 1``; a cluster at level ``l + 1`` must lie inside one at level
     ``l``), with components ``components`` (default: one per leaf-level cluster), ``theta``
@@ -226,8 +302,10 @@ def state_from_level_labels(X, level_labels, cfg: BHMCConfig, *, key, components
         ids = nxt + inv
         nxt += int(inv.max()) + 1
         if nxt > M:
-            raise ValueError(f"the initial tree needs {nxt} node slots, more than max_nodes={M}; "
-                             f"pass a larger max_nodes or smaller init_levels")
+            raise ValueError(
+                f"the initial tree needs {nxt} node slots, more than max_nodes={M}; "
+                f"pass a larger max_nodes or smaller init_levels"
+            )
         path[:, l] = ids
         parent[ids] = path[:, l - 1]
         level[ids] = l
@@ -235,8 +313,10 @@ def state_from_level_labels(X, level_labels, cfg: BHMCConfig, *, key, components
     c = c.reshape(-1)
     kc = int(c.max()) + 1
     if kc > K:
-        raise ValueError(f"the initial tree has {kc} components, more than max_components={K}; "
-                         f"pass a larger max_components or smaller init_levels")
+        raise ValueError(
+            f"the initial tree has {kc} components, more than max_components={K}; "
+            f"pass a larger max_components or smaller init_levels"
+        )
     counts = np.bincount(c, minlength=K).astype(float)
     theta = np.zeros((K, D))
     np.add.at(theta, c, X)
@@ -254,9 +334,15 @@ def state_from_level_labels(X, level_labels, cfg: BHMCConfig, *, key, components
     logb[:, K] = 0.0
     logb[0, :kc] = np.log(counts[:kc] / (N + 1.0))
     logb[0, K] = np.log(1.0 / (N + 1.0))
-    st = st._replace(path=jnp.asarray(path, jnp.int32), c=jnp.asarray(c, jnp.int32),
-                     parent=jnp.asarray(parent, jnp.int32), level=jnp.asarray(level, jnp.int32),
-                     count=jnp.asarray(count, jnp.int32), logb=jnp.asarray(logb, f), theta=jnp.asarray(theta, f))
+    st = st._replace(
+        path=jnp.asarray(path, jnp.int32),
+        c=jnp.asarray(c, jnp.int32),
+        parent=jnp.asarray(parent, jnp.int32),
+        level=jnp.asarray(level, jnp.int32),
+        count=jnp.asarray(count, jnp.int32),
+        logb=jnp.asarray(logb, f),
+        theta=jnp.asarray(theta, f),
+    )
     return _refresh_jit(key, st, jnp.asarray(X, f), cfg)
 
 

@@ -1,6 +1,7 @@
 """The point moves of a BHMC sweep: a point's path and component (Algorithm 2's nCRP-proposal MH,
 `point_update`, and the exact block Gibbs step `gibbs_point_update`), with the stick
 breaking and component creation they need."""
+
 from __future__ import annotations
 
 import jax
@@ -8,10 +9,10 @@ import jax.numpy as jnp
 from jax.scipy.special import logsumexp
 
 from ...models.ncrp_hdp import (
-    normal_diag_logpdf,
     beta_log,
     dirichlet_log,
     dp_child_log,
+    normal_diag_logpdf,
 )
 from ..mh import mh_accept
 from .state import NEG_INF, OVERFLOW_COMPONENTS, OVERFLOW_NODES, BHMCState
@@ -109,8 +110,9 @@ def _new_component(key, st: BHMCState, x, leaf, cfg, use_x, need=True):
     if use_x:
         var = 1.0 / (1.0 / cfg.prior_var + 1.0 / st.sigma2)
         mean = var * (cfg.mu0 / cfg.prior_var + x / st.sigma2)
-        theta = theta.at[slot].set(jnp.where(need, mean + jnp.sqrt(var) * jax.random.normal(kt, mean.shape, mean.dtype),
-                                             theta[slot]))
+        theta = theta.at[slot].set(
+            jnp.where(need, mean + jnp.sqrt(var) * jax.random.normal(kt, mean.shape, mean.dtype), theta[slot])
+        )
     st = st._replace(logb=logb, theta=theta, overflow=st.overflow | jnp.where(full, OVERFLOW_COMPONENTS, 0))
     return st, slot
 
@@ -128,8 +130,14 @@ def _write_path(st: BHMCState, n, path_n, write, newlb, count_minus):
     logb = st.logb.at[idx].set(newlb, mode="drop")
     count = count_minus.at[path_n].add(1)
     over = jnp.any(write & (path_n[1:] >= M))
-    return st._replace(path=st.path.at[n].set(path_n), parent=parent, level=level, count=count, logb=logb,
-                       overflow=st.overflow | jnp.where(over, OVERFLOW_NODES, 0))
+    return st._replace(
+        path=st.path.at[n].set(path_n),
+        parent=parent,
+        level=level,
+        count=count,
+        logb=logb,
+        overflow=st.overflow | jnp.where(over, OVERFLOW_NODES, 0),
+    )
 
 
 def point_update(key, st: BHMCState, n, x, cfg, *, mode: str):
@@ -237,8 +245,11 @@ def _path_conditional(st: BHMCState, n, x, cfg, likelihood: bool = True):
     ok = act & (st.parent >= 0)
     reach = jnp.where(ok | (slots == 0), reach, NEG_INF)
     leaf = jnp.where(ok & (st.level == L), reach + node_ll, NEG_INF)
-    branch = jnp.where(act & (st.level < L) & ((st.parent >= 0) | (slots == 0)),
-                       reach + jnp.log(st.alpha) - log_stop + node_ll, NEG_INF)
+    branch = jnp.where(
+        act & (st.level < L) & ((st.parent >= 0) | (slots == 0)),
+        reach + jnp.log(st.alpha) - log_stop + node_ll,
+        NEG_INF,
+    )
     return leaf, branch, node_ll, count_minus, ll, lfs
 
 
@@ -297,4 +308,3 @@ def gibbs_point_update(key, st: BHMCState, n, x, cfg, likelihood: bool = True):
     st, slot = _new_component(kn, st, x, path_n[L], cfg, likelihood, need)
     st = st._replace(c=st.c.at[n].set(jnp.where(need, slot, cn)))
     return st, x, moved
-

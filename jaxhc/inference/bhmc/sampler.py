@@ -15,6 +15,7 @@ slots) so the sweep compiles once; a slot is free when its count is 0 (nodes) or
 weight is 0 (components). Running out sets a flag that `bhmc` turns into a ``ValueError``
 naming the capacity to raise; nothing is truncated silently.
 """
+
 from __future__ import annotations
 
 import functools
@@ -57,8 +58,16 @@ __all__ = [
 # ------------------------------------------------------------------------------------------
 # the sweep
 # ------------------------------------------------------------------------------------------
-def _sweep(key, st: BHMCState, X, cfg, sample_hyper: bool, num_hyper_steps: int, path_update: str = "gibbs",
-           likelihood: bool = True):
+def _sweep(
+    key,
+    st: BHMCState,
+    X,
+    cfg,
+    sample_hyper: bool,
+    num_hyper_steps: int,
+    path_update: str = "gibbs",
+    likelihood: bool = True,
+):
     N = X.shape[0]
     kperm, kpts, kh, kb, kt = jax.random.split(key, 5)
     perm = jax.random.permutation(kperm, N)
@@ -89,7 +98,10 @@ def _sweep(key, st: BHMCState, X, cfg, sample_hyper: bool, num_hyper_steps: int,
         "accept_rate": nacc.astype(X.dtype) / N,
         "num_nodes": jnp.sum(st.count > 0),
         "num_components": jnp.sum(jnp.isfinite(st.logb[0, :K])),
-        "alpha": st.alpha, "gamma0": st.gamma0, "gamma": st.gamma, "sigma2": st.sigma2,
+        "alpha": st.alpha,
+        "gamma0": st.gamma0,
+        "gamma": st.gamma,
+        "sigma2": st.sigma2,
     }
     return st, info
 
@@ -99,8 +111,17 @@ def _sweep_jit(key, st, X, cfg, sample_hyper, num_hyper_steps, path_update="gibb
     return _sweep(key, st, X, cfg, sample_hyper, num_hyper_steps, path_update, likelihood)
 
 
-def bhmc_step(key, state: BHMCState, X, cfg: BHMCConfig, *, sample_hyper: bool = False, num_hyper_steps: int = 5,
-              path_update: str = "gibbs", likelihood: bool = True):
+def bhmc_step(
+    key,
+    state: BHMCState,
+    X,
+    cfg: BHMCConfig,
+    *,
+    sample_hyper: bool = False,
+    num_hyper_steps: int = 5,
+    path_update: str = "gibbs",
+    likelihood: bool = True,
+):
     """One sweep (compiled once per shape): every point's path and ``c_n`` in a random order
     (``path_update="gibbs"``: the exact block Gibbs step `gibbs_point_update`; ``"mh"``:
     Algorithm 2's nCRP-proposal MH and Eq. 2), then (optionally) hyperparameter MH, ``B``
@@ -111,9 +132,9 @@ def bhmc_step(key, state: BHMCState, X, cfg: BHMCConfig, *, sample_hyper: bool =
     component counts and the hyperparameters."""
     if path_update not in ("gibbs", "mh"):
         raise ValueError(f"path_update must be 'gibbs' or 'mh', got {path_update!r}")
-    return _sweep_jit(key, state, jnp.asarray(X), cfg, bool(sample_hyper), int(num_hyper_steps), path_update,
-                      bool(likelihood))
-
+    return _sweep_jit(
+        key, state, jnp.asarray(X), cfg, bool(sample_hyper), int(num_hyper_steps), path_update, bool(likelihood)
+    )
 
 
 # ------------------------------------------------------------------------------------------
@@ -178,7 +199,6 @@ def state_to_tree(state: BHMCState):
     return ParentTree(par, N, heights), level_labels
 
 
-
 # ------------------------------------------------------------------------------------------
 # the driver
 # ------------------------------------------------------------------------------------------
@@ -195,9 +215,14 @@ def _grow_state(st: BHMCState, M2: int, K2: int) -> BHMCState:
     def pad(a, fill):
         return jnp.full(lead + (M2,), fill, a.dtype).at[..., :M].set(a)
 
-    return st._replace(logb=logb, theta=theta, parent=pad(st.parent, -1), level=pad(st.level, 0),
-                       count=pad(st.count, 0), overflow=jnp.zeros_like(st.overflow))
-
+    return st._replace(
+        logb=logb,
+        theta=theta,
+        parent=pad(st.parent, -1),
+        level=pad(st.level, 0),
+        count=pad(st.count, 0),
+        overflow=jnp.zeros_like(st.overflow),
+    )
 
 
 @functools.partial(jax.jit, static_argnames=("sample_hyper", "num_hyper_steps", "path_update", "likelihood"))
@@ -205,11 +230,33 @@ def _sweep_chains_jit(keys, st, X, cfg, sample_hyper, num_hyper_steps, path_upda
     return jax.vmap(lambda k, s: _sweep(k, s, X, cfg, sample_hyper, num_hyper_steps, path_update, likelihood))(keys, st)
 
 
-def bhmc(key, X, depth: int = 4, *, alpha=1.0, gamma0=1.0, gamma=0.5, sigma2=None, mu0=None, prior_var=None,
-         num_samples: int = 200, num_warmup: int = 100, sample_hyper: bool = True, sigma2_max=None,
-         epsilon=1e-6, max_nodes: Optional[int] = None, max_components: Optional[int] = None,
-         num_hyper_steps: int = 5, init="ward", init_levels=None, path_update: str = "gibbs", num_chains: int = 1,
-         chain_method: str = "vectorized", init_state: Optional[BHMCState] = None, progress_bar: bool = True) -> BHMCSamples:
+def bhmc(
+    key,
+    X,
+    depth: int = 4,
+    *,
+    alpha=1.0,
+    gamma0=1.0,
+    gamma=0.5,
+    sigma2=None,
+    mu0=None,
+    prior_var=None,
+    num_samples: int = 200,
+    num_warmup: int = 100,
+    sample_hyper: bool = True,
+    sigma2_max=None,
+    epsilon=1e-6,
+    max_nodes: Optional[int] = None,
+    max_components: Optional[int] = None,
+    num_hyper_steps: int = 5,
+    init="ward",
+    init_levels=None,
+    path_update: str = "gibbs",
+    num_chains: int = 1,
+    chain_method: str = "vectorized",
+    init_state: Optional[BHMCState] = None,
+    progress_bar: bool = True,
+) -> BHMCSamples:
     """Bayesian Hierarchical Mixture Clustering (Huang et al.): ``num_warmup + num_samples``
     sweeps of the exact block Gibbs sampler (or Algorithm 2's MH); reports the state with the
     greatest complete-data likelihood ``p(X, c, V | B, theta)`` among the start and the kept
@@ -289,17 +336,22 @@ def bhmc(key, X, depth: int = 4, *, alpha=1.0, gamma0=1.0, gamma=0.5, sigma2=Non
     cfg = make_config(X, mu0=mu0, prior_var=prior_var, sigma2_max=sigma2_max)
     if sample_hyper and sigma2 is not None and sigma2 >= float(cfg.sigma2_max):
         if sigma2_max is not None:  # both given by the user: they contradict each other
-            raise ValueError(f"sigma2={sigma2} must be < sigma2_max={float(cfg.sigma2_max)} when sample_hyper=True "
-                             f"(leave sigma2=None to start from the data)")
+            raise ValueError(
+                f"sigma2={sigma2} must be < sigma2_max={float(cfg.sigma2_max)} when sample_hyper=True "
+                f"(leave sigma2=None to start from the data)"
+            )
         # sigma2 = 1 on standardised data sits on the default prior's upper end (the data's
         # own variance): start just inside the prior's support instead of refusing
         import warnings
 
         start = 0.99 * float(cfg.sigma2_max)
-        warnings.warn(f"bhmc: sigma2={sigma2} is not below the default sigma2_max={float(cfg.sigma2_max):.4g} "
-                      f"(the data's mean per-feature variance, the upper end of sigma2's prior when "
-                      f"sample_hyper=True); starting from sigma2={start:.4g}. Pass sigma2_max to widen the prior.",
-                      UserWarning, stacklevel=2)
+        warnings.warn(
+            f"bhmc: sigma2={sigma2} is not below the default sigma2_max={float(cfg.sigma2_max):.4g} "
+            f"(the data's mean per-feature variance, the upper end of sigma2's prior when "
+            f"sample_hyper=True); starting from sigma2={start:.4g}. Pass sigma2_max to widen the prior.",
+            UserWarning,
+            stacklevel=2,
+        )
         sigma2 = start
     Xj = jnp.asarray(X)
     k_init, k_run = jax.random.split(key)
@@ -314,8 +366,19 @@ def bhmc(key, X, depth: int = 4, *, alpha=1.0, gamma0=1.0, gamma=0.5, sigma2=Non
         s2 = sigma2 if sigma2 is not None else 0.25 * float(cfg.sigma2_max)
         st = bhmc_init(k_init, Xj, L, cfg, sigma2=s2, epsilon=epsilon, max_nodes=M, max_components=K, **hyper)
     else:
-        st, _ = tree_init_state(X, L, cfg, key=k_init, init=init, level_sizes=init_levels, sigma2=sigma2,
-                                max_nodes=M, max_components=K, sample_hyper=sample_hyper, **hyper)
+        st, _ = tree_init_state(
+            X,
+            L,
+            cfg,
+            key=k_init,
+            init=init,
+            level_sizes=init_levels,
+            sigma2=sigma2,
+            max_nodes=M,
+            max_components=K,
+            sample_hyper=sample_hyper,
+            **hyper,
+        )
     chains = num_chains > 1
     vec = chains and chain_method == "vectorized"
     if vec:
@@ -341,8 +404,9 @@ def bhmc(key, X, depth: int = 4, *, alpha=1.0, gamma0=1.0, gamma=0.5, sigma2=Non
                 new, info = _sweep_chains_jit(jax.random.split(kt, num_chains), st, *args)
                 flags, carry = new.overflow, (new, sts)
             elif chains:
-                outs = map_chains(lambda k, s: _sweep_jit(k, s, *args), jax.random.split(kt, num_chains), sts,
-                                  chain_method)
+                outs = map_chains(
+                    lambda k, s: _sweep_jit(k, s, *args), jax.random.split(kt, num_chains), sts, chain_method
+                )
                 info = jax.tree_util.tree_map(lambda *a: jnp.stack(a), *[o[1] for o in outs])
                 flags, carry = [o[0].overflow for o in outs], (st, [o[0] for o in outs])
             else:
@@ -377,9 +441,17 @@ def bhmc(key, X, depth: int = 4, *, alpha=1.0, gamma0=1.0, gamma=0.5, sigma2=Non
         ll = np.max(np.atleast_1d(info["log_likelihood"]))
         return dict(loglik=f"{float(ll):.1f}", nodes=int(np.max(np.atleast_1d(info["num_nodes"]))))
 
-    (st, sts), rows = run_steps(sweep, (st, sts), num_warmup=num_warmup, num_samples=num_samples, collect=collect,
-                                collect_warmup=True, progress_bar=progress_bar, postfix=postfix,
-                                name="bhmc" + (f" ({num_chains} chains)" if chains else ""))
+    (st, sts), rows = run_steps(
+        sweep,
+        (st, sts),
+        num_warmup=num_warmup,
+        num_samples=num_samples,
+        collect=collect,
+        collect_warmup=True,
+        progress_bar=progress_bar,
+        postfix=postfix,
+        name="bhmc" + (f" ({num_chains} chains)" if chains else ""),
+    )
     rows = jax.device_get(rows)
     trace = {k: np.asarray([r[k] for r in rows]) for k in rows[0]}
     if chains:
@@ -389,9 +461,9 @@ def bhmc(key, X, depth: int = 4, *, alpha=1.0, gamma0=1.0, gamma=0.5, sigma2=Non
     best = jax.device_get(best)
     tree, level_labels = state_to_tree(best)
     best_ll = float(complete_data_log_likelihood(best, Xj))
-    return BHMCSamples(tree, level_labels, np.asarray(best.path), np.asarray(best.c), best_ll, trace, st, best, cfg,
-                      best_sweep)
-
+    return BHMCSamples(
+        tree, level_labels, np.asarray(best.path), np.asarray(best.c), best_ll, trace, st, best, cfg, best_sweep
+    )
 
 
 class _KernelState(NamedTuple):
@@ -413,20 +485,42 @@ class BHMC(MCMCKernel):
 
     sample_field = "sample"
 
-    def __init__(self, X, depth: int = 4, *, alpha=1.0, gamma0=1.0, gamma=0.5, sigma2=None, mu0=None, prior_var=None,
-                 epsilon=1e-6, max_nodes=None, max_components=128, sample_hyper=True, num_hyper_steps=5,
-                 init="ward", path_update="gibbs"):
+    def __init__(
+        self,
+        X,
+        depth: int = 4,
+        *,
+        alpha=1.0,
+        gamma0=1.0,
+        gamma=0.5,
+        sigma2=None,
+        mu0=None,
+        prior_var=None,
+        epsilon=1e-6,
+        max_nodes=None,
+        max_components=128,
+        sample_hyper=True,
+        num_hyper_steps=5,
+        init="ward",
+        path_update="gibbs",
+    ):
         X = check_X(X)
         self.X = jnp.asarray(X)
         N = X.shape[0]
         self.depth = check_int(depth, "depth", 1)
         self.sample_hyper = bool(sample_hyper)
-        self.hyper = dict(alpha=check_positive(alpha, "alpha"), gamma0=check_positive(gamma0, "gamma0"),
-                          gamma=check_positive(gamma, "gamma", 1.5 if self.sample_hyper else None))
+        self.hyper = dict(
+            alpha=check_positive(alpha, "alpha"),
+            gamma0=check_positive(gamma0, "gamma0"),
+            gamma=check_positive(gamma, "gamma", 1.5 if self.sample_hyper else None),
+        )
         self.sigma2 = None if sigma2 is None else check_positive(sigma2, "sigma2")
         self.epsilon = check_positive(epsilon, "epsilon")
-        self.max_nodes = check_int(max_nodes if max_nodes is not None else min(N * self.depth + self.depth + 1, 1024),
-                                    "max_nodes", self.depth + 1)
+        self.max_nodes = check_int(
+            max_nodes if max_nodes is not None else min(N * self.depth + self.depth + 1, 1024),
+            "max_nodes",
+            self.depth + 1,
+        )
         self.max_components = check_int(max_components, "max_components", 1)
         self.cfg = make_config(X, mu0=mu0, prior_var=prior_var)
         self.num_hyper_steps = check_int(num_hyper_steps, "num_hyper_steps", 1)
@@ -442,12 +536,29 @@ class BHMC(MCMCKernel):
             st = init_params
         elif self.init_kind == "chain":
             s2 = self.sigma2 if self.sigma2 is not None else 0.25 * float(self.cfg.sigma2_max)
-            st = bhmc_init(k_init, self.X, self.depth, self.cfg, sigma2=s2, epsilon=self.epsilon,
-                           max_nodes=self.max_nodes, max_components=self.max_components, **self.hyper)
+            st = bhmc_init(
+                k_init,
+                self.X,
+                self.depth,
+                self.cfg,
+                sigma2=s2,
+                epsilon=self.epsilon,
+                max_nodes=self.max_nodes,
+                max_components=self.max_components,
+                **self.hyper,
+            )
         else:
-            st, _ = tree_init_state(np.asarray(self.X), self.depth, self.cfg, key=k_init, sigma2=self.sigma2,
-                                    max_nodes=self.max_nodes, max_components=self.max_components,
-                                    sample_hyper=self.sample_hyper, **self.hyper)
+            st, _ = tree_init_state(
+                np.asarray(self.X),
+                self.depth,
+                self.cfg,
+                key=k_init,
+                sigma2=self.sigma2,
+                max_nodes=self.max_nodes,
+                max_components=self.max_components,
+                sample_hyper=self.sample_hyper,
+                **self.hyper,
+            )
         return _KernelState({"paths": st.path, "c": st.c}, st, k)
 
     def sample(self, state, model_args, model_kwargs):

@@ -1,5 +1,6 @@
 """BHMC's state and configuration (`BHMCState`, `BHMCConfig`, `make_config`) and the input
 checks of its public functions."""
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -70,7 +71,6 @@ class BHMCConfig(NamedTuple):
     gamma_max: jax.Array
 
 
-
 # ------------------------------------------------------------------------------------------
 # validation and the configuration
 # ------------------------------------------------------------------------------------------
@@ -86,8 +86,10 @@ def check_X(X):
     with np.errstate(over="ignore", invalid="ignore"):
         ok = np.isfinite(np.sum(np.square(X))) and np.isfinite(np.sum(np.var(X, axis=0)))
     if not ok:
-        raise ValueError(f"X: entries up to {float(np.max(np.abs(X))):.3g} are too large: their sums of squares "
-                         f"overflow float64; rescale X (e.g. standardise its columns)")
+        raise ValueError(
+            f"X: entries up to {float(np.max(np.abs(X))):.3g} are too large: their sums of squares "
+            f"overflow float64; rescale X (e.g. standardise its columns)"
+        )
     return X
 
 
@@ -112,8 +114,10 @@ def check_int(v, name, minimum):
 
 
 def check_key(key):
-    if not (isinstance(key, jax.Array) and (jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
-                                            or (key.dtype == jnp.uint32 and key.shape == (2,)))):
+    if not (
+        isinstance(key, jax.Array)
+        and (jnp.issubdtype(key.dtype, jax.dtypes.prng_key) or (key.dtype == jnp.uint32 and key.shape == (2,)))
+    ):
         raise TypeError("key must be a jax.random key (jax.random.key(0) or PRNGKey(0))")
 
 
@@ -150,14 +154,17 @@ def make_config(X, *, mu0=None, prior_var=None, sigma2_max=None, step=(0.3, 0.3,
         sigma2_max = scale
     sigma2_max = check_positive(sigma2_max, "sigma2_max")
     f = jnp.result_type(float)
-    return BHMCConfig(jnp.asarray(mu0, f), jnp.asarray(pv, f), jnp.asarray(sigma2_max, f),
-                      jnp.asarray(step, f), jnp.asarray(gamma_max, f))
+    return BHMCConfig(
+        jnp.asarray(mu0, f),
+        jnp.asarray(pv, f),
+        jnp.asarray(sigma2_max, f),
+        jnp.asarray(step, f),
+        jnp.asarray(gamma_max, f),
+    )
 
 
 def raise_overflow(flag, M, K, where):
     if flag & OVERFLOW_NODES:
         raise ValueError(f"BHMC ran out of node slots (max_nodes={M}) {where}; pass a larger max_nodes")
     if flag & OVERFLOW_COMPONENTS:
-        raise ValueError(f"BHMC ran out of component slots (max_components={K}) {where}; "
-                         f"pass a larger max_components")
-
+        raise ValueError(f"BHMC ran out of component slots (max_components={K}) {where}; pass a larger max_components")

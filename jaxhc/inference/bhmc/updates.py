@@ -1,6 +1,7 @@
 """The conditional updates of a BHMC sweep after the point moves: the mixture weights ``B``
 (Eq. 3-4, or exactly by Chinese-restaurant table counts), the component means ``theta`` (Eq. 5)
 and the hyperparameters (log-scale random-walk MH); and the complete-data log likelihood."""
+
 from __future__ import annotations
 
 from typing import Optional
@@ -10,10 +11,10 @@ import jax.numpy as jnp
 from jax.scipy.special import gammaln
 
 from ...models.ncrp_hdp import (
-    log_dirichlet_density,
-    normal_diag_logpdf,
     dirichlet_log,
+    log_dirichlet_density,
     ncrp_log_prob,
+    normal_diag_logpdf,
 )
 from ..mh import mh_accept
 from .state import NEG_INF, BHMCConfig, BHMCState
@@ -85,8 +86,7 @@ def update_weights_exact(key, st: BHMCState, cfg: Optional[BHMCConfig] = None, n
     active = st.count > 0
     par = jnp.maximum(st.parent, 0)
     nonroot = active & (st.parent >= 0)
-    leaf_cnt = jax.ops.segment_sum(jnp.ones(N, jnp.int32), st.path[:, L] * K + st.c,
-                                   num_segments=M * K).reshape(M, K)
+    leaf_cnt = jax.ops.segment_sum(jnp.ones(N, jnp.int32), st.path[:, L] * K + st.c, num_segments=M * K).reshape(M, K)
     lg = jnp.log(st.gamma)
     keys = jax.random.split(key, L + 2)
     cust = jnp.where(((st.level == L) & nonroot)[:, None], leaf_cnt, 0)
@@ -114,8 +114,10 @@ def update_weights_exact(key, st: BHMCState, cfg: Optional[BHMCConfig] = None, n
         def t_gamma0(g0):
             return k_used * jnp.log(g0) + gammaln(g0) - gammaln(g0 + n0) + _gamma_logpdf(g0, 3.5, 1.0)
 
-        st = st._replace(gamma=_log_rw_mh(kg, t_gamma, st.gamma, cfg.step[2], num_hyper_steps),
-                         gamma0=_log_rw_mh(kg0, t_gamma0, st.gamma0, cfg.step[1], num_hyper_steps))
+        st = st._replace(
+            gamma=_log_rw_mh(kg, t_gamma, st.gamma, cfg.step[2], num_hyper_steps),
+            gamma0=_log_rw_mh(kg0, t_gamma0, st.gamma0, cfg.step[1], num_hyper_steps),
+        )
         lg = jnp.log(st.gamma)
     root_conc = jnp.concatenate([jnp.log(n_root), jnp.log(st.gamma0)[None]])
     logb = st.logb.at[0].set(dirichlet_log(keys[0], root_conc))
@@ -199,6 +201,7 @@ def _hyper_targets(st: BHMCState, X, cfg):
 def _log_rw_mh(key, t, v, step, num_steps):
     """``num_steps`` log-scale random-walk MH proposals for a positive scalar with log target
     ``t`` (the log-normal proposal's Jacobian is in the ratio)."""
+
     def body(j, carry):
         v, lp = carry
         k1, k2 = jax.random.split(jax.random.fold_in(key, j))
@@ -216,8 +219,10 @@ def update_hyper(key, st: BHMCState, X, cfg, num_steps: int = 5, which=(True, Tr
     targets = _hyper_targets(st, X, cfg)
     vals = [st.alpha, st.gamma0, st.gamma, st.sigma2]
     keys = jax.random.split(key, 4)
-    out = [_log_rw_mh(keys[i], t, v, cfg.step[i], num_steps) if w else v
-           for i, (t, v, w) in enumerate(zip(targets, vals, which))]
+    out = [
+        _log_rw_mh(keys[i], t, v, cfg.step[i], num_steps) if w else v
+        for i, (t, v, w) in enumerate(zip(targets, vals, which))
+    ]
     return st._replace(alpha=out[0], gamma0=out[1], gamma=out[2], sigma2=out[3])
 
 

@@ -1,4 +1,5 @@
 """CDPM (CrossCat) MCMC with Metropolis-coupled chains (see `jaxhc.inference.gibbs`)."""
+
 from __future__ import annotations
 
 import functools
@@ -115,11 +116,13 @@ def make_columns(X, comps):
 def _col_lm(cols, s, axis):
     """``log G_j`` of per-column statistics whose column axis is ``axis`` (leaves ``[...,
     J, ...]``); returns ``[..., J]``."""
+
     def one(c, cache, sj):
         return log_marginal(c, sj, cache)
 
     return jax.vmap(one, in_axes=(0, 0 if cols.cache is not None else None, axis), out_axes=axis)(
-        cols.comps, cols.cache, s)
+        cols.comps, cols.cache, s
+    )
 
 
 def _col_merge(cols, s, t, axis):
@@ -160,8 +163,11 @@ def _stat_shape(cells):
 
 def _cdpm_log_joint(u, counts, sizes, lms, alpha):
     view_occ = sizes > 0
-    return (crp_log_prob_counts(sizes, alpha)
-            + jnp.sum(jnp.where(view_occ, crp_log_prob_counts(counts, alpha), 0.0)) + jnp.sum(lms))
+    return (
+        crp_log_prob_counts(sizes, alpha)
+        + jnp.sum(jnp.where(view_occ, crp_log_prob_counts(counts, alpha), 0.0))
+        + jnp.sum(lms)
+    )
 
 
 def _row_sweep(key, st, cols, alpha, beta):
@@ -201,8 +207,9 @@ def _row_sweep(key, st, cols, alpha, beta):
             return jax.lax.dynamic_update_slice_in_dim(vd, jax.ops.segment_sum(d.T, u, num_segments=V), start, 1)
 
         view_delta = jax.lax.fori_loop(0, (k_hi + BK - 1) // BK, block, jnp.zeros((V, K), lms.dtype))
-        prior = jnp.where(occ, jnp.log(jnp.where(occ, counts, 1.0)),
-                          jnp.where(ar_K[None, :] == e[:, None], log_alpha, -jnp.inf))
+        prior = jnp.where(
+            occ, jnp.log(jnp.where(occ, counts, 1.0)), jnp.where(ar_K[None, :] == e[:, None], log_alpha, -jnp.inf)
+        )
         znew = jax.random.categorical(k, beta * (prior + view_delta), axis=-1).astype(jnp.int32)
         c_new = znew[u]
         s_new = _col_merge(cols, take_slots(stats, (c_new, ar_J)), cell, 0)
@@ -211,8 +218,7 @@ def _row_sweep(key, st, cols, alpha, beta):
         counts = counts.at[ar_V, znew].add(1.0)
         return (Z.at[i].set(znew), stats, counts, lms), None
 
-    (Z, stats, counts, lms), _ = jax.lax.scan(body, (Z, stats, counts, lms),
-                                              (jnp.arange(N), jax.random.split(key, N)))
+    (Z, stats, counts, lms), _ = jax.lax.scan(body, (Z, stats, counts, lms), (jnp.arange(N), jax.random.split(key, N)))
     return (u, Z, stats, counts, sizes, lms, lj)
 
 
@@ -256,8 +262,7 @@ def _column_sweep(key, st, cols, alpha, beta, num_aux):
         S_a = _tmap(lambda a: a.reshape((m, K) + a.shape[1:]), segment_stats(rep_a, ids_a, m * K))
         lm_a = _col_lm_j(cols, j, S_a)  # [m, K]
         lv = jnp.where(sizes > 0, beta * (jnp.log(jnp.where(sizes > 0, sizes, 1.0)) + lm_v), -jnp.inf)
-        la = (beta * log_alpha - jnp.log(m) + (beta - 1.0) * crp_log_prob_counts(ac, alpha)
-              + beta * jnp.sum(lm_a, -1))
+        la = beta * log_alpha - jnp.log(m) + (beta - 1.0) * crp_log_prob_counts(ac, alpha) + beta * jnp.sum(lm_a, -1)
         choice = jax.random.categorical(k, jnp.concatenate([lv, la]))
         is_aux = choice >= V
         a_idx = jnp.clip(choice - V, 0, m - 1)
@@ -273,7 +278,8 @@ def _column_sweep(key, st, cols, alpha, beta, num_aux):
         return (u.at[j].set(v_new), Z, stats, counts, sizes.at[v_new].add(1.0), lms), None
 
     (u, Z, stats, counts, sizes, lms), _ = jax.lax.scan(
-        body, (u, Z, stats, counts, sizes, lms), (jnp.arange(J), jax.random.split(k_cols, J), aux_Z, aux_counts))
+        body, (u, Z, stats, counts, sizes, lms), (jnp.arange(J), jax.random.split(k_cols, J), aux_Z, aux_counts)
+    )
     return (u, Z, stats, counts, sizes, lms, lj)
 
 
@@ -289,7 +295,8 @@ def _cdpm_step(key, state, cols, alpha, heat, num_aux):
     k_chains, k_swap = jax.random.split(key)
     betas = jnp.stack([jnp.ones((), heat.dtype), heat])
     st = jax.vmap(_cdpm_chain_step, in_axes=(0, 0, None, None, 0, None))(
-        jax.random.split(k_chains, 2), tuple(state), cols, alpha, betas, num_aux)
+        jax.random.split(k_chains, 2), tuple(state), cols, alpha, betas, num_aux
+    )
     state = CDPMState(*st)
     log_ratio = (1.0 - heat) * (state.log_joint[1] - state.log_joint[0])
     acc = mh_accept(k_swap, log_ratio)
@@ -352,8 +359,10 @@ def cdpm_mcmc_init(key, X, component: Component, alpha, column_views=None, row_l
             _, first = np.unique(uo, return_index=True)
             originals = uo[np.sort(first)]
             if originals.min() < 0 or originals.max() >= arr.shape[1]:
-                raise ValueError(f"row_labels has {arr.shape[1]} columns but column_views uses view labels "
-                                 f"{sorted(set(originals.tolist()))}")
+                raise ValueError(
+                    f"row_labels has {arr.shape[1]} columns but column_views uses view labels "
+                    f"{sorted(set(originals.tolist()))}"
+                )
             Zc = [check_labels(arr[:, v], N, f"row_labels[:, {v}]") for v in originals]
             Zc += [jnp.zeros(N, jnp.int32)] * (J - len(Zc))
         Z = jnp.stack(Zc, axis=1)
@@ -371,8 +380,12 @@ def _cdpm_template(X):
     `CDPMInfo`."""
     N, J = X.shape
     z = jnp.zeros((), X.dtype)
-    return (jnp.zeros(J, jnp.int32), jnp.zeros((N, J), jnp.int32), z,
-            CDPMInfo(jnp.zeros((), bool), z, jnp.zeros((), int_dtype())))
+    return (
+        jnp.zeros(J, jnp.int32),
+        jnp.zeros((N, J), jnp.int32),
+        z,
+        CDPMInfo(jnp.zeros((), bool), z, jnp.zeros((), int_dtype())),
+    )
 
 
 def _cdpm_size(X):
@@ -392,8 +405,9 @@ def _cdpm_chunk(key, state, X, comps, alpha, heat, num_warmup, num_kept, thin, n
     def extract(s, info):
         return (s.column_views[0], s.row_labels[0], s.log_joint[0], info)
 
-    return collect_chunk(step, extract, _cdpm_template(X), key, state, num_warmup, num_kept, thin, size, progress,
-                         token)
+    return collect_chunk(
+        step, extract, _cdpm_template(X), key, state, num_warmup, num_kept, thin, size, progress, token
+    )
 
 
 def cdpm_mcmc_step(key, state: CDPMState, X, component: Component, alpha, *, heat=0.8, num_aux: int = 1):
@@ -412,14 +426,27 @@ def cdpm_mcmc_step(key, state: CDPMState, X, component: Component, alpha, *, hea
     """
     Xa, alpha, comps, heat, num_aux = _cdpm_validate(X, component, alpha, heat, num_aux)
     f = Xa.dtype
-    state, (_, _, _, info) = _cdpm_chunk(key, state, Xa, comps, jnp.asarray(alpha, f), jnp.asarray(heat, f), 0, 1,
-                                         1, num_aux, _cdpm_size(Xa), False, 0)
+    state, (_, _, _, info) = _cdpm_chunk(
+        key, state, Xa, comps, jnp.asarray(alpha, f), jnp.asarray(heat, f), 0, 1, 1, num_aux, _cdpm_size(Xa), False, 0
+    )
     return state, _tmap(lambda a: a[0], info)
 
 
-def cdpm_mcmc(key, X, component: Component, alpha, *, num_samples: int, num_warmup: int = 0, thin: int = 1,
-              heat=0.8, num_aux: int = 1, init_column_views=None, init_row_labels=None,
-              progress_bar: bool = True) -> CDPMSamples:
+def cdpm_mcmc(
+    key,
+    X,
+    component: Component,
+    alpha,
+    *,
+    num_samples: int,
+    num_warmup: int = 0,
+    thin: int = 1,
+    heat=0.8,
+    num_aux: int = 1,
+    init_column_views=None,
+    init_row_labels=None,
+    progress_bar: bool = True,
+) -> CDPMSamples:
     """Runs Metropolis-coupled CDPM MCMC and returns the cold chain's kept samples.
 
     The paper's baseline (Sec. 8.2) is ``num_warmup=50, num_samples=10, thin=5, heat=0.8``.
@@ -447,14 +474,23 @@ def cdpm_mcmc(key, X, component: Component, alpha, *, num_samples: int, num_warm
     size = _cdpm_size(Xa)
 
     def chunk(c, st, warm, n, token):  # chunk c uses fold_in(k_run, c), its step t fold_in(that, t)
-        return _cdpm_chunk(jax.random.fold_in(k_run, c), st, Xa, comps, a, h, warm, n, thin, num_aux, size,
-                           bool(token), token)
+        return _cdpm_chunk(
+            jax.random.fold_in(k_run, c), st, Xa, comps, a, h, warm, n, thin, num_aux, size, bool(token), token
+        )
 
-    state, (u, Z, lj, info) = run_chunks(chunk, state, num_warmup=num_warmup, num_samples=num_samples, thin=thin,
-                                         size=size, progress_bar=progress_bar, name="CDPM MCMC", device_ticks=True)
+    state, (u, Z, lj, info) = run_chunks(
+        chunk,
+        state,
+        num_warmup=num_warmup,
+        num_samples=num_samples,
+        thin=thin,
+        size=size,
+        progress_bar=progress_bar,
+        name="CDPM MCMC",
+        device_ticks=True,
+    )
     check_no_nan(lj, "cdpm_mcmc", Xa)
     return CDPMSamples(u, Z, lj, info.num_views, jnp.mean(info.swap_accepted), state)
-
 
 
 class CDPMGibbs(MCMCKernel):
@@ -469,8 +505,7 @@ class CDPMGibbs(MCMCKernel):
     sample_field = "sample"
 
     def __init__(self, X, component, alpha=1.0, *, heat=0.8, num_aux=1):
-        self.X, self.alpha, self.comps, self.heat, self.num_aux = _cdpm_validate(X, component, alpha, heat,
-                                                                                 num_aux)
+        self.X, self.alpha, self.comps, self.heat, self.num_aux = _cdpm_validate(X, component, alpha, heat, num_aux)
         self.component = component
         self._cols = make_columns(self.X, self.comps)
 
@@ -483,6 +518,7 @@ class CDPMGibbs(MCMCKernel):
     def sample(self, state, model_args, model_kwargs):
         k, k_next = jax.random.split(state.rng_key)
         f = self.X.dtype
-        st, _ = _cdpm_step(k, state.state, self._cols, jnp.asarray(self.alpha, f),
-                           jnp.asarray(self.heat, f), self.num_aux)
+        st, _ = _cdpm_step(
+            k, state.state, self._cols, jnp.asarray(self.alpha, f), jnp.asarray(self.heat, f), self.num_aux
+        )
         return KernelState({"column_views": st.column_views[0], "row_labels": st.row_labels[0]}, st, k_next)

@@ -1,4 +1,5 @@
 """Held-out cells: log posterior predictives under DPM and CDPM samples."""
+
 from __future__ import annotations
 
 import jax
@@ -33,8 +34,9 @@ def _check_cells(rows, cols, values, N, J):
         out.append(jnp.asarray(a, jnp.int32))
     vals = np.asarray(values, dtype=float)
     if vals.shape != out[0].shape or out[1].shape != out[0].shape:
-        raise ValueError(f"rows, cols and values must have the same shape [M], got {out[0].shape}, "
-                         f"{out[1].shape}, {vals.shape}")
+        raise ValueError(
+            f"rows, cols and values must have the same shape [M], got {out[0].shape}, {out[1].shape}, {vals.shape}"
+        )
     if not np.all(np.isfinite(vals)):
         raise ValueError("values must be finite")
     return out[0], out[1], jnp.asarray(vals, _float())
@@ -108,6 +110,4 @@ def dpm_predict_cells(X, component: Component, label_samples, rows, cols, values
     if L.ndim != 2:
         raise ValueError(f"label_samples must have shape [S, N], got {L.shape}")
     d = np.asarray(X).shape[-1] if np.ndim(X) == 2 else 0
-    return cdpm_predict_cells(X, component, jnp.zeros((L.shape[0], d), jnp.int32), L[:, :, None],
-                              rows, cols, values)
-
+    return cdpm_predict_cells(X, component, jnp.zeros((L.shape[0], d), jnp.int32), L[:, :, None], rows, cols, values)

@@ -1,5 +1,6 @@
 """Shared pieces of the Gibbs samplers (`jaxhc.inference.gibbs`): statistics bookkeeping
 (removal and segment sums), CRP helpers, input validation and the NumPyro kernel state."""
+
 from __future__ import annotations
 
 from typing import Any, NamedTuple
@@ -70,7 +71,8 @@ def _check_stats_type(component, X):
     if not isinstance(s, (CountStats, GaussianStats, MultinomialStats)):
         raise TypeError(
             f"the Gibbs samplers need statistics whose merge can be undone (CountStats, "
-            f"GaussianStats, MultinomialStats); {type(component).__name__} gives {type(s).__name__}")
+            f"GaussianStats, MultinomialStats); {type(component).__name__} gives {type(s).__name__}"
+        )
 
 
 def log_marginal(component, s, cache):
@@ -81,25 +83,27 @@ def crp_log_prob_counts(counts, alpha):
     """``log CRP`` of a partition given its cluster sizes ``counts [..., K]`` (0 = empty)."""
     occ = counts > 0
     n = jnp.sum(counts, axis=-1)
-    return (jnp.sum(occ, axis=-1) * jnp.log(alpha)
-            + jnp.sum(jnp.where(occ, gammaln(jnp.where(occ, counts, 1.0)), 0.0), axis=-1)
-            + gammaln(alpha) - gammaln(alpha + n))
+    return (
+        jnp.sum(occ, axis=-1) * jnp.log(alpha)
+        + jnp.sum(jnp.where(occ, gammaln(jnp.where(occ, counts, 1.0)), 0.0), axis=-1)
+        + gammaln(alpha)
+        - gammaln(alpha + n)
+    )
 
 
 def crp_draw(key, n, K, alpha, batch=(), dtype=jnp.float32):
     """Sequential CRP draws over ``n`` items, ``batch`` independent ones: labels ``[*batch,
     n]`` in first-appearance order and cluster sizes ``[*batch, K]``."""
+
     def step(counts, k):
         occ = counts > 0
         new = jnp.arange(K) == jnp.sum(occ, axis=-1, keepdims=True)
-        logits = jnp.where(occ, jnp.log(jnp.where(occ, counts, 1.0)),
-                           jnp.where(new, jnp.log(alpha), -jnp.inf))
+        logits = jnp.where(occ, jnp.log(jnp.where(occ, counts, 1.0)), jnp.where(new, jnp.log(alpha), -jnp.inf))
         z = jax.random.categorical(k, logits, axis=-1)
         return counts + jax.nn.one_hot(z, K, dtype=counts.dtype), z
 
     counts, z = jax.lax.scan(step, jnp.zeros(tuple(batch) + (K,), dtype), jax.random.split(key, n))
     return jnp.moveaxis(z, 0, -1).astype(jnp.int32), counts
-
 
 
 crp_draw_jit = jax.jit(crp_draw, static_argnums=(1, 2, 4, 5))
@@ -149,11 +153,13 @@ def check_no_nan(log_joint, who, X):
         raise ValueError(
             f"{who}: the log joint of the samples became NaN; X's entries reach "
             f"{float(np.nanmax(np.abs(np.asarray(X)))):.3g}: check that the component's prior fits the data's "
-            f"scale (refit it with from_data(X), or standardise X's columns)")
+            f"scale (refit it with from_data(X), or standardise X's columns)"
+        )
 
 
 def check_labels(labels, n, name="labels"):
     from ...models.dpm import check_labels as check
+
     if isinstance(labels, jax.core.Tracer):
         return labels.astype(jnp.int32)
     return jnp.asarray(check(labels, n, name), jnp.int32)
@@ -169,16 +175,17 @@ def check_heat(heat):
     return h
 
 
-
 def int_dtype():
     """The integer dtype ``jnp.sum`` of booleans gives (int64 under x64)."""
     return jax.dtypes.canonicalize_dtype(jnp.int64)
 
 
-
 def check_run(num_samples, num_warmup, thin):
-    return (check_int(num_samples, "num_samples", 1), check_int(num_warmup, "num_warmup", 0),
-            check_int(thin, "thin", 1))
+    return (
+        check_int(num_samples, "num_samples", 1),
+        check_int(num_warmup, "num_warmup", 0),
+        check_int(thin, "thin", 1),
+    )
 
 
 # ==========================================================================================
@@ -188,4 +195,3 @@ class KernelState(NamedTuple):
     sample: Any
     state: Any
     rng_key: jax.Array
-

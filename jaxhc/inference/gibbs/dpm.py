@@ -1,4 +1,5 @@
 """DPM collapsed Gibbs with split-merge moves (see `jaxhc.inference.gibbs`)."""
+
 from __future__ import annotations
 
 import functools
@@ -118,8 +119,7 @@ def _gibbs_sweep(key, state, leaves, component, alpha, cache):
         knew = jax.random.categorical(k, prior + lm_merged - lms).astype(jnp.int32)
         stats = _set_row(stats, knew, take_slots(merged, knew))
         lms = lms.at[knew].set(lm_merged[knew])
-        return DPMGibbsState(st.labels.at[i].set(knew), stats, counts.at[knew].add(1.0), lms,
-                             st.log_joint), None
+        return DPMGibbsState(st.labels.at[i].set(knew), stats, counts.at[knew].add(1.0), lms, st.log_joint), None
 
     state, _ = jax.lax.scan(body, state, (ar, jax.random.split(key, N)))
     return state
@@ -185,15 +185,15 @@ def _split_merge(key, state, leaves, component, alpha, cache, num_scans):
     carry = (side, sA, sB, nA, nB, jnp.zeros((), f))
     # num_scans may be traced: scan t uses fold_in(k_scans, t), the last one is final
     carry = jax.lax.fori_loop(
-        0, num_scans + 1, lambda t, c: restricted_scan(c, (jax.random.fold_in(k_scans, t), t == num_scans))[0],
-        carry)
+        0, num_scans + 1, lambda t, c: restricted_scan(c, (jax.random.fold_in(k_scans, t), t == num_scans))[0], carry
+    )
     side, sA, sB, nA, nB, logq = carry
 
     log_a = jnp.log(alpha)
     lms = state.log_marginals
     # split: A -> a new slot e, B keeps cj
     lmA, lmB = log_marginal(component, sA, cache), log_marginal(component, sB, cache)
-    split_ratio = (-logq + log_a + gammaln(nA) + gammaln(nB) - gammaln(nA + nB) + lmA + lmB - lms[ci])
+    split_ratio = -logq + log_a + gammaln(nA) + gammaln(nB) - gammaln(nA + nB) + lmA + lmB - lms[ci]
     e = jnp.argmin(state.counts > 0).astype(jnp.int32)
     to_A = (in_S & ~side) | (ar == i)
     split_state = DPMGibbsState(
@@ -201,7 +201,8 @@ def _split_merge(key, state, leaves, component, alpha, cache, num_scans):
         _set_row(_set_row(state.stats, e, sA), cj, sB),
         state.counts.at[e].set(nA).at[cj].set(nB),
         lms.at[e].set(lmA).at[cj].set(lmB),
-        state.log_joint)
+        state.log_joint,
+    )
     # merge: everything in ci joins cj
     s_m = component.merge(take_slots(state.stats, ci), take_slots(state.stats, cj))
     lm_m = log_marginal(component, s_m, cache)
@@ -213,22 +214,23 @@ def _split_merge(key, state, leaves, component, alpha, cache, num_scans):
         _set_row(_set_row(state.stats, ci, empty), cj, s_m),
         state.counts.at[ci].set(0.0).at[cj].set(n_i + n_j),
         lms.at[ci].set(0.0).at[cj].set(lm_m),
-        state.log_joint)
+        state.log_joint,
+    )
     proposal = tree_select(same, split_state, merge_state)
     log_ratio = jnp.where(same, split_ratio, merge_ratio)
     accepted = mh_accept(k_acc, log_ratio)
     return tree_select(accepted, proposal, state), accepted, same
 
 
-def _dpm_step(key, state, leaves, component, alpha, cache, num_split_merge, num_restricted_scans,
-              gibbs_sweep=True):
+def _dpm_step(key, state, leaves, component, alpha, cache, num_split_merge, num_restricted_scans, gibbs_sweep=True):
     k_sweep, k_sm = jax.random.split(key)
     if isinstance(gibbs_sweep, (bool, np.bool_)):
         if gibbs_sweep:
             state = _gibbs_sweep(k_sweep, state, leaves, component, alpha, cache)
     else:  # a traced flag: one program with and without the sweep
-        state = jax.lax.cond(gibbs_sweep, lambda s: _gibbs_sweep(k_sweep, s, leaves, component, alpha, cache),
-                             lambda s: s, state)
+        state = jax.lax.cond(
+            gibbs_sweep, lambda s: _gibbs_sweep(k_sweep, s, leaves, component, alpha, cache), lambda s: s, state
+        )
 
     def sm(st, k):
         st, a, s = _split_merge(k, st, leaves, component, alpha, cache, num_restricted_scans)
@@ -285,25 +287,48 @@ def _dpm_size(X, num_split_merge):
 
 
 @functools.partial(jax.jit, static_argnames=("num_split_merge", "size", "progress"))
-def _dpm_chunk(key, state, X, component, alpha, num_warmup, num_kept, thin, num_split_merge,
-               num_restricted_scans, gibbs_sweep, size, progress, token):
+def _dpm_chunk(
+    key,
+    state,
+    X,
+    component,
+    alpha,
+    num_warmup,
+    num_kept,
+    thin,
+    num_split_merge,
+    num_restricted_scans,
+    gibbs_sweep,
+    size,
+    progress,
+    token,
+):
     """`collect_chunk` over DPM steps; counts, ``num_restricted_scans`` and ``gibbs_sweep`` are
     traced (one program per data shape, component and ``num_split_merge``)."""
     leaves, cache = _dpm_setup(X, component)
 
     def step(k, s):
-        return _dpm_step(k, s, leaves, component, alpha, cache, num_split_merge, num_restricted_scans,
-                         gibbs_sweep)
+        return _dpm_step(k, s, leaves, component, alpha, cache, num_split_merge, num_restricted_scans, gibbs_sweep)
 
     def extract(s, info):
         return s.labels, s.log_joint, info
 
-    return collect_chunk(step, extract, _dpm_template(X, num_split_merge), key, state, num_warmup, num_kept, thin,
-                         size, progress, token)
+    return collect_chunk(
+        step, extract, _dpm_template(X, num_split_merge), key, state, num_warmup, num_kept, thin, size, progress, token
+    )
 
 
-def dpm_gibbs_step(key, state: DPMGibbsState, X, component: Component, alpha, *, num_split_merge: int = 3,
-                   num_restricted_scans: int = 5, gibbs_sweep: bool = True):
+def dpm_gibbs_step(
+    key,
+    state: DPMGibbsState,
+    X,
+    component: Component,
+    alpha,
+    *,
+    num_split_merge: int = 3,
+    num_restricted_scans: int = 5,
+    gibbs_sweep: bool = True,
+):
     """One step of DPM collapsed Gibbs with split-merge (see the module docstring).
 
     Args:
@@ -321,15 +346,40 @@ def dpm_gibbs_step(key, state: DPMGibbsState, X, component: Component, alpha, *,
     Xa, alpha = validate(X, component, alpha)
     num_split_merge = check_int(num_split_merge, "num_split_merge", 0)
     num_restricted_scans = check_int(num_restricted_scans, "num_restricted_scans", 0)
-    state, (_, _, info) = _dpm_chunk(key, state, Xa, component, jnp.asarray(alpha, Xa.dtype), 0, 1, 1,
-                                     num_split_merge, num_restricted_scans, jnp.asarray(bool(gibbs_sweep)),
-                                     _dpm_size(Xa, num_split_merge), False, 0)
+    state, (_, _, info) = _dpm_chunk(
+        key,
+        state,
+        Xa,
+        component,
+        jnp.asarray(alpha, Xa.dtype),
+        0,
+        1,
+        1,
+        num_split_merge,
+        num_restricted_scans,
+        jnp.asarray(bool(gibbs_sweep)),
+        _dpm_size(Xa, num_split_merge),
+        False,
+        0,
+    )
     return state, _tmap(lambda a: a[0], info)
 
 
-def dpm_gibbs(key, X, component: Component, alpha, *, num_samples: int, num_warmup: int = 0, thin: int = 1,
-              init_labels=None, num_split_merge: int = 3, num_restricted_scans: int = 5,
-              gibbs_sweep: bool = True, progress_bar: bool = True) -> DPMGibbsSamples:
+def dpm_gibbs(
+    key,
+    X,
+    component: Component,
+    alpha,
+    *,
+    num_samples: int,
+    num_warmup: int = 0,
+    thin: int = 1,
+    init_labels=None,
+    num_split_merge: int = 3,
+    num_restricted_scans: int = 5,
+    gibbs_sweep: bool = True,
+    progress_bar: bool = True,
+) -> DPMGibbsSamples:
     """Runs DPM collapsed Gibbs with split-merge moves and returns the kept samples.
 
     The paper's baseline (Sec. 8.2) is ``num_warmup=50, num_samples=10, thin=5``.
@@ -358,15 +408,37 @@ def dpm_gibbs(key, X, component: Component, alpha, *, num_samples: int, num_warm
     size = _dpm_size(Xa, num_split_merge)
 
     def chunk(c, st, warm, n, token):  # chunk c uses fold_in(k_run, c), its step t fold_in(that, t)
-        return _dpm_chunk(jax.random.fold_in(k_run, c), st, Xa, component, a, warm, n, thin, num_split_merge,
-                          num_restricted_scans, sweep, size, bool(token), token)
+        return _dpm_chunk(
+            jax.random.fold_in(k_run, c),
+            st,
+            Xa,
+            component,
+            a,
+            warm,
+            n,
+            thin,
+            num_split_merge,
+            num_restricted_scans,
+            sweep,
+            size,
+            bool(token),
+            token,
+        )
 
-    state, (labels, lj, info) = run_chunks(chunk, state, num_warmup=num_warmup, num_samples=num_samples, thin=thin,
-                                           size=size, progress_bar=progress_bar, name="DPM Gibbs", device_ticks=True)
+    state, (labels, lj, info) = run_chunks(
+        chunk,
+        state,
+        num_warmup=num_warmup,
+        num_samples=num_samples,
+        thin=thin,
+        size=size,
+        progress_bar=progress_bar,
+        name="DPM Gibbs",
+        device_ticks=True,
+    )
     check_no_nan(lj, "dpm_gibbs", Xa)
     rate = jnp.sum(info.split_merge_accepted) / max(num_samples * num_split_merge, 1)
     return DPMGibbsSamples(labels, lj, info.num_clusters, rate, state)
-
 
 
 class DPMGibbs(MCMCKernel):
@@ -400,7 +472,14 @@ class DPMGibbs(MCMCKernel):
     def sample(self, state, model_args, model_kwargs):
         k, k_next = jax.random.split(state.rng_key)
         leaves, cache = self._setup
-        st, _ = _dpm_step(k, state.state, leaves, self.component, jnp.asarray(self.alpha, self.X.dtype), cache,
-                          self.num_split_merge, self.num_restricted_scans)
+        st, _ = _dpm_step(
+            k,
+            state.state,
+            leaves,
+            self.component,
+            jnp.asarray(self.alpha, self.X.dtype),
+            cache,
+            self.num_split_merge,
+            self.num_restricted_scans,
+        )
         return KernelState(st.labels, st, k_next)
-

@@ -4,6 +4,7 @@
 predictive density; ``messages``, the Gaussian message passing both use; ``state``, the
 state and result types; ``checks``, the argument checks. The tree maths shared with the prior
 is `jaxhc.models.pydt_math`."""
+
 from . import checks, em, ep, estep, mcmc, messages, moves, mstep, predictive, state
 from .em import pydt_em
 from .mcmc import PYDT, pydt_mcmc, pydt_mcmc_init, pydt_mcmc_step
@@ -11,7 +12,24 @@ from .predictive import pydt_predictive_logpdf
 from .state import PYDTEMResult, PYDTPriors, PYDTSamples, PYDTState
 
 __all__ = [
-    "PYDT", "PYDTEMResult", "PYDTPriors", "PYDTSamples", "PYDTState", "checks", "em", "ep", "estep", "mcmc",
-    "messages", "moves", "mstep", "predictive", "pydt_em", "pydt_mcmc", "pydt_mcmc_init", "pydt_mcmc_step",
-    "pydt_predictive_logpdf", "state",
+    "PYDT",
+    "PYDTEMResult",
+    "PYDTPriors",
+    "PYDTSamples",
+    "PYDTState",
+    "checks",
+    "em",
+    "ep",
+    "estep",
+    "mcmc",
+    "messages",
+    "moves",
+    "mstep",
+    "predictive",
+    "pydt_em",
+    "pydt_mcmc",
+    "pydt_mcmc_init",
+    "pydt_mcmc_step",
+    "pydt_predictive_logpdf",
+    "state",
 ]

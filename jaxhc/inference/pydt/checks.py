@@ -1,5 +1,6 @@
 """Argument checks shared by the PYDT sampler, EM and predictive density (the data check,
 `check_X`, lives in `jaxhc.models.pydt_math`)."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -65,6 +65,7 @@ the site means / variances as the leaf data (per-dim variances), the initial tre
 matched to the prior leaf marginals ``N(0, sigma2)``; each tree in the K-best list keeps its
 sites.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple, Optional, Sequence
@@ -85,8 +86,20 @@ from .state import PYDTEMResult, PYDTPriors, state_to_tree
 
 # the EM's building blocks (`e_step`, `m_step`, `ep_e_step`, ...) live in `estep`, `mstep`, `ep`;
 # they are re-exported here, where they were defined before
-__all__ = ["EMHyper", "EStep", "PYDTEMResult", "e_step", "m_step", "em_init_hyper", "pydt_em",
-           "pydt_predictive_logpdf", "pydt_em_bound", "EPSites", "EPConfig", "ep_e_step"]
+__all__ = [
+    "EMHyper",
+    "EStep",
+    "PYDTEMResult",
+    "e_step",
+    "m_step",
+    "em_init_hyper",
+    "pydt_em",
+    "pydt_predictive_logpdf",
+    "pydt_em_bound",
+    "EPSites",
+    "EPConfig",
+    "ep_e_step",
+]
 
 
 # ------------------------------------------------------------------------------------------
@@ -138,8 +151,10 @@ def _check_init(init, N):
     times = np.asarray(times, dtype=jnp.result_type(float))
     m = 2 * N - 1
     if parent.ndim != 1 or times.shape != parent.shape or not N < parent.size + 1 <= m + 1:
-        raise ValueError(f"init: parent and times must be 1-D of equal length in [N + 1, 2N - 1] = [{N + 1}, {m}], "
-                         f"got shapes {parent.shape}, {times.shape}")
+        raise ValueError(
+            f"init: parent and times must be 1-D of equal length in [N + 1, 2N - 1] = [{N + 1}, {m}], "
+            f"got shapes {parent.shape}, {times.shape}"
+        )
     if not np.issubdtype(parent.dtype, np.integer):
         raise ValueError("init: parent must hold integers")
     parent = np.concatenate([parent.astype(np.int32), np.full(m - parent.size, FREE, np.int32)])
@@ -166,12 +181,31 @@ def _check_init(init, N):
     return parent, times
 
 
-def pydt_em(key, X, *, c=1.0, alpha=0.5, beta=0.2, sigma2=None, likelihood: str = "gaussian", num_iters: int = 100,
-            k_best: int = 10, learn_hyper: bool = True, learn_alpha_beta: Optional[bool] = None,
-            priors: PYDTPriors = PYDTPriors(), num_em_candidates: int = 3, max_em: int = 20, tol_em: float = 1e-4,
-            max_lbfgs: int = 100, sigma2_max: Optional[float] = None, ep: EPConfig = EPConfig(),
-            moves: Sequence[str] = MOVES, num_restarts: int = 1, init=None,
-            progress_bar: bool = True) -> PYDTEMResult:
+def pydt_em(
+    key,
+    X,
+    *,
+    c=1.0,
+    alpha=0.5,
+    beta=0.2,
+    sigma2=None,
+    likelihood: str = "gaussian",
+    num_iters: int = 100,
+    k_best: int = 10,
+    learn_hyper: bool = True,
+    learn_alpha_beta: Optional[bool] = None,
+    priors: PYDTPriors = PYDTPriors(),
+    num_em_candidates: int = 3,
+    max_em: int = 20,
+    tol_em: float = 1e-4,
+    max_lbfgs: int = 100,
+    sigma2_max: Optional[float] = None,
+    ep: EPConfig = EPConfig(),
+    moves: Sequence[str] = MOVES,
+    num_restarts: int = 1,
+    init=None,
+    progress_bar: bool = True,
+) -> PYDTEMResult:
     """Greedy Bayesian EM search over PYDT trees (section 5.2), Gaussian or probit observations.
 
     Each search starts from a tree built by sequential attachment of the points (random order,
@@ -292,8 +326,11 @@ def pydt_em(key, X, *, c=1.0, alpha=0.5, beta=0.2, sigma2=None, likelihood: str 
     if probit:
         s2max = float(hyper0.sigma2)  # unused: sigma2 is fixed
     else:
-        s2max = float(sigma2_max) if sigma2_max is not None else max(float(np.mean(np.var(X, axis=0))),
-                                                                       float(hyper0.sigma2))
+        s2max = (
+            float(sigma2_max)
+            if sigma2_max is not None
+            else max(float(np.mean(np.var(X, axis=0))), float(hyper0.sigma2))
+        )
     n_em = int(num_em_candidates)
     em_args = (pri, learn, learn_ab, int(max_em), float(tol_em), int(max_lbfgs), s2max, conf)
     ctx = _SearchContext(Xj, N, n_em, k_best, float(tol_em), pri, learn, not probit, allow_bp, em_args)
@@ -301,6 +338,7 @@ def pydt_em(key, X, *, c=1.0, alpha=0.5, beta=0.2, sigma2=None, likelihood: str 
     bar = None
     if progress_bar:
         from tqdm.auto import tqdm
+
         bar = tqdm(total=num_iters * num_restarts, desc="pydt_em")
     runs = []
     try:
@@ -321,19 +359,34 @@ def pydt_em(key, X, *, c=1.0, alpha=0.5, beta=0.2, sigma2=None, likelihood: str 
     Lb, par, tim, hyp, _ = items[0]
 
     def hdict(h):
-        return dict(c=float(h.c_shape / h.c_rate), alpha=float(h.alpha), beta=float(h.beta),
-                    sigma2=float(h.prec_rate / h.prec_shape))
+        return dict(
+            c=float(h.c_shape / h.c_rate),
+            alpha=float(h.alpha),
+            beta=float(h.beta),
+            sigma2=float(h.prec_rate / h.prec_shape),
+        )
 
     best = hdict(hyp)
     return PYDTEMResult(
-        tree=state_to_tree(par, tim), parent=par, times=tim, log_evidence=float(Lb),
-        k_best=[(float(e[0]), e[1], e[2]) for e in items], k_best_hyper=[hdict(e[3]) for e in items],
-        c=best["c"], alpha=best["alpha"], beta=best["beta"], sigma2=best["sigma2"],
+        tree=state_to_tree(par, tim),
+        parent=par,
+        times=tim,
+        log_evidence=float(Lb),
+        k_best=[(float(e[0]), e[1], e[2]) for e in items],
+        k_best_hyper=[hdict(e[3]) for e in items],
+        c=best["c"],
+        alpha=best["alpha"],
+        beta=best["beta"],
+        sigma2=best["sigma2"],
         q_c=(float(hyp.c_shape), float(hyp.c_rate)) if learn else None,
         q_precision=(float(hyp.prec_shape), float(hyp.prec_rate)) if learn and not probit else None,
-        trace=np.asarray(best_run["trace"]), X=np.asarray(X), likelihood=likelihood,
+        trace=np.asarray(best_run["trace"]),
+        X=np.asarray(X),
+        likelihood=likelihood,
         k_best_sites=[e[4] for e in items] if probit else None,
-        restart_bounds=restart_bounds, move_trace=best_run["move_trace"])
+        restart_bounds=restart_bounds,
+        move_trace=best_run["move_trace"],
+    )
 
 
 class _SearchContext(NamedTuple):
@@ -383,17 +436,23 @@ def _search(key, ctx: _SearchContext, hyper, probit, moves, num_iters, init_tree
     def best_entry():
         return max(entries.values(), key=lambda e: e[0])
 
-    insert(Ls[0], np.asarray(parent), tims[0], jax.tree_util.tree_map(first, hyps),
-           None if sits is None else jax.tree_util.tree_map(first, sits))
+    insert(
+        Ls[0],
+        np.asarray(parent),
+        tims[0],
+        jax.tree_util.tree_map(first, hyps),
+        None if sits is None else jax.tree_util.tree_map(first, sits),
+    )
     if not entries:
         raise ValueError(
             f"pydt_em: the EM bound of the start tree is not finite; X's entries reach "
             f"{float(np.max(np.abs(np.asarray(ctx.X)))):.3g}: data far from unit scale (or a sigma2 / sigma2_max "
-            f"far from the data's variance) overflow the EM's float64 arithmetic: standardise X's columns")
+            f"far from the data's variance) overflow the EM's float64 arithmetic: standardise X's columns"
+        )
     trace = [best_entry()[0]]
     move_trace = []
     k_search, k_pick = jax.random.split(k_search)
-    rng = np.random.default_rng(int(jax.random.randint(k_pick, (), 0, 2 ** 31 - 1)))
+    rng = np.random.default_rng(int(jax.random.randint(k_pick, (), 0, 2**31 - 1)))
     tried = set()  # greedy moves already made on the current best tree (deterministic: no retry)
     best_id = (_signature(best_entry()[1], N), best_entry()[0])
     for it in range(num_iters):
@@ -407,31 +466,68 @@ def _search(key, ctx: _SearchContext, hyper, probit, moves, num_iters, init_tree
             items = sorted(entries.values(), key=lambda e: -e[0])
             _, par, tim, hyp, sit = items[int(rng.integers(len(items)))]
             sit = None if sit is None else jt(sit)
-            pars, tims, scores = propose_reattach(jax.random.fold_in(k_search, it), jnp.asarray(par), jnp.asarray(tim),
-                                               jt(hyp), ctx.X, sit, ctx.allow_bp, n_em)
+            pars, tims, scores = propose_reattach(
+                jax.random.fold_in(k_search, it),
+                jnp.asarray(par),
+                jnp.asarray(tim),
+                jt(hyp),
+                ctx.X,
+                sit,
+                ctx.allow_bp,
+                n_em,
+            )
         else:
             _, par, tim, hyp, sit = best_entry()
             sit = None if sit is None else jt(sit)
             if move == "regraft":
-                pars, tims, scores = propose_regraft(jnp.asarray(par), jnp.asarray(tim), jt(hyp), ctx.X, sit, ctx.priors,
-                                                  ctx.learn, ctx.learn_sigma2, ctx.allow_bp, n_em)
+                pars, tims, scores = propose_regraft(
+                    jnp.asarray(par),
+                    jnp.asarray(tim),
+                    jt(hyp),
+                    ctx.X,
+                    sit,
+                    ctx.priors,
+                    ctx.learn,
+                    ctx.learn_sigma2,
+                    ctx.allow_bp,
+                    n_em,
+                )
             else:
-                pars, tims, scores = propose_collapse(jnp.asarray(par), jnp.asarray(tim), jt(hyp), ctx.X, sit,
-                                                   ctx.priors, ctx.learn, ctx.learn_sigma2, n_em)
+                pars, tims, scores = propose_collapse(
+                    jnp.asarray(par),
+                    jnp.asarray(tim),
+                    jt(hyp),
+                    ctx.X,
+                    sit,
+                    ctx.priors,
+                    ctx.learn,
+                    ctx.learn_sigma2,
+                    n_em,
+                )
         ok = jnp.isfinite(scores)
         if bool(jnp.any(ok)):
             tims, hyps, sits, Ls = jax.device_get(em_batch(pars, tims, ok, jt(hyp), ctx.X, sit, *ctx.em_args))
             pars = np.asarray(pars)
-            pick = lambda j: (lambda a: a[j])  # noqa: E731
+            pick = lambda j: lambda a: a[j]  # noqa: E731
             if move == "reattach":
                 for j in range(len(Ls)):
-                    insert(Ls[j], pars[j], tims[j], jax.tree_util.tree_map(pick(j), hyps),
-                           None if sits is None else jax.tree_util.tree_map(pick(j), sits))
+                    insert(
+                        Ls[j],
+                        pars[j],
+                        tims[j],
+                        jax.tree_util.tree_map(pick(j), hyps),
+                        None if sits is None else jax.tree_util.tree_map(pick(j), sits),
+                    )
             else:
                 j = int(np.argmax(Ls))
                 if np.isfinite(Ls[j]) and Ls[j] > before + ctx.tol:
-                    insert(Ls[j], pars[j], tims[j], jax.tree_util.tree_map(pick(j), hyps),
-                           None if sits is None else jax.tree_util.tree_map(pick(j), sits))
+                    insert(
+                        Ls[j],
+                        pars[j],
+                        tims[j],
+                        jax.tree_util.tree_map(pick(j), hyps),
+                        None if sits is None else jax.tree_util.tree_map(pick(j), sits),
+                    )
         if move != "reattach":
             tried.add(move)
         trace.append(best_entry()[0])

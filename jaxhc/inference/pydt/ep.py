@@ -1,5 +1,6 @@
 """Probit observations (section 5.4): expectation propagation on the probit factors of the
 leaves (`ep_e_step`; `jaxhc.inference.pydt.em` describes the EP bound)."""
+
 from __future__ import annotations
 
 import functools
@@ -127,8 +128,16 @@ def run_ep_e_step(parent, times, S, sites, hyper, priors, learn, conf: EPConfig)
 
 
 @functools.partial(jax.jit, static_argnames=("learn", "conf"))
-def ep_e_step(parent, times, Y, hyper: EMHyper, sites: Optional[EPSites] = None, priors: PYDTPriors = PYDTPriors(),
-              learn: bool = True, conf: EPConfig = EPConfig()):
+def ep_e_step(
+    parent,
+    times,
+    Y,
+    hyper: EMHyper,
+    sites: Optional[EPSites] = None,
+    priors: PYDTPriors = PYDTPriors(),
+    learn: bool = True,
+    conf: EPConfig = EPConfig(),
+):
     """The probit E-step: EP on the probit factors, then the Gaussian marginals of the
     surrogate model and the EP bound.
 

@@ -1,6 +1,7 @@
 """The E-step of the PYDT EM (Gaussian observations; `jaxhc.inference.pydt.em` describes the
 bound): the hyperparameter state `EMHyper`, the `EStep`, the bound's terms, `e_step` and its
 variant for leaf observations with per-(leaf, dim) noise (`e_step_diag`, used by EP)."""
+
 from __future__ import annotations
 
 import functools
@@ -78,8 +79,7 @@ def leaf_counts(parent, times, active, N):
 
 def _kl_gamma(a, b, a0, b0):
     """``KL(G(a, b) || G(a0, b0))`` (shape, rate)."""
-    return ((a - a0) * digamma(a) - gammaln(a) + gammaln(a0) + a0 * (jnp.log(b) - jnp.log(b0))
-            + a * (b0 - b) / b)
+    return (a - a0) * digamma(a) - gammaln(a) + gammaln(a0) + a0 * (jnp.log(b) - jnp.log(b0)) + a * (b0 - b) / b
 
 
 def bound_extra(n_edges, n_int, D, hyper, priors, learn, learn_sigma2=True):
@@ -93,8 +93,11 @@ def bound_extra(n_edges, n_int, D, hyper, priors, learn, learn_sigma2=True):
         out = out + n_int * (elog_c - jnp.log(c)) - _kl_gamma(hyper.c_shape, hyper.c_rate, priors.c[0], priors.c[1])
     if learn and learn_sigma2:  # probit: 1/sigma2 a fixed point mass
         elog_lam = digamma(hyper.prec_shape) - jnp.log(hyper.prec_rate)
-        out = (out + 0.5 * D * n_edges * (elog_lam - jnp.log(hyper.prec_shape / hyper.prec_rate))
-               - _kl_gamma(hyper.prec_shape, hyper.prec_rate, priors.precision[0], priors.precision[1]))
+        out = (
+            out
+            + 0.5 * D * n_edges * (elog_lam - jnp.log(hyper.prec_shape / hyper.prec_rate))
+            - _kl_gamma(hyper.prec_shape, hyper.prec_rate, priors.precision[0], priors.precision[1])
+        )
     return out
 
 

@@ -24,6 +24,7 @@ One step:
 Priors (section 4): ``alpha ~ G(2, .5)``, ``beta ~ Beta(1, 1)``, ``c ~ G(1, 1)``,
 ``1/sigma2 ~ G(1, 1)`` (shape, rate).
 """
+
 from __future__ import annotations
 
 import functools
@@ -54,8 +55,16 @@ from .checks import check_count, check_hyperparameters, check_likelihood, check_
 from .messages import log_marginal_masked, sample_locations
 from .state import PYDTInfo, PYDTPriors, PYDTSamples, PYDTState
 
-__all__ = ["PYDT", "PYDTInfo", "PYDTPriors", "PYDTSamples", "PYDTState", "pydt_mcmc", "pydt_mcmc_init",
-           "pydt_mcmc_step"]
+__all__ = [
+    "PYDT",
+    "PYDTInfo",
+    "PYDTPriors",
+    "PYDTSamples",
+    "PYDTState",
+    "pydt_mcmc",
+    "pydt_mcmc_init",
+    "pydt_mcmc_step",
+]
 
 
 # ------------------------------------------------------------------------------------------
@@ -66,8 +75,7 @@ def _log_joint_terms(st, X, use_lik, leaf_var=0.0):
     N = X.shape[0]
     is_leaf = jnp.arange(st.parent.shape[0]) < N
     lp = log_prior_masked(st.parent, st.times, active, is_leaf, st.c, st.alpha, st.beta)
-    ll = (log_marginal_masked(st.parent, st.times, active, X, st.sigma2, leaf_var) if use_lik
-          else jnp.zeros((), X.dtype))
+    ll = log_marginal_masked(st.parent, st.times, active, X, st.sigma2, leaf_var) if use_lik else jnp.zeros((), X.dtype)
     return lp, ll
 
 
@@ -89,8 +97,7 @@ def _move(key, st: PYDTState, X, use_lik: bool, leaf_var=0.0, tables: Optional[P
     insub = subtree_mask(st.parent, st.times, active, s)
     # the old tree with the subtree standing in as a single point
     act_leaf = active & (~insub | (slots == s))
-    lp_old_leaf = log_prior_masked(st.parent, st.times, act_leaf, is_leaf | (slots == s), st.c, st.alpha, st.beta,
-                                   T)
+    lp_old_leaf = log_prior_masked(st.parent, st.times, act_leaf, is_leaf | (slots == s), st.c, st.alpha, st.beta, T)
     # detach: remove s's subtree; a parent left with one child disappears
     nonroot = active & (st.parent >= 0)
     nkids_p = jnp.sum(nonroot & (st.parent == p))
@@ -101,8 +108,7 @@ def _move(key, st: PYDTState, X, use_lik: bool, leaf_var=0.0, tables: Optional[P
     root_r = jnp.argmax(act_r & (par_r == -1)).astype(jnp.int32)
     order_r = time_order(par_r, st.times, act_r)
     cnt_r = up_counts(par_r, order_r, act_r, is_leaf.astype(jnp.int32))
-    seg, node, t_new, tries = attach_point(ka, par_r, st.times, act_r, cnt_r, root_r, t_s, st.c, st.alpha,
-                                            st.beta)
+    seg, node, t_new, tries = attach_point(ka, par_r, st.times, act_r, cnt_r, root_r, t_s, st.c, st.alpha, st.beta)
     ok = t_new < t_s
     # a free slot for the new branch point (p itself if it was removed)
     free_slot = jnp.where(binary, p, jnp.argmax((par_r == FREE) & (slots >= N)).astype(jnp.int32))
@@ -116,13 +122,16 @@ def _move(key, st: PYDTState, X, use_lik: bool, leaf_var=0.0, tables: Optional[P
     act_new = par_new != FREE
     lp_new = log_prior_masked(par_new, times_new, act_new, is_leaf, st.c, st.alpha, st.beta, T)
     act_new_leaf = act_new & (~insub | (slots == s))
-    lp_new_leaf = log_prior_masked(par_new, times_new, act_new_leaf, is_leaf | (slots == s), st.c, st.alpha,
-                                   st.beta, T)
-    ll_new = (log_marginal_masked(par_new, times_new, act_new, X, st.sigma2, leaf_var) if use_lik
-              else jnp.zeros((), f))
+    lp_new_leaf = log_prior_masked(par_new, times_new, act_new_leaf, is_leaf | (slots == s), st.c, st.alpha, st.beta, T)
+    ll_new = log_marginal_masked(par_new, times_new, act_new, X, st.sigma2, leaf_var) if use_lik else jnp.zeros((), f)
     n_cand_new = jnp.sum(act_new & (par_new >= 0))
-    log_ratio = ((ll_new - st.log_lik) + (lp_new - st.log_prior) - (lp_new_leaf - lp_old_leaf)
-                 + jnp.log(n_cand.astype(f)) - jnp.log(n_cand_new.astype(f)))
+    log_ratio = (
+        (ll_new - st.log_lik)
+        + (lp_new - st.log_prior)
+        - (lp_new_leaf - lp_old_leaf)
+        + jnp.log(n_cand.astype(f))
+        - jnp.log(n_cand_new.astype(f))
+    )
     log_ratio = jnp.where(ok, log_ratio, -jnp.inf)
     acc = mh_accept(kacc, log_ratio)
     new_st = st._replace(parent=par_new.astype(jnp.int32), times=times_new, log_lik=ll_new, log_prior=lp_new)
@@ -143,8 +152,9 @@ def _gibbs_c(key, st, N, priors):
     cnt = up_counts(st.parent, order, active, is_leaf.astype(jnp.int32))
     H = harmonic_table(m, st.alpha, st.beta)
     nonroot = active & (st.parent >= 0)
-    kidsH = jax.ops.segment_sum(jnp.where(nonroot, H[jnp.maximum(cnt - 1, 0)], 0.0),
-                                jnp.where(nonroot, st.parent, m), num_segments=m + 1)[:m]
+    kidsH = jax.ops.segment_sum(
+        jnp.where(nonroot, H[jnp.maximum(cnt - 1, 0)], 0.0), jnp.where(nonroot, st.parent, m), num_segments=m + 1
+    )[:m]
     branch = active & ~is_leaf
     J = H[jnp.maximum(cnt - 1, 0)] - kidsH
     tb = jnp.where(branch, st.times, 0.0)
@@ -248,14 +258,23 @@ def _init_jit(key, X, c, alpha, beta, sigma2, use_lik, probit):
     return st._replace(log_prior=lp, log_lik=ll)
 
 
-def pydt_mcmc_init(key, X, *, c=1.0, alpha=0.5, beta=0.2, sigma2=1.0, use_likelihood: bool = True,
-                   likelihood: str = "gaussian") -> PYDTState:
+def pydt_mcmc_init(
+    key, X, *, c=1.0, alpha=0.5, beta=0.2, sigma2=1.0, use_likelihood: bool = True, likelihood: str = "gaussian"
+) -> PYDTState:
     """Initial state: a tree drawn from the PYDT prior (points attached one by one); for the
     probit model the latent values start at ``+-1`` by the bits."""
     X = jnp.asarray(X)
     f = X.dtype
-    return _init_jit(key, X, jnp.asarray(c, f), jnp.asarray(alpha, f), jnp.asarray(beta, f), jnp.asarray(sigma2, f),
-                     bool(use_likelihood), likelihood == "probit")
+    return _init_jit(
+        key,
+        X,
+        jnp.asarray(c, f),
+        jnp.asarray(alpha, f),
+        jnp.asarray(beta, f),
+        jnp.asarray(sigma2, f),
+        bool(use_likelihood),
+        likelihood == "probit",
+    )
 
 
 def _probit_latent(key, st, Y):
@@ -313,36 +332,78 @@ def _step(key, st, X, priors, num_moves, sample_c, sample_sigma2, sample_alpha, 
     return st, PYDTInfo(acc, lr, tries, nb)
 
 
-@functools.partial(jax.jit, static_argnames=("num_moves", "sample_c", "sample_sigma2", "sample_alpha",
-                                             "sample_beta", "use_lik"))
+@functools.partial(
+    jax.jit, static_argnames=("num_moves", "sample_c", "sample_sigma2", "sample_alpha", "sample_beta", "use_lik")
+)
 def _step_jit(key, st, X, priors, num_moves, sample_c, sample_sigma2, sample_alpha, sample_beta, use_lik):
     return _step(key, st, X, priors, num_moves, sample_c, sample_sigma2, sample_alpha, sample_beta, use_lik)
 
 
-@functools.partial(jax.jit, static_argnames=("num_moves", "sample_c", "sample_sigma2", "sample_alpha",
-                                             "sample_beta", "use_lik"))
+@functools.partial(
+    jax.jit, static_argnames=("num_moves", "sample_c", "sample_sigma2", "sample_alpha", "sample_beta", "use_lik")
+)
 def _step_chains(keys, st, X, priors, num_moves, sample_c, sample_sigma2, sample_alpha, sample_beta, use_lik):
-    return jax.vmap(lambda k, s: _step(k, s, X, priors, num_moves, sample_c, sample_sigma2, sample_alpha,
-                                       sample_beta, use_lik))(keys, st)
+    return jax.vmap(
+        lambda k, s: _step(k, s, X, priors, num_moves, sample_c, sample_sigma2, sample_alpha, sample_beta, use_lik)
+    )(keys, st)
 
 
-def pydt_mcmc_step(key, state: PYDTState, X, *, priors: PYDTPriors = PYDTPriors(), num_moves: int = 1,
-                   sample_c=True, sample_sigma2=True, sample_alpha=True, sample_beta=True, use_likelihood=True):
+def pydt_mcmc_step(
+    key,
+    state: PYDTState,
+    X,
+    *,
+    priors: PYDTPriors = PYDTPriors(),
+    num_moves: int = 1,
+    sample_c=True,
+    sample_sigma2=True,
+    sample_alpha=True,
+    sample_beta=True,
+    use_likelihood=True,
+):
     """One sampler step: ``num_moves`` detach / re-attach moves, then the hyperparameter
     updates that are switched on. Returns ``(state, PYDTInfo)``."""
     pri = PYDTPriors(*(tuple(float(v) for v in p) for p in priors))
-    return _step_jit(key, state, jnp.asarray(X), pri, int(num_moves), bool(sample_c), bool(sample_sigma2),
-                     bool(sample_alpha), bool(sample_beta), bool(use_likelihood))
+    return _step_jit(
+        key,
+        state,
+        jnp.asarray(X),
+        pri,
+        int(num_moves),
+        bool(sample_c),
+        bool(sample_sigma2),
+        bool(sample_alpha),
+        bool(sample_beta),
+        bool(use_likelihood),
+    )
 
 
 # ------------------------------------------------------------------------------------------
 # the sampler
 # ------------------------------------------------------------------------------------------
-def pydt_mcmc(key, X, *, num_samples: int = 1000, num_warmup: int = 0, c=1.0, alpha=0.5, beta=0.2, sigma2=1.0,
-              likelihood: str = "gaussian", priors: PYDTPriors = PYDTPriors(), num_moves: Optional[int] = None,
-              thin: int = 1, num_chains: int = 1, sample_c=True, sample_sigma2=True, sample_alpha=True,
-              sample_beta=True, init_state: Optional[PYDTState] = None, chain_method: str = "vectorized",
-              progress_bar: bool = True) -> PYDTSamples:
+def pydt_mcmc(
+    key,
+    X,
+    *,
+    num_samples: int = 1000,
+    num_warmup: int = 0,
+    c=1.0,
+    alpha=0.5,
+    beta=0.2,
+    sigma2=1.0,
+    likelihood: str = "gaussian",
+    priors: PYDTPriors = PYDTPriors(),
+    num_moves: Optional[int] = None,
+    thin: int = 1,
+    num_chains: int = 1,
+    sample_c=True,
+    sample_sigma2=True,
+    sample_alpha=True,
+    sample_beta=True,
+    init_state: Optional[PYDTState] = None,
+    chain_method: str = "vectorized",
+    progress_bar: bool = True,
+) -> PYDTSamples:
     """PYDT posterior samples by the section-5.1 sampler.
 
     Args:
@@ -401,8 +462,9 @@ def pydt_mcmc(key, X, *, num_samples: int = 1000, num_warmup: int = 0, c=1.0, al
     def step(t, state):  # iteration t: key fold_in(k1, t); chain i gets its i-th split
         kt = jax.random.fold_in(k1, t)
         if split:
-            outs = map_chains(lambda k, s: _step_jit(k, s, Xj, pri, *flags), jax.random.split(kt, num_chains),
-                              state, chain_method)
+            outs = map_chains(
+                lambda k, s: _step_jit(k, s, Xj, pri, *flags), jax.random.split(kt, num_chains), state, chain_method
+            )
             return [o[0] for o in outs], [o[1] for o in outs]
         if chains:
             return _step_chains(jax.random.split(kt, num_chains), state, Xj, pri, *flags)
@@ -413,8 +475,16 @@ def pydt_mcmc(key, X, *, num_samples: int = 1000, num_warmup: int = 0, c=1.0, al
         acc = np.stack([np.asarray(i.accepted) for i in info]) if split else np.asarray(info.accepted)
         return jax.device_get((s.parent, s.times, s.c, s.alpha, s.beta, s.sigma2, s.log_lik, s.log_prior)), acc
 
-    st, rows = run_steps(step, unstack_chains(st, num_chains) if split else st, num_warmup=num_warmup,
-                         num_samples=num_samples, thin=thin, collect=collect, progress_bar=progress_bar, name="pydt")
+    st, rows = run_steps(
+        step,
+        unstack_chains(st, num_chains) if split else st,
+        num_warmup=num_warmup,
+        num_samples=num_samples,
+        thin=thin,
+        collect=collect,
+        progress_bar=progress_bar,
+        name="pydt",
+    )
     if split:
         st = stack_chains(st)
     accs = [r[1] for r in rows]
@@ -426,7 +496,8 @@ def pydt_mcmc(key, X, *, num_samples: int = 1000, num_warmup: int = 0, c=1.0, al
         raise ValueError(
             f"pydt_mcmc: the sampled {', '.join(nan)} became NaN; X's entries reach {float(np.max(np.abs(X))):.3g}, "
             f"and data far from unit scale overflow the sampler's float64 arithmetic (it squares sigma2 and "
-            f"its inverse): standardise X's columns")
+            f"its inverse): standardise X's columns"
+        )
     return PYDTSamples(*cols, float(np.mean(np.concatenate([a.reshape(-1) for a in accs]))), st)
 
 
@@ -447,9 +518,22 @@ class PYDT(MCMCKernel):
 
     sample_field = "sample"
 
-    def __init__(self, X, *, c=1.0, alpha=0.5, beta=0.2, sigma2=1.0, likelihood="gaussian",
-                 priors: PYDTPriors = PYDTPriors(), num_moves=None, sample_c=True, sample_sigma2=True,
-                 sample_alpha=True, sample_beta=True):
+    def __init__(
+        self,
+        X,
+        *,
+        c=1.0,
+        alpha=0.5,
+        beta=0.2,
+        sigma2=1.0,
+        likelihood="gaussian",
+        priors: PYDTPriors = PYDTPriors(),
+        num_moves=None,
+        sample_c=True,
+        sample_sigma2=True,
+        sample_alpha=True,
+        sample_beta=True,
+    ):
         X = check_X(X)
         check_likelihood(X, likelihood)
         self.hyp = check_hyperparameters(c, alpha, beta, sigma2)
@@ -457,14 +541,23 @@ class PYDT(MCMCKernel):
         self.probit = likelihood == "probit"
         self.priors = PYDTPriors(*(tuple(float(v) for v in p) for p in priors))
         N = X.shape[0]
-        self.flags = (N if num_moves is None else int(num_moves), bool(sample_c), bool(sample_sigma2),
-                      bool(sample_alpha), bool(sample_beta), True)
+        self.flags = (
+            N if num_moves is None else int(num_moves),
+            bool(sample_c),
+            bool(sample_sigma2),
+            bool(sample_alpha),
+            bool(sample_beta),
+            True,
+        )
 
     def init(self, rng_key, num_warmup, init_params, model_args, model_kwargs):
         k_init, k = jax.random.split(rng_key)
         f = self.X.dtype
-        st = init_params if init_params is not None else _init_jit(
-            k_init, self.X, *(jnp.asarray(v, f) for v in self.hyp), True, self.probit)
+        st = (
+            init_params
+            if init_params is not None
+            else _init_jit(k_init, self.X, *(jnp.asarray(v, f) for v in self.hyp), True, self.probit)
+        )
         return _KernelState({"parent": st.parent, "times": st.times}, st, k)
 
     def sample(self, state, model_args, model_kwargs):

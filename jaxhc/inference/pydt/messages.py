@@ -3,6 +3,7 @@
 `log_marginal_masked`, `sample_locations` (backward sampling), `downward` / `marginals` (posterior
 marginals and pairwise edge moments), and the per-dimension variants for leaf observations with
 per-(leaf, dim) noise (`upward_messages_diag`, `marginals_diag`; the probit EP surrogate)."""
+
 from __future__ import annotations
 
 import jax
@@ -10,8 +11,15 @@ import jax.numpy as jnp
 
 from ...models.pydt_math import time_order, walk_up
 
-__all__ = ["downward", "log_marginal_masked", "marginals", "marginals_diag", "sample_locations", "upward_messages",
-           "upward_messages_diag"]
+__all__ = [
+    "downward",
+    "log_marginal_masked",
+    "marginals",
+    "marginals_diag",
+    "sample_locations",
+    "upward_messages",
+    "upward_messages_diag",
+]
 
 
 def upward_messages(parent, times, active, X, sigma2, order=None, leaf_var=0.0):
@@ -183,12 +191,12 @@ def upward_messages_diag(parent, times, active, M, V, sigma2, order):
         kl = jnp.minimum(k, N - 1)
         vstar = 1.0 / jnp.where(is_leaf, 1.0, A[k])
         mustar = Bm[k] * vstar
-        lz_node = jnp.where(is_leaf, 0.0, 0.5 * (jnp.sum(log2pi + jnp.log(vstar) + mustar ** 2 / vstar) - C[k]))
+        lz_node = jnp.where(is_leaf, 0.0, 0.5 * (jnp.sum(log2pi + jnp.log(vstar) + mustar**2 / vstar) - C[k]))
         mk = jnp.where(is_leaf, M[kl], mustar)
         vk = jnp.where(is_leaf, V[kl], vstar) + edge
         to_parent = ok & (p >= 0)
         at_root = ok & (p < 0)
-        terms = jnp.sum(log2pi + jnp.log(vk) + mk ** 2 / vk)
+        terms = jnp.sum(log2pi + jnp.log(vk) + mk**2 / vk)
         idx = jnp.where(to_parent, p, m)
         A = A.at[idx].add(1.0 / vk, mode="drop")
         Bm = Bm.at[idx].add(mk / vk, mode="drop")

@@ -2,6 +2,7 @@
 attaching a subtree anywhere on a tree (the exact log joint of each candidate at its times), the
 moves that propose candidate trees (re-attach, regraft, collapse), EM on a batch of candidates,
 and the initial tree by sequential attachment."""
+
 from __future__ import annotations
 
 import functools
@@ -78,8 +79,12 @@ def _attach_prior(par_r, times, act_r, insub, cnt_sub, cnt_r, s, t_seg, c, alpha
     # the remaining tree and the subtree (as a second root), less Eq. 11 of the edge into s
     ts_safe = jnp.where(s_branch, t_s, 0.0)
     eq11_s_root = jnp.where(s_branch, -A(ts_safe) * Hn(n_s), 0.0)
-    base = log_prior_from_counts(par_r.at[s].set(-1), times, act_r | insub, jnp.where(insub, cnt_sub, cnt_r), N, c,
-                              alpha, beta) - eq11_s_root
+    base = (
+        log_prior_from_counts(
+            par_r.at[s].set(-1), times, act_r | insub, jnp.where(insub, cnt_sub, cnt_r), N, c, alpha, beta
+        )
+        - eq11_s_root
+    )
     branch = act_r & ~is_leaf
     has_p = act_r & (par_r >= 0)
     pp = jnp.maximum(par_r, 0)
@@ -100,8 +105,7 @@ def _attach_prior(par_r, times, act_r, insub, cnt_sub, cnt_r, s, t_seg, c, alpha
     seg = S + child + eq9_u + eq11_u + eq11_k + eq11_s_seg
     # branch point k: s becomes its (K + 1)-th child
     eq11_s_bp = jnp.where(s_branch, (A(tb) - A(ts_safe)) * Hn(n_s), 0.0)
-    bp = (S + d_anc + log_branch_prod(K + 1, alpha, beta) - log_branch_prod(K, alpha, beta) + g(n_s) - lg1mb
-          + eq11_s_bp)
+    bp = S + d_anc + log_branch_prod(K + 1, alpha, beta) - log_branch_prod(K, alpha, beta) + g(n_s) - lg1mb + eq11_s_bp
     return base + jnp.concatenate([seg, bp])
 
 
@@ -129,12 +133,12 @@ def _attach(par_r, times, act_r, insub, cnt_sub, s, mu_s, v_s, slot, X, hyper, a
         mean, var, cross, _, ll_r = marginals_diag(par_r, times, act_r, X, V, sigma2, order_r)
         ll_s = upward_messages_diag(par_s, times, insub, X, V, sigma2, time_order(par_s, times, insub))[2]
         vroot = v_s + sigma2 * t_s
-        ll_s = ll_s + 0.5 * jnp.sum(jnp.log(2 * jnp.pi * vroot) + mu_s ** 2 / vroot)
+        ll_s = ll_s + 0.5 * jnp.sum(jnp.log(2 * jnp.pi * vroot) + mu_s**2 / vroot)
     else:
         mean, var, cross, _, ll_r = marginals(par_r, times, act_r, X, sigma2)
         ll_s = upward_messages(par_s, times, insub, X, sigma2)[3]
         vroot = v_s + sigma2 * t_s
-        ll_s = ll_s + 0.5 * (D * jnp.log(2 * jnp.pi * vroot) + jnp.sum(mu_s ** 2) / vroot)
+        ll_s = ll_s + 0.5 * (D * jnp.log(2 * jnp.pi * vroot) + jnp.sum(mu_s**2) / vroot)
     cnt_r = leaf_counts(par_r, times, act_r, N)
     has_p = par_r >= 0
     pp = jnp.maximum(par_r, 0)
@@ -146,8 +150,12 @@ def _attach(par_r, times, act_r, insub, cnt_sub, s, mu_s, v_s, slot, X, hyper, a
     w2 = (t_new - tp) / dk
     w1 = 1.0 - w2
     seg_mean = w1[:, None] * mp + w2[:, None] * mean
-    seg_var = (ex(w1) ** 2 * Pp + ex(w2) ** 2 * var + 2 * ex(w1) * ex(w2) * cross
-               + ex(sigma2 * (t_new - tp) * (times - t_new) / dk))
+    seg_var = (
+        ex(w1) ** 2 * Pp
+        + ex(w2) ** 2 * var
+        + 2 * ex(w1) * ex(w2) * cross
+        + ex(sigma2 * (t_new - tp) * (times - t_new) / dk)
+    )
     seg_ok = act_r & (tp < t_s)
     bp_ok = act_r & (slots >= N) & (times < t_s) & allow_bp
     att_mean = jnp.concatenate([seg_mean, mean])
@@ -160,8 +168,7 @@ def _attach(par_r, times, act_r, insub, cnt_sub, s, mu_s, v_s, slot, X, hyper, a
         loc = -0.5 * jnp.sum(jnp.log(2 * jnp.pi * s2) + (mu_s - att_mean) ** 2 / s2, axis=1)
     else:
         loc = -0.5 * (D * jnp.log(2 * jnp.pi * s2) + jnp.sum((mu_s - att_mean) ** 2, axis=1) / s2)
-    lp = _attach_prior(par_r, times, act_r, insub, cnt_sub, cnt_r, s, t_new, hyper.c_mean, hyper.alpha, hyper.beta,
-                       N)
+    lp = _attach_prior(par_r, times, act_r, insub, cnt_sub, cnt_r, s, t_new, hyper.c_mean, hyper.alpha, hyper.beta, N)
     scores = jnp.where(ok, ll_r + ll_s + loc + lp, -jnp.inf)
     scores = jnp.where(jnp.isnan(scores), -jnp.inf, scores)
     return scores, functools.partial(_build, par_r, times, slot, s)
@@ -240,8 +247,9 @@ def propose_reattach(key, parent, times, hyper, X, sites, allow_bp, n_em):
     M, V = _pseudo_data(X, sites)
     mu_s, v_s = _subtree_message(parent, times, active, M, hyper.sigma2, s, V)
     par_r, act_r, insub, slot = _detach(parent, times, s)
-    scores, build = _attach(par_r, times, act_r, insub, jnp.where(insub, cnt, 0), s, mu_s, v_s, slot, M, hyper,
-                            allow_bp, V)
+    scores, build = _attach(
+        par_r, times, act_r, insub, jnp.where(insub, cnt, 0), s, mu_s, v_s, slot, M, hyper, allow_bp, V
+    )
     top_scores, top = jax.lax.top_k(scores, n_em)
     pars, tims = jax.vmap(build)(top)
     ok = jnp.isfinite(top_scores)
@@ -265,8 +273,9 @@ def propose_regraft(parent, times, hyper, X, sites, priors, learn, learn_sigma2,
 
     def best_for(s):
         par_r, act_r, insub, slot = _detach(parent, times, s)
-        scores, build = _attach(par_r, times, act_r, insub, jnp.where(insub, cnt, 0), s, mu_all[s], v_all[s], slot,
-                                M, hyper, allow_bp, V)
+        scores, build = _attach(
+            par_r, times, act_r, insub, jnp.where(insub, cnt, 0), s, mu_all[s], v_all[s], slot, M, hyper, allow_bp, V
+        )
         p = parent[s]
         sib = nonroot & (parent == p) & (slots != s)
         binary = jnp.sum(sib) == 1
@@ -275,9 +284,12 @@ def propose_regraft(parent, times, hyper, X, sites, priors, learn, learn_sigma2,
         act = act_r | insub
         n_act = jnp.sum(act)
         n_int = jnp.sum(act & (slots >= N))
-        extra = jnp.concatenate([
-            jnp.full(m, bound_extra(n_act + 1, n_int + 1, D, hyper, priors, learn, learn_sigma2)),
-            jnp.full(m, bound_extra(n_act, n_int, D, hyper, priors, learn, learn_sigma2))])
+        extra = jnp.concatenate(
+            [
+                jnp.full(m, bound_extra(n_act + 1, n_int + 1, D, hyper, priors, learn, learn_sigma2)),
+                jnp.full(m, bound_extra(n_act, n_int, D, hyper, priors, learn, learn_sigma2)),
+            ]
+        )
         scores = scores + extra
         j = jnp.argmax(scores)
         par, tim = build(j)
@@ -316,18 +328,21 @@ def propose_collapse(parent, times, hyper, X, sites, priors, learn, learn_sigma2
 
 
 @functools.partial(jax.jit, static_argnames=("learn", "max_em", "max_lbfgs", "conf"))
-def em_batch(pars, tims, ok, hyper, X, sites, priors, learn, learn_ab, max_em, tol_em, max_lbfgs, sigma2_max,
-              conf=None):
+def em_batch(
+    pars, tims, ok, hyper, X, sites, priors, learn, learn_ab, max_em, tol_em, max_lbfgs, sigma2_max, conf=None
+):
     """EM on each candidate tree (vmapped), all from the source tree's hyperparameters (and EP
     sites). Gaussian: ``X`` the data, ``sites=None``; probit: ``X`` the signs ``2 Y - 1``.
     Returns ``(times, hypers, sites or None, bounds)``; ``bounds`` is ``-inf`` where not ``ok``."""
     if sites is None:
+
         def run(par, tim):
             return run_em(par, tim, hyper, X, priors, learn, learn_ab, max_em, tol_em, max_lbfgs, sigma2_max)
 
         tims, hypers, Ls = jax.vmap(run)(pars, tims)
         out_sites = None
     else:
+
         def run(par, tim):
             return run_em_probit(par, tim, hyper, X, sites, priors, learn, learn_ab, max_em, tol_em, max_lbfgs, conf)
 
@@ -356,8 +371,9 @@ def initial_structure(key, X, hyper, allow_bp, sites=None):
         slot = jnp.argmax((parent == FREE) & (slots >= N)).astype(jnp.int32)
         onehot = slots == s
         v_s = jnp.zeros((), f) if V is None else V[s]
-        scores, build = _attach(parent, times, act, onehot, onehot.astype(jnp.int32), s, M[s], v_s,
-                                slot, M, hyper, allow_bp, V)
+        scores, build = _attach(
+            parent, times, act, onehot, onehot.astype(jnp.int32), s, M[s], v_s, slot, M, hyper, allow_bp, V
+        )
         return build(jnp.argmax(scores))
 
     return jax.lax.fori_loop(2, N, body, (parent, times))

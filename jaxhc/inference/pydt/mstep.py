@@ -1,6 +1,7 @@
 """The M-step of the PYDT EM (`jaxhc.inference.pydt.em` describes the bound): the divergence
 times by L-BFGS on Eq. 17, ``q(1/sigma2)``, ``q(c)``, ``alpha`` and ``beta``; and EM on one tree
 to convergence (`run_em`, Gaussian; `run_em_probit`, with the EP E-step)."""
+
 from __future__ import annotations
 
 import functools
@@ -105,9 +106,21 @@ def _J(parent, active, cnt, N, alpha, beta):
 
 
 @functools.partial(jax.jit, static_argnames=("learn", "max_lbfgs", "learn_sigma2"))
-def m_step(parent, times, X, est: EStep, hyper: EMHyper, priors: PYDTPriors = PYDTPriors(), learn: bool = True,
-           learn_alpha_beta: bool = True, max_lbfgs: int = 100, tol: float = 1e-6, alpha_max: float = 20.0,
-           sigma2_max=jnp.inf, learn_sigma2: bool = True):
+def m_step(
+    parent,
+    times,
+    X,
+    est: EStep,
+    hyper: EMHyper,
+    priors: PYDTPriors = PYDTPriors(),
+    learn: bool = True,
+    learn_alpha_beta: bool = True,
+    max_lbfgs: int = 100,
+    tol: float = 1e-6,
+    alpha_max: float = 20.0,
+    sigma2_max=jnp.inf,
+    learn_sigma2: bool = True,
+):
     """The M-step: returns ``(times, hyper)`` that do not lower the bound.
 
     Times jointly by L-BFGS on Eq. 17 (``s = logit t``, ``q(x)`` from ``est`` fixed, steps that
@@ -177,8 +190,7 @@ def run_em(parent, times, hyper, X, priors, learn, learn_ab, max_em, tol_em, max
         est = e_step(parent, times, X, hyper, priors, learn)
         return times, hyper, est, est.bound, L, i + 1
 
-    times, hyper, est, L, _, _ = jax.lax.while_loop(cond, body, (times, hyper, est, est.bound, est.bound,
-                                                                jnp.int32(0)))
+    times, hyper, est, L, _, _ = jax.lax.while_loop(cond, body, (times, hyper, est, est.bound, est.bound, jnp.int32(0)))
     return times, hyper, L
 
 
@@ -199,5 +211,6 @@ def run_em_probit(parent, times, hyper, S, sites, priors, learn, learn_ab, max_e
         return times, hyper, sites, est, est.bound, L, i + 1
 
     times, hyper, sites, est, L, _, _ = jax.lax.while_loop(
-        cond, body, (times, hyper, sites, est, est.bound, est.bound, jnp.int32(0)))
+        cond, body, (times, hyper, sites, est, est.bound, est.bound, jnp.int32(0))
+    )
     return times, hyper, sites, L

@@ -1,5 +1,6 @@
 """The PYDT predictive density (section 5.3) of an EM result, MCMC samples or a tree:
 `pydt_predictive_logpdf`."""
+
 from __future__ import annotations
 
 import functools
@@ -69,14 +70,21 @@ def _predictive_one(parent, times, X, Xnew, c, alpha, beta, sigma2, num_time_sam
     M = w1[..., None] * mp[:, None, :] + w2[..., None] * mean[:, None, :]  # [m, S, D]
     if V is not None:  # per-dim variances [m, S, D]
         Pd = jnp.where(has_p[:, None], var[pp], 0.0)[:, None, :]
-        Vc = (w1[..., None] ** 2 * Pd + w2[..., None] ** 2 * var[:, None, :]
-              + 2 * w1[..., None] * w2[..., None] * cross[:, None, :]
-              + (sigma2 * (t - tp[:, None]) * (times[:, None] - t) / dk + sigma2 * one_m_t)[..., None])
+        Vc = (
+            w1[..., None] ** 2 * Pd
+            + w2[..., None] ** 2 * var[:, None, :]
+            + 2 * w1[..., None] * w2[..., None] * cross[:, None, :]
+            + (sigma2 * (t - tp[:, None]) * (times[:, None] - t) / dk + sigma2 * one_m_t)[..., None]
+        )
         Vb = var + (sigma2 * (1.0 - times))[:, None]
     else:
         Pp = jnp.where(has_p, var[pp], 0.0)[:, None]
-        Vc = (w1 ** 2 * Pp + w2 ** 2 * var[:, None] + 2 * w1 * w2 * cross[:, None]
-              + sigma2 * (t - tp[:, None]) * (times[:, None] - t) / dk) + sigma2 * one_m_t
+        Vc = (
+            w1**2 * Pp
+            + w2**2 * var[:, None]
+            + 2 * w1 * w2 * cross[:, None]
+            + sigma2 * (t - tp[:, None]) * (times[:, None] - t) / dk
+        ) + sigma2 * one_m_t
         Vb = var + sigma2 * (1.0 - times)
     logw_e = jnp.log(reach * (1.0 - surv) / num_time_samples)[:, None] * jnp.ones_like(t)
     logw_e = jnp.where(active[:, None], logw_e, -jnp.inf)
@@ -107,9 +115,20 @@ def _predictive_one(parent, times, X, Xnew, c, alpha, beta, sigma2, num_time_sam
     return jax.vmap(logpdf)(Xnew)
 
 
-def pydt_predictive_logpdf(result_or_tree, Xnew, X=None, *, c=None, alpha=None, beta=None, sigma2=None,
-                           num_time_samples: int = 3, use_k_best: bool = True, max_trees: int = 20,
-                           likelihood: Optional[str] = None):
+def pydt_predictive_logpdf(
+    result_or_tree,
+    Xnew,
+    X=None,
+    *,
+    c=None,
+    alpha=None,
+    beta=None,
+    sigma2=None,
+    num_time_samples: int = 3,
+    use_k_best: bool = True,
+    max_trees: int = 20,
+    likelihood: Optional[str] = None,
+):
     """``log p(x_new | X)`` per row of ``Xnew`` (section 5.3): a Gaussian mixture over where a
     new point diverges from the tree; under probit ``log P(y_new | Y)`` of a bit vector.
 
@@ -157,8 +176,7 @@ def pydt_predictive_logpdf(result_or_tree, Xnew, X=None, *, c=None, alpha=None, 
         tim = np.asarray(smp.times).reshape(-1, smp.times.shape[-1])
         hyp = [np.asarray(getattr(smp, k)).reshape(-1) for k in ("c", "alpha", "beta", "sigma2")]
         pick = np.unique(np.linspace(0, par.shape[0] - 1, min(int(max_trees), par.shape[0])).astype(int))
-        trees = [(par[i], tim[i], dict(c=hyp[0][i], alpha=hyp[1][i], beta=hyp[2][i], sigma2=hyp[3][i]))
-                 for i in pick]
+        trees = [(par[i], tim[i], dict(c=hyp[0][i], alpha=hyp[1][i], beta=hyp[2][i], sigma2=hyp[3][i])) for i in pick]
     elif isinstance(result_or_tree, PYDTEMResult):
         res = result_or_tree
         Xd = jnp.asarray(res.X)
@@ -192,7 +210,19 @@ def pydt_predictive_logpdf(result_or_tree, Xnew, X=None, *, c=None, alpha=None, 
             data, V = sites.mean, sites.var
         else:
             data, V = Xd, None
-        out.append(_predictive_one(parent, times, data, jnp.asarray(Xnew, f), jnp.asarray(h["c"], f),
-                                   jnp.asarray(h["alpha"], f), jnp.asarray(h["beta"], f), s2, int(num_time_samples), V))
+        out.append(
+            _predictive_one(
+                parent,
+                times,
+                data,
+                jnp.asarray(Xnew, f),
+                jnp.asarray(h["c"], f),
+                jnp.asarray(h["alpha"], f),
+                jnp.asarray(h["beta"], f),
+                s2,
+                int(num_time_samples),
+                V,
+            )
+        )
     out = jnp.stack(out)
     return np.asarray(jax.scipy.special.logsumexp(out, axis=0) - jnp.log(out.shape[0]))

@@ -1,6 +1,7 @@
 """Types of the PYDT inference: the priors on the hyperparameters, the sampler's state and
 output (`PYDTState`, `PYDTInfo`, `PYDTSamples`), the EM's output (`PYDTEMResult`), and
 `state_to_tree` (fixed-capacity arrays to a compact `jaxhc.ParentTree`)."""
+
 from __future__ import annotations
 
 from typing import Any, NamedTuple, Optional

@@ -1,0 +1,129 @@
+"""Predictive distributions under a BHC tree (Heller & Ghahramani 2005, section 4): the
+mixture over the tree's nodes, weighted by each node's posterior probability of being a
+cluster, of the component's posterior predictive; for new rows and for single cells."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .greedy import BHCResult
+
+
+@jax.jit
+def _predictive_core(comp, log_w, node_stats, Xn):
+    def one(x):
+        lp = comp.log_predictive(x, node_stats)
+        return jax.scipy.special.logsumexp(log_w + lp)
+
+    return jax.lax.map(one, Xn, batch_size=16)
+
+
+def bhc_predictive(result: BHCResult, X_new) -> jax.Array:
+    """``log p(x | D)`` for each row of ``X_new [m, d]`` under a BHC tree.
+
+    ``p(x|D) = sum_k w_k p(x | D_k)`` over all nodes, ``w_k = r_k prod_{i in path(root ..
+    parent(k))} (1 - r_i) n_{c(i)} / n_i`` (Heller & Ghahramani 2005, Sec. 4, with the
+    DPM's size-proportional split so the weights sum to 1; see `BHCResult.log_weights`);
+    for NIW components each ``p(x | D_k)`` is a multivariate Student-t. Returns ``[m]``.
+    """
+    if not isinstance(result, BHCResult):
+        raise TypeError(f"result must be a BHCResult from jaxhc.bhc, got {type(result).__name__}")
+    comp = result.component
+    Xn = np.asarray(X_new)
+    if Xn.ndim == 1:
+        raise ValueError(f"X_new must be 2-D [m, d]; got a vector of shape {Xn.shape} (use X_new[None])")
+    Xn = comp.validate_data(Xn, "X_new")
+    log_w = jnp.asarray(result.log_weights())
+    out = _predictive_core(comp, log_w, result.node_stats, jnp.asarray(Xn))
+    bad = ~np.isfinite(np.asarray(out)) & ~(np.asarray(out) == -np.inf)
+    if np.any(bad):
+        scale = comp.prior_scale()
+        hint = (
+            ""
+            if scale is None
+            else f" against a prior within-cluster scale of {float(np.min(scale)):.3g} to {float(np.max(scale)):.3g}"
+        )
+        raise ValueError(
+            f"bhc_predictive: the predictive of {int(bad.sum())} rows of X_new is not finite: X_new's scale "
+            f"(entries up to {float(np.nanmax(np.abs(Xn))):.3g}){hint} leaves no precision. Rescale X_new as the "
+            f"training data were (the same units, the same standardisation)."
+        )
+    return out
+
+
+@jax.jit
+def _cell_core(comp, log_w_rows, node_stats, Xq):
+    """``logsumexp_m (log_w_rows[q, m] + log p(Xq[q] | D_m))`` per query row of ``Xq``."""
+
+    def one(lw, x):
+        return jax.scipy.special.logsumexp(lw + comp.log_predictive(x, node_stats))
+
+    return jax.lax.map(lambda a: one(*a), (log_w_rows, Xq), batch_size=64)
+
+
+def _integer_indices(x, name) -> np.ndarray:
+    """``x`` as int64 ``[Q]``; a TypeError / ValueError for non-numeric or fractional entries."""
+    try:
+        a = np.asarray(x)
+    except Exception:  # pragma: no cover - exotic inputs
+        raise TypeError(f"{name} must be integer indices, got {x!r}") from None
+    if a.dtype == object or not (np.issubdtype(a.dtype, np.integer) or np.issubdtype(a.dtype, np.floating)):
+        raise TypeError(f"{name} must be integer indices, got dtype {a.dtype}")
+    if np.issubdtype(a.dtype, np.floating) and not np.all(np.isfinite(a) & (a == np.round(a))):
+        raise ValueError(f"{name} must be integer indices, got {a.reshape(-1)[:5]}")
+    return a.astype(np.int64).reshape(-1)
+
+
+def bhc_predictive_cell(result: BHCResult, rows, cols, values) -> np.ndarray:
+    """``log p(X_ij = v | D, T)`` of cells of existing rows under a BHC tree (the DPM
+    baseline of the cross-clustering paper's missing-value study).
+
+    Row ``i``'s cluster is one of the nodes on the path from the root to leaf ``i``: node
+    ``m`` with weight ``r_m prod_{above m} (1 - r)`` (these sum to one since ``r = 1`` at the
+    leaf), and ``p(v | D_m)`` is the component's predictive of column ``j`` given the data of
+    node ``m`` (which includes row ``i``'s observed entries; the cell itself should be
+    missing, NaN, in the data the tree was built on). Needs a component with missing-value
+    support (the Beta families).
+
+    Args:
+      rows, cols: int ``[Q]`` cell coordinates; values: ``[Q]`` or ``[Q, K]`` candidates.
+    Returns ``log p`` with the shape of ``values``.
+    """
+    if not isinstance(result, BHCResult):
+        raise TypeError(f"result must be a BHCResult from jaxhc.bhc, got {type(result).__name__}")
+    comp = result.component
+    if not comp.supports_missing:
+        raise TypeError(f"{type(comp).__name__} does not support missing entries; cell prediction needs one that does")
+    rows = _integer_indices(rows, "rows")
+    cols = _integer_indices(cols, "cols")
+    try:
+        vals = np.asarray(values, dtype=float)
+    except (TypeError, ValueError):
+        raise TypeError(f"values must be real numbers [Q] or [Q, K], got {values!r}") from None
+    v2 = vals[:, None] if vals.ndim == 1 else vals
+    n, d = result.tree.n_leaves, int(np.shape(jax.tree_util.tree_leaves(result.node_stats)[0])[-1])
+    if not np.all(np.isfinite(vals)):
+        raise ValueError("values must be finite (a NaN value would be read as a missing cell)")
+    if rows.shape != cols.shape or v2.ndim != 2 or v2.shape[0] != rows.shape[0]:
+        raise ValueError(
+            f"rows, cols must be [Q] and values [Q] or [Q, K]; got {rows.shape}, {cols.shape}, {vals.shape}"
+        )
+    if np.any((rows < 0) | (rows >= n)) or np.any((cols < 0) | (cols >= d)):
+        raise ValueError(f"cell coordinates out of range for {n} rows x {d} columns")
+    sets = result.tree.leaf_sets()
+    par = result.tree.parents()
+    log_r = np.concatenate([np.zeros(n), np.asarray(result.log_r)])
+    l1 = np.asarray(result.log_1mr)
+    above = np.zeros(2 * n - 1)  # sum of log(1 - r) over the strict ancestors
+    for k in range(2 * n - 3, -1, -1):
+        above[k] = above[par[k]] + l1[par[k]]
+    log_w = np.where(sets[:, rows].T, (log_r + above)[None, :], -np.inf)  # [Q, 2n-1]
+    Q, K = v2.shape
+    Xq = np.full((Q * K, d), np.nan)
+    Xq[np.arange(Q * K), np.repeat(cols, K)] = v2.reshape(-1)
+    comp._check_domain(Xq, "values")
+    out = _cell_core(comp, jnp.asarray(np.repeat(log_w, K, axis=0)), result.node_stats, jnp.asarray(Xq))
+    out = np.asarray(out).reshape(Q, K)
+    return out[:, 0] if vals.ndim == 1 else out
