@@ -185,7 +185,11 @@ class Component(eqx.Module):
         """The component of the columns ``cols`` alone (its prior marginalised to them).
         Families that cannot be split by column raise `ColumnSplitError` naming ``name``."""
         self.check_column_split(name)
-        raise NotImplementedError(f"{type(self).__name__} does not implement restrict_columns")
+        # reached only by a family that accepts column splitting but gives no restriction
+        raise ColumnSplitError(
+            f"{name}: {type(self).__name__} declares its columns separable (check_column_split) but does not "
+            "define restrict_columns; a column-separable family must override both"
+        )
 
     def column_components(self, J: int, name: str = "column_components") -> "Component":
         """The component restricted to each of ``J`` columns, stacked along a leading axis
