@@ -25,6 +25,7 @@ from functools import partial
 from typing import Any, NamedTuple, Optional
 
 import chex
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -491,6 +492,13 @@ def _gather_nodes(leaf, inner):
     return jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b], axis=0), leaf, inner)
 
 
+def _gather_nodes_host(leaf, inner):
+    # `_gather_nodes` on the host: eager jnp slicing and concatenation compile per shape
+    return jax.tree_util.tree_map(
+        lambda a, b: jnp.asarray(np.concatenate([np.asarray(a), np.asarray(b)], axis=0)), leaf, inner
+    )
+
+
 def assemble_result(
     comp, alpha, n, leaf_stats, leaf_log_h1, children, out_stats, log_h1, log_d, log_pT, log_r, log_1mr
 ):
@@ -514,7 +522,7 @@ def assemble_result(
         jnp.asarray(node_log_pT),
         jnp.asarray(node_log_h1),
         jnp.asarray(node_log_1mr),
-        _gather_nodes(leaf_stats, out_stats),
+        _gather_nodes_host(leaf_stats, out_stats),
         comp,
         jnp.asarray(alpha),
     )
@@ -578,6 +586,13 @@ def _work_estimate(leaf_stats, n: int) -> float:
     return float(n) ** 2 * max(s, 1) ** 1.5
 
 
+@eqx.filter_jit
+def _leaf_log_marginals(comp, leaf_stats):
+    # one compiled program per padded size (eagerly, every distinct number of real points
+    # would compile each primitive of the log marginal again)
+    return comp.log_marginal(leaf_stats)
+
+
 def bhc_from_stats(
     comp, alpha, leaf_stats, n_valid: Optional[int] = None, progress_bar: bool = False, chunked: Optional[bool] = None
 ):
@@ -598,9 +613,7 @@ def bhc_from_stats(
         return assemble_result(
             comp, alpha, 1, leaf, comp.log_marginal(leaf), np.zeros((0, 2), np.int64), empty, z, z, z, z, z
         )
-    check_finite_scores(
-        comp, leaf_stats, n, leaf_log_h1=comp.log_marginal(jax.tree_util.tree_map(lambda y: y[:n], leaf_stats))
-    )
+    check_finite_scores(comp, leaf_stats, n, leaf_log_h1=np.asarray(_leaf_log_marginals(comp, leaf_stats))[:n])
     log_alpha = jnp.log(jnp.asarray(alpha, dtype=jnp.result_type(float)))
     if chunked is None:
         chunked = progress_bar or _work_estimate(leaf_stats, n) > _CHUNKED_WORK
@@ -616,12 +629,12 @@ def bhc_from_stats(
     ch = np.asarray(children)[:k].astype(np.int64)
     if n_max != n:  # remap padded node ids n_max + t -> n + t
         ch = np.where(ch >= n_max, ch - n_max + n, ch)
-    take = lambda x: jax.tree_util.tree_map(lambda y: y[:k], x)
+    take = lambda x: jax.tree_util.tree_map(lambda y: np.asarray(y)[:k], x)
     return assemble_result(
         comp,
         alpha,
         n,
-        jax.tree_util.tree_map(lambda y: y[:n], leaf_stats),
+        jax.tree_util.tree_map(lambda y: np.asarray(y)[:n], leaf_stats),
         np.asarray(leaf_log_h1)[:n],
         ch,
         take(out_stats),

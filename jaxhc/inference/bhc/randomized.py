@@ -40,9 +40,10 @@ def _bucket(m: int, lo: int = 64) -> int:
 
 
 def _pad_rows(tree_stats, size):
+    # on the host (host arrays in, device arrays out): eager jnp ops would compile per shape
     def pad(x):
         extra = size - x.shape[0]
-        return jnp.concatenate([x, jnp.zeros((extra,) + x.shape[1:], x.dtype)], axis=0) if extra else x
+        return jnp.asarray(np.concatenate([x, np.zeros((extra,) + x.shape[1:], x.dtype)], axis=0) if extra else x)
 
     return jax.tree_util.tree_map(pad, tree_stats)
 
@@ -138,7 +139,7 @@ def rbhc(
     next_id = [n]
 
     def stats_of(idx, size):
-        sub = jax.tree_util.tree_map(lambda x: jnp.asarray(x[idx]), leaf_np)
+        sub = jax.tree_util.tree_map(lambda x: x[idx], leaf_np)
         return _pad_rows(sub, size)
 
     def plain(idx):
