@@ -51,6 +51,7 @@ checks and run the kernel, so they batch with ``jax.vmap`` directly.
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import jax
@@ -71,6 +72,7 @@ from .pydt_math import (
     harmonic,
     harmonic_table,
     log_new_branch_table,
+    sample_prior_tree,
     time_order,
 )
 
@@ -569,7 +571,8 @@ class PYDTTree(dist.Distribution):
     A value is a float array ``[2, 2N - 1]``: row 0 the parent array (as floats; ``-2`` free
     slots pad the ``2N - 1`` capacity), row 1 the times (free slots 0). ``log_prob`` is
     `log_structure_times` (jittable, batches over leading dimensions); ``sample`` runs the
-    generative process in numpy (not jittable; ``sample_shape`` draws independent trees).
+    generative process in JAX (`pydt_math.sample_prior_tree`: jittable, ``vmap``-able over
+    keys, traced ``c, alpha, beta`` allowed; ``sample_shape`` draws independent trees).
     """
 
     support = constraints.real
@@ -582,25 +585,23 @@ class PYDTTree(dist.Distribution):
         super().__init__(batch_shape=(), event_shape=(2, 2 * self.num_points - 1), validate_args=validate_args)
 
     def sample(self, key, sample_shape=()):
-        n = int(np.prod(sample_shape)) if sample_shape else 1
-        rng = numpy_rng(key)
-        out = np.empty((n, 2, 2 * self.num_points - 1))
-        for j in range(n):
-            par, t = _sample_structure(
-                rng,
-                self.num_points,
-                float(self.c),
-                float(self.alpha),
-                float(self.beta),
-                capacity=2 * self.num_points - 1,
-            )
-            out[j, 0], out[j, 1] = par, t
-        return jnp.asarray(out.reshape(tuple(sample_shape) + self.event_shape))
+        shape = tuple(sample_shape)
+        n = int(np.prod(shape)) if shape else 1
+        f = jnp.result_type(float)
+        flat = _sample_trees(jax.random.split(key, n), self.num_points, np.dtype(f), self.c, self.alpha, self.beta)
+        return flat.reshape(shape + self.event_shape)
 
     def log_prob(self, value):
         value = jnp.asarray(value)
         flat = value.reshape((-1,) + self.event_shape)
         return _tree_log_prob(flat, self.c, self.alpha, self.beta).reshape(value.shape[:-2])
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2))
+def _sample_trees(keys, N, f, c, alpha, beta):
+    """``[len(keys), 2, 2N - 1]`` trees by `pydt_math.sample_prior_tree`, one per key."""
+    parent, times = jax.vmap(lambda k: sample_prior_tree(k, N, f, c, alpha, beta))(keys)
+    return jnp.stack([parent.astype(f), times.astype(f)], axis=1)
 
 
 @jax.jit
@@ -641,9 +642,9 @@ def pydt(num_points: int = None, dim: int = None, *, c=1.0, alpha=0.0, beta=0.0,
       given). The joint density of the trace is Eq. 9 + 11 + 12 exactly (the increments map to
       the locations with unit Jacobian).
 
-    The tree is sampled in numpy from a key of the ``seed`` handler, so run the program with
-    ``handlers.seed``/``trace`` (or `numpyro.infer.util.log_density` with ``tree`` given), not
-    under ``jit``/``Predictive`` vectorisation; `sample_prior` is the plain-function version.
+    Every site is sampled in JAX, so the program runs under ``jit``, ``vmap`` over keys and
+    `numpyro.infer.Predictive` (prior and posterior predictive, ``parallel=True`` or not);
+    `sample_prior` is the NumPy reference of the same process.
 
     Args:
       num_points, dim: ``N`` and ``D`` (taken from ``X`` when given).

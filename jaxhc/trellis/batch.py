@@ -279,7 +279,10 @@ def prepare_batch(energy: Energy, leaves_padded, n_leaves, *, group_by_size: boo
     Returns:
       `PreparedBatch`.
     """
-    return _layout_batch(*_validate_batch(energy, leaves_padded, n_leaves), group_by_size)
+    # host work on concrete arrays even inside a traced function (under `jax.jit` of a
+    # function of the energy's parameters, jnp ops on constants would otherwise be staged)
+    with jax.ensure_compile_time_eval():
+        return _layout_batch(*_validate_batch(energy, leaves_padded, n_leaves), group_by_size)
 
 
 def _layout_batch(lp, nl, n_max, group_by_size):
