@@ -29,7 +29,7 @@ of 0); the sampler of `jaxhc.inference.bhmc.sampler` shares them.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -37,6 +37,7 @@ import numpy as np
 import numpyro
 import numpyro.distributions as dist
 from jax.scipy.special import gammaln, logsumexp
+from numpyro.contrib.control_flow import scan
 
 __all__ = [
     "NCRPHDPSample",
@@ -46,6 +47,7 @@ __all__ = [
     "joint_log_density",
     "loggamma",
     "ncrp_hdp",
+    "ncrp_hdp_truncated",
     "ncrp_log_prob",
 ]
 
@@ -261,6 +263,8 @@ def ncrp_hdp(
     prior_var=1.0,
     epsilon=1e-3,
     X=None,
+    max_children: Optional[int] = None,
+    max_components: Optional[int] = None,
 ) -> NCRPHDPSample:
     """Algorithm 1 (with section 4.1's truncated stick) as a NumPyro program.
 
@@ -282,7 +286,28 @@ def ncrp_hdp(
       epsilon: stop breaking the root stick once ``beta* < epsilon`` (``epsilon >= 1``
         starts with no component; every component is then made on demand).
       X: optional observed data ``[N, D]``.
+      max_children, max_components: give both for the truncated program in JAX (runs under
+        ``jit``, ``vmap`` over keys and `numpyro.infer.Predictive`; see
+        `ncrp_hdp_truncated`); leave both None for the exact process above (Python control
+        flow, one site per random choice: ``handlers.seed``/``trace`` only).
     """
+    if (max_children is None) != (max_components is None):
+        raise ValueError("give both max_children and max_components (the truncated program), or neither")
+    if max_children is not None:
+        return ncrp_hdp_truncated(
+            num_points,
+            dim,
+            depth,
+            alpha=alpha,
+            gamma0=gamma0,
+            gamma=gamma,
+            sigma2=sigma2,
+            mu0=mu0,
+            prior_var=prior_var,
+            max_children=max_children,
+            max_components=max_components,
+            X=X,
+        )
     if X is not None:
         X = np.asarray(X, dtype=float)
         if X.ndim != 2 or X.size == 0:
@@ -374,3 +399,131 @@ def ncrp_hdp(
     return NCRPHDPSample(
         paths, cs, np.asarray(parent), np.asarray(level), log_beta, np.asarray(theta).reshape(K, D), xs
     )
+
+
+# ---------------------------------------------------------------------------------------
+# the truncated program (JAX control flow: jit, vmap, Predictive)
+# ---------------------------------------------------------------------------------------
+def _check_pos_traced(v, name):
+    if isinstance(v, jax.core.Tracer):
+        return v
+    return _check_pos(v, name)
+
+
+def _check_cap(v, name):
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or int(v) < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+    return int(v)
+
+
+def ncrp_hdp_truncated(
+    num_points: int = None,
+    dim: int = None,
+    depth: int = 3,
+    *,
+    alpha=1.0,
+    gamma0=1.0,
+    gamma=1.0,
+    sigma2=1.0,
+    mu0=0.0,
+    prior_var=1.0,
+    max_children: int = 10,
+    max_components: int = 50,
+    X=None,
+) -> NCRPHDPSample:
+    """The nCRP + HDP of `ncrp_hdp`, truncated to fixed shapes so it runs in JAX (``jit``,
+    ``vmap`` over keys, `numpyro.infer.Predictive` with ``parallel=True``).
+
+    The tree has at most ``max_children`` (``B``) children per node: node slots are those of
+    the full ``B``-ary tree of depth ``L`` (``M = sum_l B^l``; level ``l`` holds slots
+    ``sum_{l' < l} B^l'`` onwards, child ``j`` of the node at index ``i`` of its level at index
+    ``i B + j`` of the next). Points choose their path by the CRP at each node exactly as in
+    `ncrp_hdp` (children in creation order) while a node has fewer than ``B`` children; a
+    node that has ``B`` offers no new child, and the deterministic site ``truncated`` is
+    True once that happened (as `jaxhc.models.dpm.dpm` with ``max_clusters``). When it is
+    False the paths have the exact nCRP law.
+
+    The HDP weights use a ``K = max_components`` truncation of the root stick (section 4.1):
+    ``beta_root ~ GEM(gamma0)`` with its last atom taking the rest, and every node below
+    ``beta_z' ~ Dir(gamma beta_parent)`` over the ``K`` atoms (unused slots draw weights too;
+    they explain no point). The rest of the root stick after ``K`` atoms has mean
+    ``(gamma0 / (1 + gamma0))^K``.
+
+    Sites: ``path_l`` (``[N]`` per level ``l = 1..L``: the child index chosen, under a
+    ``scan`` over points), ``u_root`` (``[K - 1]`` sticks), ``beta_l`` (``[B^l, K]``
+    weights of level ``l``'s slots), ``c`` (``[N]``), ``theta`` (``[K, D]``), ``X``
+    (``[N, D]``, observed when given); deterministic ``counts`` (``[M]`` points through each
+    slot) and ``truncated``.
+
+    Returns:
+      `NCRPHDPSample` of JAX arrays: ``paths [N, L + 1]`` slot ids, ``parent``/``level``
+      ``[M]`` of every slot (unused slots have ``counts`` 0), ``log_beta [M, K + 1]`` (last
+      column ``-inf``: no mass outside the ``K`` atoms), ``theta``, ``X``.
+    """
+    if X is not None:
+        X = jnp.asarray(X, dtype=jnp.result_type(float))
+        if X.ndim != 2 or X.size == 0:
+            raise ValueError(f"X must be a non-empty 2-D array [N, D], got shape {X.shape}")
+        num_points, dim = X.shape
+    if num_points is None or dim is None:
+        raise ValueError("give num_points and dim, or X")
+    N, D, L = int(num_points), int(dim), int(depth)
+    if N < 1 or D < 1 or L < 1:
+        raise ValueError(f"num_points, dim and depth must be >= 1, got {N}, {D}, {L}")
+    B = _check_cap(max_children, "max_children")
+    K = _check_cap(max_components, "max_components")
+    for v, name in ((alpha, "alpha"), (gamma0, "gamma0"), (gamma, "gamma"), (sigma2, "sigma2")):
+        _check_pos_traced(v, name)
+    f = jnp.result_type(float)
+    alpha, gamma0, gamma, sigma2 = (jnp.asarray(v, f) for v in (alpha, gamma0, gamma, sigma2))
+    mu0 = jnp.broadcast_to(jnp.asarray(mu0, f), (D,))
+    sd0 = jnp.sqrt(jnp.broadcast_to(jnp.asarray(prior_var, f), (D,)))
+    offsets = np.concatenate([[0], np.cumsum([B**l for l in range(L + 1)])]).astype(np.int64)
+    M = int(offsets[-1])
+    level = np.concatenate([np.full(B**l, l, np.int32) for l in range(L + 1)])
+    parent = np.concatenate(
+        [np.array([-1], np.int32)] + [(offsets[l - 1] + np.arange(B**l) // B).astype(np.int32) for l in range(1, L + 1)]
+    )
+
+    def step(carry, _):
+        counts, trunc = carry
+        idx = jnp.int32(0)  # index of the current node within its level
+        slots = [jnp.int32(0)]
+        for l in range(1, L + 1):
+            kids = offsets[l] + idx * B + jnp.arange(B)
+            cc = counts[kids]
+            occ = cc > 0
+            num = jnp.sum(occ)
+            w = jnp.where(occ, cc, jnp.where(jnp.arange(B) == num, alpha, 0.0))
+            j = numpyro.sample(f"path_{l}", dist.Categorical(probs=w / jnp.sum(w)))
+            trunc = trunc | (num >= B)
+            idx = idx * B + j
+            slots.append((offsets[l] + idx).astype(jnp.int32))
+        slots = jnp.stack(slots)
+        return (counts.at[slots].add(1.0), trunc), slots
+
+    (counts, trunc), paths = scan(step, (jnp.zeros(M, f), jnp.asarray(False)), None, length=N)
+    numpyro.deterministic("counts", counts)
+    numpyro.deterministic("truncated", trunc)
+
+    if K > 1:
+        u = numpyro.sample("u_root", dist.Beta(jnp.ones(K - 1, f), gamma0).to_event(1))
+        rest = jnp.concatenate([jnp.zeros(1, f), jnp.cumsum(jnp.log1p(-u))])  # log stick left before atom k
+        log_root = jnp.concatenate([rest[:-1] + jnp.log(u), rest[-1:]])
+    else:
+        log_root = jnp.zeros(1, f)
+    logb = [log_root[None]]
+    tiny = jnp.finfo(f).tiny
+    for l in range(1, L + 1):
+        conc = gamma * jnp.exp(jnp.repeat(logb[-1], B, axis=0))  # slot i's parent is slot i // B above
+        w = numpyro.sample(f"beta_{l}", dist.Dirichlet(jnp.maximum(conc, tiny)).to_event(1))
+        logb.append(jnp.log(w))
+    logb = jnp.concatenate(logb, axis=0)  # [M, K]
+    with numpyro.plate("points", N):
+        c = numpyro.sample("c", dist.Categorical(logits=logb[paths[:, L]]))
+    with numpyro.plate("components", K):
+        theta = numpyro.sample("theta", dist.Normal(mu0, sd0).to_event(1))
+    with numpyro.plate("points", N):
+        x = numpyro.sample("X", dist.Normal(theta[c], jnp.sqrt(sigma2)).to_event(1), obs=X)
+    log_beta = jnp.concatenate([logb, jnp.full((M, 1), -jnp.inf, f)], axis=1)
+    return NCRPHDPSample(paths, c, jnp.asarray(parent), jnp.asarray(level), log_beta, theta, x)
