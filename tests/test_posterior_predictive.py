@@ -1,0 +1,80 @@
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+"""Posterior predictive with `numpyro.infer.Predictive` from runs of our NumPyro kernels: the
+kernel's samples substitute the program's structure sites, and Predictive draws replicate
+data given them. The collapsed kernels do not sample the cluster parameters / locations, so
+Predictive redraws those from the model given the sampled structure: ``X_rep`` is a replicate
+data set on the posterior's partitions (DPM) or trees (PYDT). The checks are the shapes, that
+the structure is carried over, and the moments of ``X_rep`` given that structure."""
+
+import numpy as np
+from numpyro.infer import MCMC, Predictive
+
+import jaxhc
+import jaxhc.models.pydt as P
+from jaxhc.inference.gibbs import DPMGibbs
+from jaxhc.inference.pydt import PYDT
+from jaxhc.models import dpm as D
+
+
+def test_dpm_gibbs_samples_drive_the_dpm_program():
+    """Beta(1, 1) per column: two rows of one cluster agree with probability
+    ``E[p^2 + (1 - p)^2] = 2/3``, rows of different clusters with 1/2."""
+    rng = np.random.default_rng(0)
+    X = np.concatenate([rng.random((6, 4)) < 0.9, rng.random((6, 4)) < 0.1]).astype(float)
+    comp = jaxhc.BetaBernoulli(np.ones(4), np.ones(4))
+    mcmc = MCMC(DPMGibbs(X, comp, 1.0), num_warmup=20, num_samples=300, progress_bar=False)
+    mcmc.run(jax.random.key(0))
+    z = np.asarray(mcmc.get_samples())
+    assert z.shape == (300, 12)
+    out = Predictive(D.dpm, posterior_samples={"z": z}, return_sites=["X", "z"])(
+        jax.random.key(1), component=comp, num_rows=12
+    )
+    Xr = np.asarray(out["X"])
+    assert Xr.shape == (300, 12, 4) and set(np.unique(Xr)) <= {0.0, 1.0}
+    np.testing.assert_array_equal(np.asarray(out["z"]), z)  # the kernel's partitions, carried over
+    # the posterior puts the two blocks apart: most draws have rows 0 and 11 in different clusters
+    assert np.mean(z[:, 0] != z[:, 11]) > 0.9
+    same = z[:, :, None] == z[:, None, :]
+    agree = (Xr[:, :, None, :] == Xr[:, None, :, :]).mean(-1)
+    off = ~np.eye(12, dtype=bool)[None]
+    for mask, want in ((same & off, 2 / 3), (~same, 1 / 2)):
+        vals = agree[np.broadcast_to(mask, agree.shape)]
+        se = 0.5 / np.sqrt(vals.size / 12)  # pairs share rows: a conservative effective size
+        assert abs(vals.mean() - want) < 4.5 * se, (vals.mean(), want)
+
+
+def test_pydt_kernel_samples_drive_the_pydt_program():
+    """Given a tree, ``X_rep`` is Brownian motion from the origin: ``Var(x_i) = sigma2`` and
+    ``E[x_i x_j] = sigma2 t_lca(i, j)`` (the divergence time of their common ancestor)."""
+    Y = np.random.default_rng(1).normal(size=(5, 2))
+    mcmc = MCMC(PYDT(Y), num_warmup=20, num_samples=200, progress_bar=False)
+    mcmc.run(jax.random.key(2))
+    s = mcmc.get_samples()
+    par, times = np.asarray(s["parent"]), np.asarray(s["times"])
+    assert par.shape == (200, 9) and times.shape == (200, 9)
+    trees = np.stack([par.astype(float), times], axis=1)
+    s2 = 0.7
+    out = Predictive(P.pydt, posterior_samples={"tree": trees}, return_sites=["X", "tree"])(
+        jax.random.key(3), num_points=5, dim=2, sigma2=s2
+    )
+    Xr = np.asarray(out["X"])
+    assert Xr.shape == (200, 5, 2)
+    np.testing.assert_array_equal(np.asarray(out["tree"]), trees)
+    v = Xr**2
+    np.testing.assert_allclose(v.mean(), s2, atol=4.5 * v.std() / np.sqrt(v.size / 2))
+
+    def t_lca(p, t, i, j):
+        anc = set()
+        while i >= 0:
+            anc.add(i)
+            i = p[i]
+        while j not in anc:
+            j = p[j]
+        return t[j]
+
+    prod = Xr[:, 0, :] * Xr[:, 1, :]
+    want = s2 * np.mean([t_lca(p.astype(int), t, 0, 1) for p, t in zip(par, times)])
+    assert abs(prod.mean() - want) < 4.5 * prod.std() / np.sqrt(prod.size), (prod.mean(), want)
