@@ -20,7 +20,8 @@ The generative process (Algorithm 1, with the truncated stick of section 4.1):
 * ``x_n ~ N(theta_{c_n}, sigma2 I)``.
 
 `ncrp_hdp` is that process as a NumPyro program (Python control flow, one site per random
-choice), `ncrp_log_prob` is ``log p(V | alpha)`` of section 3.1 and `joint_log_density` the
+choice; `ncrp_hdp_truncated`, its fixed-shape truncation, runs under ``jit`` and
+`numpyro.infer.Predictive`), `ncrp_log_prob` is ``log p(V | alpha)`` of section 3.1 and `joint_log_density` the
 log density of a whole state. The array primitives (`dirichlet_log`, `beta_log`,
 `dp_child_log`) work in log space on ``[..., K + 1]`` weight vectors whose last entry is
 ``log beta*`` and whose ``-inf`` entries are components that do not exist (a ``Dir`` parameter
