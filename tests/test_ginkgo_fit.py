@@ -225,6 +225,26 @@ def test_nuts_posterior_covers_truth_and_matches_the_likelihood():
     # observed-information width (Bernstein-von Mises); Monte Carlo error ~ 0.1 sd here
     assert abs(post.mean - ml.lam) < 0.35 * ml.stderr
     assert abs(post.sd - ml.stderr) < 0.25 * ml.stderr
+    # posterior predictive: replicate jets from the shower program at the posterior's lam
+    import numpyro
+    import numpyro.distributions as dist
+    from numpyro.infer import Predictive
+
+    from jaxhc.models import ginkgo as G
+
+    def replicate():
+        s = G.shower(lam=numpyro.sample("lam", dist.LogNormal(0.0, 1.0)), t_cut=T_CUT, max_nodes=31)
+        numpyro.deterministic("momenta", s.momenta)
+        numpyro.deterministic("status", s.status)  # (the program records "overflow" itself)
+
+    sites = ["lam", "momenta", "status", "overflow"]
+    pp = Predictive(replicate, posterior_samples={"lam": post.samples}, return_sites=sites)(jax.random.key(2))
+    np.testing.assert_array_equal(np.asarray(pp["lam"]), np.asarray(post.samples))
+    mom, status, ok = np.asarray(pp["momenta"]), np.asarray(pp["status"]), ~np.asarray(pp["overflow"])
+    assert mom.shape == (150, 31, 4) and ok.mean() > 0.9
+    leaf_sum = np.sum(np.where((status == 2)[..., None], mom, 0.0), axis=1)  # the leaves carry the root's momentum
+    np.testing.assert_allclose(leaf_sum[ok], mom[ok, 0], rtol=1e-9, atol=1e-9)
+    assert np.mean((status == 2).sum(1)) > 2  # jets, not single particles
 
 
 def test_sample_lambda_same_key_same_samples():

@@ -78,3 +78,34 @@ def test_pydt_kernel_samples_drive_the_pydt_program():
     prod = Xr[:, 0, :] * Xr[:, 1, :]
     want = s2 * np.mean([t_lca(p.astype(int), t, 0, 1) for p, t in zip(par, times)])
     assert abs(prod.mean() - want) < 4.5 * prod.std() / np.sqrt(prod.size), (prod.mean(), want)
+
+
+def test_cdpm_gibbs_samples_drive_the_cdpm_program():
+    """Per column: two rows in one cluster of the column's view agree with probability 2/3
+    under Beta(1, 1), rows in different clusters with 1/2."""
+    from jaxhc.inference.gibbs import CDPMGibbs
+    from jaxhc.models import cdpm as C
+
+    rng = np.random.default_rng(2)
+    rows = np.repeat([0.9, 0.1], 5)[:, None]
+    X = (rng.random((10, 3)) < rows).astype(float)
+    comp = jaxhc.BetaBernoulli(np.ones(3), np.ones(3))
+    mcmc = MCMC(CDPMGibbs(X, comp, 1.0), num_warmup=20, num_samples=300, progress_bar=False)
+    mcmc.run(jax.random.key(4))
+    s = mcmc.get_samples()
+    u, Z = np.asarray(s["column_views"]), np.asarray(s["row_labels"])
+    assert u.shape == (300, 3) and Z.shape == (300, 10, 3)
+    out = Predictive(C.cdpm, posterior_samples={"column_view": u, "row_cluster": Z}, return_sites=["X"])(
+        jax.random.key(5), component=comp, num_rows=10, num_cols=3
+    )
+    Xr = np.asarray(out["X"])
+    assert Xr.shape == (300, 10, 3) and set(np.unique(Xr)) <= {0.0, 1.0}
+    zc = np.take_along_axis(Z, u[:, None, :], axis=2)  # [S, N, J]: row cluster of each entry
+    assert np.mean(zc[:, 0, :] != zc[:, 9, :]) > 0.8  # the posterior keeps the two row blocks apart
+    same = zc[:, :, None, :] == zc[:, None, :, :]
+    agree = Xr[:, :, None, :] == Xr[:, None, :, :]
+    off = ~np.eye(10, dtype=bool)[None, :, :, None]
+    for mask, want in ((same & off, 2 / 3), (~same, 1 / 2)):
+        vals = agree[np.broadcast_to(mask, agree.shape)]
+        se = 0.5 / np.sqrt(vals.size / 10)
+        assert abs(vals.mean() - want) < 4.5 * se, (vals.mean(), want)
