@@ -109,3 +109,37 @@ def test_cdpm_gibbs_samples_drive_the_cdpm_program():
         vals = agree[np.broadcast_to(mask, agree.shape)]
         se = 0.5 / np.sqrt(vals.size / 10)
         assert abs(vals.mean() - want) < 4.5 * se, (vals.mean(), want)
+
+
+def test_bhmc_samples_drive_the_truncated_ncrp_hdp_program():
+    """`program_sites` maps the kernel's node and component slots to the program's sites;
+    given them, ``x_i`` and ``x_j`` share their component mean: ``E[x_i x_j] = prior_var``
+    per dimension in one component (``mu0 = 0``), 0 across, ``E[x_i^2] = prior_var + sigma2``."""
+    from jaxhc.inference.bhmc import BHMC, program_sites
+    from jaxhc.models import ncrp_hdp as NH
+
+    rng = np.random.default_rng(3)
+    X = np.concatenate([rng.normal(-4.0, 0.5, (5, 2)), rng.normal(4.0, 0.5, (5, 2))])
+    mcmc = MCMC(BHMC(X, depth=2), num_warmup=10, num_samples=200, progress_bar=False)
+    mcmc.run(jax.random.key(6))
+    sites, B, K = program_sites(mcmc.get_samples())
+    assert set(sites) == {"path_1", "path_2", "c"} and sites["c"].shape == (200, 10)
+    assert np.all(sites["path_1"][:, 0] == 0) and np.all(sites["c"][:, 0] == 0)  # first appearance
+    assert np.mean(sites["c"][:, 0] != sites["c"][:, 9]) > 0.9  # the posterior keeps the groups apart
+    s2, v0 = 0.5, 2.0
+    out = Predictive(NH.ncrp_hdp, posterior_samples=sites, return_sites=["X", "c", "path_2", "truncated"])(
+        jax.random.key(7), num_points=10, dim=2, depth=2, sigma2=s2, prior_var=v0, max_children=B, max_components=K
+    )
+    np.testing.assert_array_equal(np.asarray(out["c"]), sites["c"])
+    np.testing.assert_array_equal(np.asarray(out["path_2"]), sites["path_2"])
+    assert not np.any(np.asarray(out["truncated"]))
+    Xr = np.asarray(out["X"])
+    assert Xr.shape == (200, 10, 2)
+    v = Xr**2
+    assert abs(v.mean() - (v0 + s2)) < 4.5 * v.std() / np.sqrt(v.size / 10)
+    prod = Xr[:, :, None, :] * Xr[:, None, :, :]
+    same = (sites["c"][:, :, None] == sites["c"][:, None, :]) & ~np.eye(10, dtype=bool)[None]
+    diff = sites["c"][:, :, None] != sites["c"][:, None, :]
+    for mask, want in ((same, v0), (diff, 0.0)):
+        vals = prod[np.broadcast_to(mask[..., None], prod.shape)]
+        assert abs(vals.mean() - want) < 4.5 * vals.std() / np.sqrt(vals.size / 10), (vals.mean(), want)

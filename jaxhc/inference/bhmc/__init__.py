@@ -10,7 +10,7 @@ complete-data log likelihood), `init` (starting states), `sampler` (the sweep, `
 from ...models.ncrp_hdp import joint_log_density
 from . import init, moves, sampler, state, updates
 from .init import bhmc_init, level_sizes_from_gaps, prior_sample_state, state_from_level_labels, tree_init_state
-from .sampler import BHMC, BHMCResult, BHMCSamples, bhmc_step, state_to_tree
+from .sampler import BHMC, BHMCResult, BHMCSamples, bhmc_step, program_sites, state_to_tree
 from .state import OVERFLOW_COMPONENTS, OVERFLOW_NODES, BHMCConfig, BHMCState, make_config
 from .updates import complete_data_log_likelihood, update_hyper, update_theta, update_weights, update_weights_exact
 
@@ -29,6 +29,7 @@ __all__ = [
     "level_sizes_from_gaps",
     "make_config",
     "prior_sample_state",
+    "program_sites",
     "state_from_level_labels",
     "state_to_tree",
     "tree_init_state",

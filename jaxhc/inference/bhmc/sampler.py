@@ -51,6 +51,7 @@ __all__ = [
     "BHMCSamples",
     "bhmc",
     "bhmc_step",
+    "program_sites",
     "state_to_tree",
 ]
 
@@ -565,3 +566,44 @@ class BHMC(MCMCKernel):
         k, k_next = jax.random.split(state.rng_key)
         st, _ = _sweep(k, state.state, self.X, self.cfg, self.sample_hyper, self.num_hyper_steps, self.path_update)
         return _KernelState({"paths": st.path, "c": st.c}, st, k_next)
+
+
+def program_sites(samples):
+    """Turns `BHMC` kernel samples into site values of the truncated nCRP + HDP program
+    (`jaxhc.models.ncrp_hdp.ncrp_hdp_truncated`), for ``numpyro.infer.Predictive(ncrp_hdp,
+    posterior_samples=sites)``.
+
+    Args:
+      samples: ``{"paths": [S, N, L + 1], "c": [S, N]}`` as ``MCMC(BHMC(...)).get_samples()``
+        returns (node and component slots).
+
+    Returns:
+      ``(sites, max_children, max_components)``: ``sites`` holds ``path_l [S, N]`` (each
+      point's child index at level ``l`` among its parent's children, numbered in order of
+      first appearance over the points, as the program's CRP creates them) and ``c [S, N]``
+      (components relabelled by first appearance); pass ``max_children`` and
+      ``max_components`` (the largest branching and number of components over the samples)
+      to the program so every sample fits. The program then draws the weights and the
+      component means from the model given this structure (the kernel's ``B`` and ``theta``
+      are not part of its samples).
+    """
+    paths = np.asarray(samples["paths"])
+    c = np.asarray(samples["c"])
+    if paths.ndim != 3 or c.shape != paths.shape[:2]:
+        raise ValueError(f"samples must hold paths [S, N, L + 1] and c [S, N], got {paths.shape} and {c.shape}")
+    S, N, L1 = paths.shape
+    sites = {f"path_{l}": np.zeros((S, N), np.int32) for l in range(1, L1)}
+    comps = np.zeros((S, N), np.int32)
+    max_children = max_components = 1
+    for s in range(S):
+        for l in range(1, L1):
+            kids: dict = {}
+            for n in range(N):
+                d = kids.setdefault(int(paths[s, n, l - 1]), {})
+                sites[f"path_{l}"][s, n] = d.setdefault(int(paths[s, n, l]), len(d))
+            max_children = max(max_children, max(len(d) for d in kids.values()))
+        first: dict = {}
+        comps[s] = [first.setdefault(int(k), len(first)) for k in c[s]]
+        max_components = max(max_components, len(first))
+    sites["c"] = comps
+    return sites, max_children, max_components
