@@ -120,10 +120,10 @@ def test_bhmc_samples_drive_the_truncated_ncrp_hdp_program():
 
     rng = np.random.default_rng(3)
     X = np.concatenate([rng.normal(-4.0, 0.5, (5, 2)), rng.normal(4.0, 0.5, (5, 2))])
-    mcmc = MCMC(BHMC(X, depth=2), num_warmup=10, num_samples=200, progress_bar=False)
+    mcmc = MCMC(BHMC(X, depth=2), num_warmup=10, num_samples=120, progress_bar=False)
     mcmc.run(jax.random.key(6))
     sites, B, K = program_sites(mcmc.get_samples())
-    assert set(sites) == {"path_1", "path_2", "c"} and sites["c"].shape == (200, 10)
+    assert set(sites) == {"path_1", "path_2", "c"} and sites["c"].shape == (120, 10)
     assert np.all(sites["path_1"][:, 0] == 0) and np.all(sites["c"][:, 0] == 0)  # first appearance
     assert np.mean(sites["c"][:, 0] != sites["c"][:, 9]) > 0.9  # the posterior keeps the groups apart
     s2, v0 = 0.5, 2.0
@@ -134,7 +134,7 @@ def test_bhmc_samples_drive_the_truncated_ncrp_hdp_program():
     np.testing.assert_array_equal(np.asarray(out["path_2"]), sites["path_2"])
     assert not np.any(np.asarray(out["truncated"]))
     Xr = np.asarray(out["X"])
-    assert Xr.shape == (200, 10, 2)
+    assert Xr.shape == (120, 10, 2)
     v = Xr**2
     assert abs(v.mean() - (v0 + s2)) < 4.5 * v.std() / np.sqrt(v.size / 10)
     prod = Xr[:, :, None, :] * Xr[:, None, :, :]

@@ -94,18 +94,6 @@ def test_jax_tree_sampler_matches_the_numpy_process(c, alpha, beta):
     assert np.all(np.isfinite(lp))
 
 
-def test_jax_tree_sampler_root_arity_n3_closed_form():
-    c, alpha, beta = 2.0, 1.0, 0.3
-    draws = np.asarray(jax.jit(lambda k: P.PYDTTree(3, c, alpha, beta).sample(k, (4000,)))(jax.random.key(1)))
-    par = draws[:, 0].astype(int)
-    root = np.argmax(par == -1, axis=1)
-    K = np.array([np.sum(p == r) for p, r in zip(par, root)])
-    w1 = exp(lgamma(1 - beta) - lgamma(2 + alpha))
-    w2 = exp(lgamma(2 - beta) - lgamma(3 + alpha))
-    p3 = w1 / (w1 + w2) * (alpha + 2 * beta) / (2 + alpha)
-    assert abs(np.mean(K == 3) - p3) < 4 * np.sqrt(p3 * (1 - p3) / K.size)
-
-
 # ---------------------------------------------------------------------------------------
 # nCRP + HDP, truncated program
 # ---------------------------------------------------------------------------------------
