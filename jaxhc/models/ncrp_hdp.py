@@ -251,6 +251,21 @@ def _check_pos(v, name):
     return v
 
 
+def _program_sizes(num_points, dim, depth, X):
+    """``(X as float64 or None, N, D, L)`` of a program call, checked (``X`` gives ``N, D``)."""
+    if X is not None:
+        X = np.asarray(X, dtype=float)
+        if X.ndim != 2 or X.size == 0:
+            raise ValueError(f"X must be a non-empty 2-D array [N, D], got shape {X.shape}")
+        num_points, dim = X.shape
+    if num_points is None or dim is None:
+        raise ValueError("give num_points and dim, or X")
+    N, D, L = int(num_points), int(dim), int(depth)
+    if N < 1 or D < 1 or L < 1:
+        raise ValueError(f"num_points, dim and depth must be >= 1, got {N}, {D}, {L}")
+    return X, N, D, L
+
+
 def ncrp_hdp(
     num_points: int = None,
     dim: int = None,
@@ -309,16 +324,7 @@ def ncrp_hdp(
             max_components=max_components,
             X=X,
         )
-    if X is not None:
-        X = np.asarray(X, dtype=float)
-        if X.ndim != 2 or X.size == 0:
-            raise ValueError(f"X must be a non-empty 2-D array [N, D], got shape {X.shape}")
-        num_points, dim = X.shape
-    if num_points is None or dim is None:
-        raise ValueError("give num_points and dim, or X")
-    N, D, L = int(num_points), int(dim), int(depth)
-    if N < 1 or D < 1 or L < 1:
-        raise ValueError(f"num_points, dim and depth must be >= 1, got {N}, {D}, {L}")
+    X, N, D, L = _program_sizes(num_points, dim, depth, X)
     for v, name in ((alpha, "alpha"), (gamma0, "gamma0"), (gamma, "gamma"), (sigma2, "sigma2"), (epsilon, "epsilon")):
         _check_pos(v, name)
     mu0 = np.broadcast_to(np.asarray(mu0, float), (D,))
@@ -461,16 +467,8 @@ def ncrp_hdp_truncated(
       ``[M]`` of every slot (unused slots have ``counts`` 0), ``log_beta [M, K + 1]`` (last
       column ``-inf``: no mass outside the ``K`` atoms), ``theta``, ``X``.
     """
-    if X is not None:
-        X = jnp.asarray(X, dtype=jnp.result_type(float))
-        if X.ndim != 2 or X.size == 0:
-            raise ValueError(f"X must be a non-empty 2-D array [N, D], got shape {X.shape}")
-        num_points, dim = X.shape
-    if num_points is None or dim is None:
-        raise ValueError("give num_points and dim, or X")
-    N, D, L = int(num_points), int(dim), int(depth)
-    if N < 1 or D < 1 or L < 1:
-        raise ValueError(f"num_points, dim and depth must be >= 1, got {N}, {D}, {L}")
+    X, N, D, L = _program_sizes(num_points, dim, depth, X)
+    X = None if X is None else jnp.asarray(X, dtype=jnp.result_type(float))
     B = _check_cap(max_children, "max_children")
     K = _check_cap(max_components, "max_components")
     for v, name in ((alpha, "alpha"), (gamma0, "gamma0"), (gamma, "gamma"), (sigma2, "sigma2")):
