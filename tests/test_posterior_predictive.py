@@ -10,12 +10,13 @@ data set on the posterior's partitions (DPM) or trees (PYDT). The checks are the
 the structure is carried over, and the moments of ``X_rep`` given that structure."""
 
 import numpy as np
+import pytest
 from numpyro.infer import MCMC, Predictive
 
 import jaxhc
 import jaxhc.models.pydt as P
 from jaxhc.inference.gibbs import DPMGibbs
-from jaxhc.inference.pydt import PYDT
+from jaxhc.inference.pydt import PYDT, program_sites
 from jaxhc.models import dpm as D
 
 
@@ -55,7 +56,15 @@ def test_pydt_kernel_samples_drive_the_pydt_program():
     s = mcmc.get_samples()
     par, times = np.asarray(s["parent"]), np.asarray(s["times"])
     assert par.shape == (200, 9) and times.shape == (200, 9)
-    trees = np.stack([par.astype(float), times], axis=1)
+    for name in ("c", "alpha", "beta", "sigma2"):  # the kernel samples its hyperparameters and reports them
+        h = np.asarray(s[name])
+        assert h.shape == (200,) and np.all(h > 0) and len(np.unique(h)) > 1, name
+    trees = np.asarray(program_sites(s)["tree"])
+    np.testing.assert_array_equal(trees, np.stack([par.astype(float), times], axis=1))
+    with pytest.raises(ValueError, match="times"):
+        program_sites({"parent": par})
+    with pytest.raises(ValueError, match=r"\[S, 2N - 1\]"):
+        program_sites({"parent": par, "times": times[:, :-1]})
     s2 = 0.7
     out = Predictive(P.pydt, posterior_samples={"tree": trees}, return_sites=["X", "tree"])(
         jax.random.key(3), num_points=5, dim=2, sigma2=s2

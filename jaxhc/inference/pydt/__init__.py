@@ -7,7 +7,7 @@ is `jaxhc.models.pydt_math`."""
 
 from . import checks, em, ep, estep, mcmc, messages, moves, mstep, predictive, state
 from .em import pydt_em
-from .mcmc import PYDT, pydt_mcmc, pydt_mcmc_init, pydt_mcmc_step
+from .mcmc import PYDT, program_sites, pydt_mcmc, pydt_mcmc_init, pydt_mcmc_step
 from .predictive import pydt_predictive_logpdf
 from .state import PYDTEMResult, PYDTPriors, PYDTSamples, PYDTState
 
@@ -26,6 +26,7 @@ __all__ = [
     "moves",
     "mstep",
     "predictive",
+    "program_sites",
     "pydt_em",
     "pydt_mcmc",
     "pydt_mcmc_init",

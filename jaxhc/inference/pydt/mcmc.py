@@ -61,6 +61,7 @@ __all__ = [
     "PYDTPriors",
     "PYDTSamples",
     "PYDTState",
+    "program_sites",
     "pydt_mcmc",
     "pydt_mcmc_init",
     "pydt_mcmc_step",
@@ -509,8 +510,13 @@ class _KernelState(NamedTuple):
 
 class PYDT(MCMCKernel):
     """The section-5.1 sampler as a NumPyro kernel: ``MCMC(PYDT(X), num_warmup=...,
-    num_samples=...).run(key)`` collects ``{"parent": [2N-1], "times": [2N-1]}`` per step
-    (turn one into a tree with `state_to_tree`).
+    num_samples=...).run(key)`` collects ``{"parent": [2N-1], "times": [2N-1], "c",
+    "alpha", "beta", "sigma2"}`` per step (turn one into a tree with `state_to_tree`; the
+    hyperparameters are constant where their ``sample_*`` flag is off). With the default
+    `PYDTPriors` the draws are from the posterior of the `jaxhc.models.pydt.pydt` program under
+    the priors ``alpha ~ Gamma(2, 0.5)``, ``beta ~ Beta(1, 1)``, ``c ~ Gamma(1, 1)``,
+    ``1 / sigma2 ~ Gamma(1, 1)``, locations integrated out: `program_sites` turns the samples
+    into that program's ``tree`` site for ``numpyro.infer.Predictive``.
 
     Args:
       X, c, alpha, beta, sigma2, likelihood, priors, num_moves, sample_*: as in `pydt_mcmc`.
@@ -558,9 +564,37 @@ class PYDT(MCMCKernel):
             if init_params is not None
             else _init_jit(k_init, self.X, *(jnp.asarray(v, f) for v in self.hyp), True, self.probit)
         )
-        return _KernelState({"parent": st.parent, "times": st.times}, st, k)
+        return _KernelState(_sample_dict(st), st, k)
 
     def sample(self, state, model_args, model_kwargs):
         k, k_next = jax.random.split(state.rng_key)
         st, _ = _step(k, state.state, self.X, self.priors, *self.flags)
-        return _KernelState({"parent": st.parent, "times": st.times}, st, k_next)
+        return _KernelState(_sample_dict(st), st, k_next)
+
+
+def _sample_dict(st) -> dict:
+    """What the `PYDT` kernel reports per step: the tree and the hyperparameters."""
+    return {"parent": st.parent, "times": st.times, "c": st.c, "alpha": st.alpha, "beta": st.beta, "sigma2": st.sigma2}
+
+
+def program_sites(samples) -> dict:
+    """`PYDT` kernel samples as the sites of the `jaxhc.models.pydt.pydt` program.
+
+    Args:
+      samples: ``MCMC(PYDT(X), ...).get_samples()``, or any mapping with ``"parent"`` and
+        ``"times"`` of shape ``[S, 2N - 1]``.
+
+    Returns:
+      ``{"tree": [S, 2, 2N - 1]}`` (the `PYDTTree` value: parent row as floats, times row),
+      ready for ``Predictive(pydt, posterior_samples=...)``; the hyperparameters stay under
+      their own keys in ``samples`` for a user model that samples them.
+    """
+    for name in ("parent", "times"):
+        if name not in samples:
+            raise ValueError(f"samples must hold {name!r} (from MCMC(PYDT(X), ...).get_samples())")
+    parent, times = jnp.asarray(samples["parent"]), jnp.asarray(samples["times"])
+    if parent.ndim != 2 or parent.shape != times.shape or parent.shape[1] % 2 != 1:
+        raise ValueError(
+            f"samples['parent'] and samples['times'] must both be [S, 2N - 1], got {parent.shape} and {times.shape}"
+        )
+    return {"tree": jnp.stack([parent.astype(times.dtype), times], axis=1)}
