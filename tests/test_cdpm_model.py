@@ -154,6 +154,37 @@ def test_dpm_program_determinism_shapes_sites_and_crp_density():
     assert g.X.shape == (4, 2)
 
 
+def test_dpm_exchangeable_labels_density_and_normalisation():
+    """``labels="exchangeable"``: the trace density of every one of the K^n label vectors is
+    ``crp_log_prob(z) + log((K - k)! / K!)``, so the densities sum to 1 over all labellings;
+    with ordered labels a vector out of first-appearance order has density 0."""
+    from numpyro.infer.util import log_density
+    from scipy.special import gammaln
+
+    comp, n, alpha = BetaBernoulli(), 4, 1.5
+    allz = np.array(list(itertools.product(range(n), repeat=n)))
+
+    def lp(z, labels):
+        model = lambda: D.dpm(component=comp, alpha=alpha, num_rows=n, num_cols=1, labels=labels)
+        return log_density(handlers.block(handlers.seed(model, 0), hide=["theta", "X"]), (), {}, {"z": z})[0]
+
+    ex = np.asarray(jax.jit(jax.vmap(lambda z: lp(z, "exchangeable")))(allz))
+    k = np.array([len(set(z)) for z in allz])
+    want = np.array([float(D.crp_log_prob(z, alpha)) for z in allz]) + gammaln(n - k + 1) - gammaln(n + 1)
+    np.testing.assert_allclose(ex, want, atol=1e-12)
+    np.testing.assert_allclose(np.exp(ex).sum(), 1.0, atol=1e-12)
+    ordered = np.asarray(jax.jit(jax.vmap(lambda z: lp(z, "ordered")))(allz))
+    in_order = np.array([_canon(z) == tuple(z) for z in allz])
+    assert np.all(np.isneginf(ordered[~in_order])) and np.all(np.isfinite(ordered[in_order]))
+    np.testing.assert_allclose(np.exp(ordered).sum(), 1.0, atol=1e-12)
+    draws = jax.vmap(
+        lambda key: handlers.seed(D.dpm, key)(component=comp, alpha=alpha, num_rows=n, labels="exchangeable").labels
+    )(jax.random.split(jax.random.PRNGKey(0), 200))
+    assert np.mean(np.asarray(draws)[:, 0] != 0) > 0.5  # labels are not in first-appearance order
+    with pytest.raises(ValueError, match="labels"):
+        D.dpm(component=comp, num_rows=n, labels="sorted")
+
+
 def test_dpm_truncation_flag():
     s = handlers.seed(D.dpm, jax.random.PRNGKey(0))(
         component=BetaBernoulli(), alpha=1e6, num_rows=5, num_cols=2, max_clusters=2

@@ -12,7 +12,9 @@ is exactly ``crp_log_prob(z, alpha)``. The capacity is fixed (``max_clusters``, 
 ``num_rows``, which can never be exceeded, so the default draw is exact). With a smaller
 capacity a row that would open a cluster beyond it is forced into an existing one; the
 program then reports ``truncated = True`` (also the deterministic site ``"truncated"``) and
-the draw is not from the CRP.
+the draw is not from the CRP. With ``labels="exchangeable"`` a new cluster takes one of the
+unused labels uniformly instead (same partition law; every labelling has positive
+probability, which samplers that update one label at a time need).
 
 Parameter / data sites: ``BetaBernoulli`` / ``BetaBinomial``: ``theta [K, d] ~ Beta(a, b)``
 (plates ``clusters``, ``columns``), ``X [n, d] ~ Bernoulli / Binomial(trials, theta[z])``;
@@ -131,17 +133,28 @@ def crp_log_prob(labels, alpha):
     )
 
 
-def crp_scan(name, alpha, n, K, batch=()):
+def crp_scan(name, alpha, n, K, batch=(), labels: str = "ordered"):
     """Sequential CRP over ``n`` items with capacity ``K``, ``len(batch)`` independent
-    restaurants in parallel. Returns labels ``[n, *batch]`` and a truncation flag."""
+    restaurants in parallel. Returns labels ``[n, *batch]`` and a truncation flag.
+
+    ``labels="ordered"``: a new cluster takes the next free label (first-appearance order).
+    ``"exchangeable"``: it takes one of the ``K - k`` unused labels uniformly, so the labels are
+    a uniformly random labelling of the CRP partition (``log p(z) = crp_log_prob(z) +
+    log((K - k)! / K!)``, ``k`` clusters) and every labelling has positive probability."""
     f = alpha.dtype
+    exchangeable = labels == "exchangeable"
 
     def step(carry, _):
         counts, trunc = carry
         occupied = counts > 0
         num = jnp.sum(occupied, axis=-1)
-        new = jnp.arange(K) == num[..., None]
-        w = jnp.where(occupied, counts, jnp.where(new, alpha, 0.0))
+        if exchangeable:  # alpha shared by the unused labels
+            new = ~occupied
+            a_new = alpha / jnp.maximum(K - num, 1).astype(f)[..., None]
+        else:
+            new = jnp.arange(K) == num[..., None]
+            a_new = alpha
+        w = jnp.where(occupied, counts, jnp.where(new, a_new, 0.0))
         d = dist.Categorical(probs=w / jnp.sum(w, axis=-1, keepdims=True))
         if batch:
             d = d.to_event(len(batch))
@@ -223,6 +236,7 @@ def dpm(
     *,
     num_cols: Optional[int] = None,
     max_clusters: Optional[int] = None,
+    labels: str = "ordered",
 ) -> DPMSample:
     """The DPM as a NumPyro program (see the module docstring for the sites).
 
@@ -233,6 +247,14 @@ def dpm(
       num_rows: number of rows (required when ``X`` is None).
       num_cols: number of columns when sampling (default ``component.dim``).
       max_clusters: capacity of the CRP (default ``num_rows``: exact).
+      labels: ``"ordered"`` (default): a new cluster takes the next free label, so ``z`` is in
+        order of first appearance and ``sum log p(z) = crp_log_prob(z, alpha)``.
+        ``"exchangeable"``: a new cluster takes one of the unused labels uniformly at random;
+        the partition has the same CRP law, ``sum log p(z) = crp_log_prob(z, alpha) + log((K -
+        k)! / K!)`` (``K = max_clusters``, ``k`` clusters), and every labelling has positive
+        probability. Use it when a sampler updates single labels (NumPyro's
+        ``DiscreteHMCGibbs``): with ordered labels, a cluster other than the last one can never
+        be emptied, so such a chain can only add clusters.
 
     Returns:
       `DPMSample` ``(X, labels, truncated)``.
@@ -242,8 +264,10 @@ def dpm(
     Xo, n, d = program_data(X, component, num_rows, num_cols)
     K = n if max_clusters is None else check_count(max_clusters, "max_clusters")
     K = min(K, n)
+    if labels not in ("ordered", "exchangeable"):
+        raise ValueError(f"labels must be 'ordered' or 'exchangeable', got {labels!r}")
 
-    z, trunc = crp_scan("z", alpha, n, K)
+    z, trunc = crp_scan("z", alpha, n, K, labels=labels)
     numpyro.deterministic("truncated", trunc)
     if isinstance(component, (BetaBernoulli, BetaBinomial)):
         with numpyro.plate("clusters", K, dim=-2), numpyro.plate("columns", d, dim=-1):
