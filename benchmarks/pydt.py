@@ -1,11 +1,19 @@
 """Speed of the Pitman-Yor diffusion tree code: message passing against N, the section-5.1
-MCMC sampler per move (single chain and 8 vmapped chains) and the greedy EM search.
+MCMC sampler per move (single chain and 8 vmapped chains), the greedy EM search and prior
+sampling (the JAX sampler against the NumPy reference).
 
 Usage::
 
     python benchmarks/pydt.py                 # full run, writes benchmarks/results/pydt.json (~6-8 min on 2 cores)
     python benchmarks/pydt.py --quick         # smoke test: small N, few moves, EM with 2 iterations, no JSON
     python benchmarks/pydt.py --sections mp,mcmc --sizes 100,1000 --out /tmp/pydt.json
+    python benchmarks/pydt.py --sections prior   # prior sampling only, writes benchmarks/results/pydt_prior.json
+
+Sections: ``mp``, ``mcmc``, ``em`` (the default, ``--sections mp,mcmc,em``) and ``prior`` (not in
+the default). Output file: ``--out`` if given; otherwise, for the default sections,
+``benchmarks/results/pydt.json``, and for any other choice ``benchmarks/results/pydt_<sections>.json``
+(sections in the order mp, mcmc, em, prior joined by ``_``, e.g. ``pydt_prior.json``), so a
+partial run never overwrites the full results with a partial file (nothing is merged).
 
 Everything runs in one process, float64 (``jax_enable_x64``), on ``jax.devices()[0]``.
 
@@ -56,11 +64,34 @@ Method (also recorded in the JSON under ``"method"``):
   ``num_iters = 100`` would take too long for this script's budget on 2 cores, so its time is
   **projected**: initial tree + 100 x per iteration (+ the compilation estimate, cold -
   initial tree - 2 x per iteration).
+* **Prior.** For each ``N`` in ``--prior-sizes`` (10, 50, 200) and each ``(alpha, beta)`` in
+  ``(0.5, 0.2)`` and the DDT ``(0, 0)``, ``c = 1``, float64: *JAX trees* =
+  ``models.pydt.PYDTTree(N, c, alpha, beta).sample(key, (S,))`` (``S = --prior-samples``,
+  1000; the jitted ``_sample_trees``, static ``N``, ``vmap`` of
+  ``pydt_math.sample_prior_tree`` over ``S`` keys), ``[S, 2, 2N - 1]``. *compile* = ahead-of-time
+  ``lower(...).compile()`` of ``_sample_trees`` for the arguments ``sample`` passes, timed alone
+  (jax caches it, so ``sample`` does not compile again); only the first setting of each ``N``
+  compiles (``c, alpha, beta`` are traced: the DDT row's compile is the cache hit, ~0);
+  *first call* = the first ``sample`` call after that; *warm* = the median of
+  ``--prior-repeats`` (3) further calls with new keys (``block_until_ready``; fewer once the
+  calls took ``--prior-jax-time``, 20 s; the ``*_times_s`` lists have them all). *Predictive* = the whole
+  ``numpyro.infer.Predictive(pydt, num_samples=S, parallel=True)(key, num_points=N, dim=2,
+  c, alpha, beta)`` (tree, Brownian increments, locations and ``X``; not wrapped in ``jit``
+  by us): first call (it compiles the batched pieces; ``predictive_compile_s_est`` = first -
+  warm) and warm calls timed the same way. Baseline in the same
+  process: *NumPy* = ``models.pydt.sample_prior(key_i, N, 2, c, alpha, beta, sigma2=1)``
+  called in a Python loop (one tree + its locations per call, host NumPy; keys made before
+  the timing), ``S`` calls or as many as fit in ``--prior-np-time`` (30 s, at least 5
+  calls), the total **extrapolated linearly** to ``S`` calls when fewer were run (the
+  ``numpy_calls`` field says how many). Ratios = NumPy / JAX (> 1: JAX faster). Sanity
+  check of the law (the two samplers use different random streams): mean number of branch
+  points and mean first divergence time (the root's time) of the JAX trees against the
+  NumPy draws (difference in standard errors, ``z``).
 
 Targets (from the issue): one message-passing evaluation at N = 1000 <= 5 ms after
 compilation; a single chain within 5x of the anchor per iteration at N = 60-100 (<= 0.65 ms
 per move); 8 vmapped chains >= the anchor's throughput (>= 7692 iterations/s); EM on
-N = 200, D = 10 <= 2 minutes.
+N = 200, D = 10 <= 2 minutes; 1000 prior trees of N = 50 in <= 5 s warm (JAX sampler).
 """
 
 from __future__ import annotations
@@ -94,7 +125,11 @@ TARGETS = {
     "single_chain_factor": 5.0,
     "chains8_iters_per_s": 1.0 / ANCHOR["s_per_iter"],
     "em_n200_d10_s": 120.0,
+    "prior_1000_trees_n50_s": 5.0,
 }
+PRIOR_SETTINGS = ((0.5, 0.2), (0.0, 0.0))  # (alpha, beta); c = 1
+SECTIONS = ("mp", "mcmc", "em", "prior")
+DEFAULT_SECTIONS = "mp,mcmc,em"
 HYP = dict(c=1.0, alpha=0.5, beta=0.2, sigma2=1.0)
 FREE = -2
 
@@ -537,6 +572,120 @@ def run_em(args):
 
 
 # ------------------------------------------------------------------------------------------
+# 4. prior sampling
+# ------------------------------------------------------------------------------------------
+def tree_stats(parent, times, N):
+    """Per tree: number of branch points and the first divergence time (the root's time)
+    from parent / times rows ``[..., 2N - 1]`` (free slots ``-2``)."""
+    parent = np.asarray(parent)
+    times = np.asarray(times, float)
+    used = parent[..., N:] != FREE
+    bp = used.sum(-1)
+    first = np.where(used, times[..., N:], np.inf).min(-1)
+    return bp.astype(float), np.where(np.isfinite(first), first, 1.0)
+
+
+def _z(a, b):
+    se = np.sqrt(np.var(a, ddof=1) / len(a) + np.var(b, ddof=1) / len(b)) if len(a) > 1 and len(b) > 1 else 0.0
+    return float((np.mean(a) - np.mean(b)) / se) if se > 0 else 0.0
+
+
+def run_prior(N, alpha, beta, args):
+    import jax
+    import jax.numpy as jnp
+    from numpyro.infer import Predictive
+
+    from jaxhc.models import pydt as P
+
+    c, S, R = HYP["c"], args.prior_samples, args.prior_repeats
+    key = jax.random.key(10_000 + N)
+    d = P.PYDTTree(N, c, alpha, beta)
+    f = np.dtype(jnp.result_type(float))
+    # compile alone: trace + compile `_sample_trees` (static N, dtype and S) for the arguments
+    # `sample` passes; jax caches it for the calls below, and an earlier setting with the
+    # same N and S already compiled it (c, alpha, beta are traced): then this is ~0
+    _, compile_s = aot(P._sample_trees, jax.random.split(key, S), N, f, c, alpha, beta)
+    t = time.perf_counter()
+    block(d.sample(jax.random.fold_in(key, 0), (S,)))
+    first_s = time.perf_counter() - t
+    tt = []
+    while len(tt) < R and (not tt or sum(tt) < args.prior_jax_time):
+        t = time.perf_counter()
+        trees = block(d.sample(jax.random.fold_in(key, 1 + len(tt)), (S,)))
+        tt.append(time.perf_counter() - t)
+    trees_s = statistics.median(tt)
+    trees = np.asarray(trees)
+    assert trees.shape == (S, 2, 2 * N - 1), trees.shape
+    bp_j, t1_j = tree_stats(np.round(trees[:, 0]).astype(int), trees[:, 1], N)
+    # the whole NumPyro program (tree + increments + locations + X), D = 2
+    pred = Predictive(P.pydt, num_samples=S, parallel=True)
+    kw = dict(num_points=N, dim=2, c=c, alpha=alpha, beta=beta)
+    t = time.perf_counter()
+    block(pred(jax.random.fold_in(key, 100), **kw))
+    pred_first_s = time.perf_counter() - t
+    tp = []
+    while len(tp) < R and (not tp or sum(tp) < args.prior_jax_time):
+        t = time.perf_counter()
+        out = block(pred(jax.random.fold_in(key, 101 + len(tp)), **kw))
+        tp.append(time.perf_counter() - t)
+    pred_s = statistics.median(tp)
+    assert out["X"].shape == (S, N, 2), out["X"].shape
+    # NumPy reference: one tree + locations per call; keys made outside the timing
+    keys = list(jax.random.split(jax.random.fold_in(key, 200), S))
+    bp_n, t1_n = [], []
+    t0 = time.perf_counter()
+    n = 0
+    while n < S and (n < 5 or time.perf_counter() - t0 < args.prior_np_time):
+        s = P.sample_prior(keys[n], N, 2, c=c, alpha=alpha, beta=beta, sigma2=HYP["sigma2"])
+        n += 1
+        bp_n.append(s.tree.parent.size - N)
+        t1_n.append(float(np.min(s.tree.heights[N:])) if s.tree.parent.size > N else 1.0)
+    np_wall = time.perf_counter() - t0
+    np_s = np_wall / n * S
+    row = {
+        "N": N,
+        "c": c,
+        "alpha": alpha,
+        "beta": beta,
+        "samples": S,
+        "dtype": str(f),
+        "jax_compile_s": compile_s,
+        "jax_first_call_s": first_s,
+        "jax_trees_s": trees_s,
+        "jax_trees_times_s": tt,
+        "predictive_first_call_s": pred_first_s,
+        "predictive_s": pred_s,
+        "predictive_compile_s_est": max(pred_first_s - pred_s, 0.0),
+        "predictive_times_s": tp,
+        "numpy_calls": n,
+        "numpy_wall_s": np_wall,
+        "numpy_per_call_s": np_wall / n,
+        "numpy_s": np_s,
+        "numpy_extrapolated": n < S,
+        "ratio_numpy_vs_jax_trees": np_s / trees_s,
+        "ratio_numpy_vs_predictive": np_s / pred_s,
+        "branch_points_mean_jax": float(np.mean(bp_j)),
+        "branch_points_mean_numpy": float(np.mean(bp_n)),
+        "branch_points_z": _z(bp_j, np.asarray(bp_n, float)),
+        "first_divergence_mean_jax": float(np.mean(t1_j)),
+        "first_divergence_mean_numpy": float(np.mean(t1_n)),
+        "first_divergence_z": _z(t1_j, np.asarray(t1_n)),
+        "loadavg_1min": os.getloadavg()[0],
+    }
+    ex = f" (extrapolated from {n} calls)" if n < S else ""
+    print(
+        f"  N={N:4d} alpha={alpha} beta={beta}  {S} trees: JAX {fmt_t(trees_s)} (compile {compile_s:.1f} s, then "
+        f"first call {first_s:.1f} s)  Predictive {fmt_t(pred_s)} (first {pred_first_s:.1f} s)  NumPy {fmt_t(np_s)}{ex}  "
+        f"NumPy / JAX {np_s / trees_s:.1f}x, / Predictive {np_s / pred_s:.1f}x  branch points "
+        f"{row['branch_points_mean_jax']:.2f} / {row['branch_points_mean_numpy']:.2f} (z {row['branch_points_z']:.1f}), "
+        f"first divergence {row['first_divergence_mean_jax']:.3f} / {row['first_divergence_mean_numpy']:.3f} "
+        f"(z {row['first_divergence_z']:.1f})  load {row['loadavg_1min']:.2f}",
+        flush=True,
+    )
+    return row
+
+
+# ------------------------------------------------------------------------------------------
 # tables
 # ------------------------------------------------------------------------------------------
 def _r(x, fmt="{:.2f}"):
@@ -579,6 +728,24 @@ def table_mcmc(rows):
     return "\n".join(lines)
 
 
+def table_prior(rows):
+    lines = [
+        "| N | alpha | beta | S | JAX compile s | JAX first call s (compiled) | JAX trees (warm) | Predictive trees + data (warm) | "
+        "Predictive first call s | NumPy sample_prior x S | NumPy calls run | NumPy / JAX trees | NumPy / Predictive | branch points JAX / NumPy | "
+        "load |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['N']} | {r['alpha']} | {r['beta']} | {r['samples']} | {r['jax_compile_s']:.1f} | "
+            f"{r['jax_first_call_s']:.1f} | {fmt_t(r['jax_trees_s'])} | {fmt_t(r['predictive_s'])} | "
+            f"{r['predictive_first_call_s']:.1f} | {fmt_t(r['numpy_s'])} | {r['numpy_calls']} | {r['ratio_numpy_vs_jax_trees']:.1f} | "
+            f"{r['ratio_numpy_vs_predictive']:.1f} | {r['branch_points_mean_jax']:.2f} / "
+            f"{r['branch_points_mean_numpy']:.2f} | {r['loadavg_1min']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
 def ints(v):
     return [int(x) for x in v.split(",") if x]
 
@@ -586,7 +753,12 @@ def ints(v):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="small sizes, few moves, EM 2 iterations, no JSON")
-    ap.add_argument("--sections", type=str, default="mp,mcmc,em", help="comma list of mp, mcmc, em")
+    ap.add_argument(
+        "--sections",
+        type=str,
+        default=DEFAULT_SECTIONS,
+        help=f"comma list of {', '.join(SECTIONS)} (default {DEFAULT_SECTIONS}; others write pydt_<sections>.json)",
+    )
     ap.add_argument("--sizes", type=ints, default=None, help="message-passing N (default 100,250,500,1000,2000)")
     ap.add_argument("--dims", type=ints, default=None, help="message-passing D (default 2,10)")
     ap.add_argument("--dense-max", type=int, default=500, help="largest N for the dense MVN baseline")
@@ -603,10 +775,33 @@ def main(argv=None):
     ap.add_argument("--em-n", type=int, default=200)
     ap.add_argument("--em-d", type=int, default=10)
     ap.add_argument("--em-iters", type=int, default=None, help="timed pydt_em num_iters (default 10; 100 projected)")
-    ap.add_argument("--out", type=str, default=None, help=f"JSON output (default {DEFAULT_OUT}; --quick: none)")
+    ap.add_argument("--prior-sizes", type=ints, default=None, help="prior-sampling N (default 10,50,200)")
+    ap.add_argument("--prior-samples", type=int, default=None, help="trees per prior-sampling call (default 1000)")
+    ap.add_argument("--prior-repeats", type=int, default=None, help="timed warm calls (default 3)")
+    ap.add_argument(
+        "--prior-jax-time",
+        type=float,
+        default=20.0,
+        help="stop the warm JAX / Predictive calls once they took this many seconds (at least 1 call)",
+    )
+    ap.add_argument(
+        "--prior-np-time",
+        type=float,
+        default=None,
+        help="seconds for the NumPy sample_prior loop before extrapolating to --prior-samples calls (default 30)",
+    )
+    ap.add_argument(
+        "--out",
+        type=str,
+        default=None,
+        help=f"JSON output (default {DEFAULT_OUT}, or results/pydt_<sections>.json for other sections; --quick: none)",
+    )
     args = ap.parse_args(argv)
     q = args.quick
-    sections = set(args.sections.split(","))
+    sections = set(x.strip() for x in args.sections.split(",") if x.strip())
+    bad = sections - set(SECTIONS)
+    if bad or not sections:
+        ap.error(f"--sections: unknown {sorted(bad)}; choose from {', '.join(SECTIONS)}")
     args.sizes = args.sizes or ([50, 100, 200] if q else [100, 250, 500, 1000, 2000])
     args.dims = args.dims or [2, 10]
     args.min_time = args.min_time if args.min_time is not None else (0.2 if q else 1.0)
@@ -616,9 +811,18 @@ def main(argv=None):
     args.chain_moves = args.chain_moves or (50 if q else 250)
     args.full_steps = args.full_steps or (2 if q else 5)
     args.em_iters = args.em_iters if args.em_iters is not None else (2 if q else 10)
+    args.prior_sizes = args.prior_sizes or ([10, 50] if q else [10, 50, 200])
+    args.prior_samples = args.prior_samples or (100 if q else 1000)
+    args.prior_repeats = args.prior_repeats or (2 if q else 3)
+    args.prior_np_time = args.prior_np_time if args.prior_np_time is not None else (2.0 if q else 30.0)
     if q:
         args.em_n = min(args.em_n, 60)
-    out_path = args.out or (None if q else DEFAULT_OUT)
+    # a partial run never overwrites the full results: pydt_<sections>.json (no merging)
+    if sections == set(DEFAULT_SECTIONS.split(",")):
+        default_out = DEFAULT_OUT
+    else:
+        default_out = os.path.join(HERE, "results", "pydt_" + "_".join(x for x in SECTIONS if x in sections) + ".json")
+    out_path = args.out or (None if q else default_out)
 
     import jax
 
@@ -630,7 +834,7 @@ def main(argv=None):
         flush=True,
     )
     t_all = time.perf_counter()
-    mp, mc, em = [], [], None
+    mp, mc, em, pr = [], [], None, []
     if "mp" in sections:
         print("message passing (compiled, per evaluation):", flush=True)
         for D in args.dims:
@@ -643,6 +847,14 @@ def main(argv=None):
     if "em" in sections:
         print(f"EM (pydt_em, N = {args.em_n}, D = {args.em_d}, num_iters = {args.em_iters}):", flush=True)
         em = run_em(args)
+    if "prior" in sections:
+        print(
+            f"prior sampling ({args.prior_samples} trees per call, c = 1, float64; NumPy: sample_prior with D = 2):",
+            flush=True,
+        )
+        for N in args.prior_sizes:
+            for alpha, beta in PRIOR_SETTINGS:
+                pr.append(run_prior(N, alpha, beta, args))
 
     slopes = {}
     for D in args.dims:
@@ -705,12 +917,26 @@ def main(argv=None):
                 "result": "met" if v <= TARGETS["em_n200_d10_s"] else "missed",
             }
         )
+    for r in pr:
+        if r["N"] == 50 and r["samples"] == 1000:
+            lim = TARGETS["prior_1000_trees_n50_s"]
+            checks.append(
+                {
+                    "name": f"1000 PYDT prior trees, N = 50 (s), alpha = {r['alpha']}, beta = {r['beta']}, "
+                    "PYDTTree.sample warm",
+                    "value": round(r["jax_trees_s"], 3),
+                    "target": f"<= {lim:g}",
+                    "result": "met" if r["jax_trees_s"] <= lim else "missed",
+                }
+            )
     if mp:
         print("\n" + table_mp(mp))
         for D, s in slopes.items():
             print(f"log-log slope vs N ({D}): " + ", ".join(f"{k} {_r(v)}" for k, v in s.items()))
     if mc:
         print("\n" + table_mcmc(mc))
+    if pr:
+        print("\n" + table_prior(pr))
     for c in checks:
         print(f"  {c['name']}: {c['value']} (target {c['target']}) - {c['result']}")
     total = time.perf_counter() - t_all
@@ -732,6 +958,8 @@ def main(argv=None):
             "slopes": slopes,
             "mcmc": mc,
             "em": em if em is not None else {"status": "not run"},
+            "prior": pr,
+            "sections": [x for x in SECTIONS if x in sections],
             "gpu": "not lent to this task (CPU only)",
             "checks": checks,
             "total_s": total,
