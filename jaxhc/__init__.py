@@ -6,6 +6,7 @@ Importing jaxhc never changes JAX's configuration (enable float64 yourself with
 """
 
 from . import components, datasets, jets, metrics, tree, trellis
+from ._internal.cache import enable_compilation_cache
 from .components import (
     BetaBernoulli,
     BetaBinomial,
@@ -68,6 +69,7 @@ __all__ = [
     "bhcc_predictive_row",
     "cdpm_mcmc",
     "dpm_gibbs",
+    "enable_compilation_cache",
     "components",
     "datasets",
     "fit_lambda",
