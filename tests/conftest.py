@@ -37,6 +37,7 @@ def _session_compilation_cache():
     temporary folder removed at the end (a cold run); JAXHC_TEST_NO_COMPILATION_CACHE=1 turns
     the cache off."""
     if os.environ.get("JAXHC_TEST_NO_COMPILATION_CACHE") == "1":
+        os.environ["JAXHC_NO_COMPILATION_CACHE"] = "1"  # jaxhc.enable_compilation_cache (notebooks, CLI) too
         return None
     created = None
     if not os.environ.get("JAX_COMPILATION_CACHE_DIR"):

@@ -80,9 +80,10 @@ def test_switched_off_by_the_environment(monkeypatch, tmp_path):
     assert jax.config.jax_compilation_cache_dir == before and not (tmp_path / "x").exists()
 
 
-def test_bad_paths(tmp_path):
+def test_bad_paths(tmp_path, monkeypatch):
     import jax
 
+    monkeypatch.delenv("JAXHC_NO_COMPILATION_CACHE", raising=False)  # checked before the folder
     before = jax.config.jax_compilation_cache_dir
     for bad in (3, b"/tmp/x", ["a"]):
         with pytest.raises(TypeError, match="path must be a str or os.PathLike"):

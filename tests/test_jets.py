@@ -442,12 +442,19 @@ def test_cli_jets_bad_leaf_range_exits_2(tmp_path, capsys):
     assert "--min-leaves 8 is above --max-leaves 6" in capsys.readouterr().err
 
 
-def test_cli_jets_compilation_cache(tmp_path):
+def test_cli_jets_compilation_cache(tmp_path, monkeypatch):
     """A separate process (the cache is process-wide JAX configuration): the trellis
-    programs land in --cache-dir."""
+    programs land in --cache-dir (`jaxhc.enable_compilation_cache`). A --cache-dir that
+    cannot be created is an input error (exit 2), raised before anything is compiled."""
     import subprocess
     import sys
 
+    monkeypatch.delenv("JAXHC_NO_COMPILATION_CACHE", raising=False)
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    with pytest.raises(SystemExit) as exc:
+        main(["jets", "--cache-dir", str(blocker / "xla"), "--no-progress", "--out", str(tmp_path / "b")])
+    assert exc.value.code == 2
     cache = tmp_path / "cache"
     cmd = [
         sys.executable,

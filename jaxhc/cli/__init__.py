@@ -3,13 +3,13 @@
 Subcommands:
 
 * ``jaxhc demo [--out DIR] [--quick] [--per-class N] [--fixed-prior] [--no-progress]
-  [--cache-dir DIR] [--no-cache]`` - BHC on binarized digits (0, 2, 4; Beta-Bernoulli), iris
-  and wine (standardized; Normal-inverse-Wishart or per-feature Normal-Gamma, whichever has
-  the higher DPM evidence bound), compared by dendrogram purity with scipy's average / complete /
-  single linkage.
+  [--cache-dir DIR] [--no-compilation-cache]`` - BHC on binarized digits (0, 2, 4;
+  Beta-Bernoulli), iris and wine (standardized; Normal-inverse-Wishart or per-feature
+  Normal-Gamma, whichever has the higher DPM evidence bound), compared by dendrogram purity
+  with scipy's average / complete / single linkage.
 * ``jaxhc bhc FILE [--component ...] [--alpha A] [--labels-column C] [--standardize]
-  [--fixed-prior] [--out DIR] [--no-progress] [--cache-dir DIR] [--no-cache]`` - BHC on a
-  CSV (header optional) or ``.npy`` file.
+  [--fixed-prior] [--out DIR] [--no-progress] [--cache-dir DIR] [--no-compilation-cache]``
+  - BHC on a CSV (header optional) or ``.npy`` file.
 
 ``demo`` and ``bhc`` learn alpha and the component's hyperparameters by maximising BHC's lower
 bound on the DPM marginal likelihood ``p(D | alpha, prior)`` (`jaxhc.learn_hyperparameters`
@@ -24,20 +24,24 @@ The table reports the bound's gain over the starting prior. Where BHC's dendrogr
 below average linkage's, a line under the table gives the model's own scores of the true
 classes against BHC's answer: the bound of the class-respecting tree closest to BHC's
 (`class_respecting_tree`) and the DPM joint ``log p(D, c)`` of the true classes against BHC's
-clusters, so a reader sees whether the model or the greedy search is to blame. Compiled programs go to JAX's persistent cache.
+clusters, so a reader sees whether the model or the greedy search is to blame.
 * ``jaxhc jets [--num-jets B] [--quick] [--min-leaves 5] [--max-leaves 10] [--lam 2]
   [--t-cut 16] [--likelihood paper|exact] [--seed S] [--input FILE.json] [--out DIR]
-  [--no-progress] [--no-fastjet]`` - Ginkgo jets (simulated by `jaxhc.models.ginkgo`, or
-  read from a JSON list of objects with ``leaves``): the exact trellis MAP tree and log Z,
-  greedy and beam search, and kt / Cambridge-Aachen / anti-kt (FastJet, or the NumPy twin
-  with ``--no-fastjet``), compared by log likelihood (Table 1 of the trellis paper; see
-  `jaxhc.jets`).
+  [--no-progress] [--cache-dir DIR] [--no-compilation-cache] [--no-fastjet]`` - Ginkgo
+  jets (simulated by `jaxhc.models.ginkgo`, or read from a JSON list of objects with
+  ``leaves``): the exact trellis MAP tree and log Z, greedy and beam search, and kt /
+  Cambridge-Aachen / anti-kt (FastJet, or the NumPy twin with ``--no-fastjet``), compared by
+  log likelihood (Table 1 of the trellis paper; see `jaxhc.jets`).
 
 ``demo`` and ``bhc`` print a summary table and write, per data set, a dendrogram PNG
 (`jaxhc.plot.plot_bhc`) and a Newick file; ``bhc`` also writes a JSON with the tree, the flat
 labels at ``r_k < 0.5`` and the log evidence. ``jets`` prints Table 1 and timings and writes
 ``jets_results.json`` (per-jet log likelihoods and trees) and ``jets_logz_vs_map.png`` (log Z
 against the MAP log likelihood coloured by the number of leaves, Fig. 5 of the paper).
+Every subcommand turns on JAX's persistent compilation cache
+(`jaxhc.enable_compilation_cache`; ``--cache-dir DIR`` picks the folder,
+``--no-compilation-cache`` (alias ``--no-cache``) or ``JAXHC_NO_COMPILATION_CACHE=1`` turns it
+off), so a second run loads the compiled programs instead of compiling them again.
 Problems with the input file end the command with exit code 2 and a one-line message on
 stderr. The CLI enables float64 in JAX.
 
@@ -126,9 +130,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--cache-dir",
         default=None,
         metavar="DIR",
-        help="persistent JAX compilation cache (default: $JAXHC_CACHE_DIR or ~/.cache/jaxhc/xla)",
+        help="persistent JAX compilation cache (default: JAX_COMPILATION_CACHE_DIR if set, else "
+        "$JAXHC_CACHE_DIR or ~/.cache/jaxhc/xla; see jaxhc.enable_compilation_cache)",
     )
-    d.add_argument("--no-cache", action="store_true", help="do not use the compilation cache")
+    d.add_argument(
+        "--no-compilation-cache",
+        "--no-cache",
+        dest="no_cache",
+        action="store_true",
+        help="do not use the compilation cache (also: JAXHC_NO_COMPILATION_CACHE=1)",
+    )
     d.set_defaults(func=cmd_demo)
 
     b = sub.add_parser(
@@ -171,9 +182,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--cache-dir",
         default=None,
         metavar="DIR",
-        help="persistent JAX compilation cache (default: $JAXHC_CACHE_DIR or ~/.cache/jaxhc/xla)",
+        help="persistent JAX compilation cache (default: JAX_COMPILATION_CACHE_DIR if set, else "
+        "$JAXHC_CACHE_DIR or ~/.cache/jaxhc/xla; see jaxhc.enable_compilation_cache)",
     )
-    b.add_argument("--no-cache", action="store_true", help="do not use the compilation cache")
+    b.add_argument(
+        "--no-compilation-cache",
+        "--no-cache",
+        dest="no_cache",
+        action="store_true",
+        help="do not use the compilation cache (also: JAXHC_NO_COMPILATION_CACHE=1)",
+    )
     b.set_defaults(func=cmd_bhc)
 
     j = sub.add_parser(
@@ -224,9 +242,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--cache-dir",
         default=None,
         metavar="DIR",
-        help="JAX compilation cache (default $JAXHC_CACHE_DIR or ~/.cache/jaxhc/xla)",
+        help="persistent JAX compilation cache (default: JAX_COMPILATION_CACHE_DIR if set, else "
+        "$JAXHC_CACHE_DIR or ~/.cache/jaxhc/xla; see jaxhc.enable_compilation_cache)",
     )
-    j.add_argument("--no-cache", action="store_true", help="do not use the compilation cache")
+    j.add_argument(
+        "--no-compilation-cache",
+        "--no-cache",
+        dest="no_cache",
+        action="store_true",
+        help="do not use the compilation cache (also: JAXHC_NO_COMPILATION_CACHE=1)",
+    )
     j.add_argument(
         "--no-fastjet",
         action="store_true",

@@ -3,7 +3,6 @@ messages on stderr and JAX's persistent compilation cache."""
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Optional
 
@@ -20,17 +19,19 @@ def log(progress: bool, msg: str):
 
 
 def enable_compile_cache(path: Optional[str], progress: bool, cmd: str = "jets"):
-    """JAX's persistent compilation cache: the compiled programs (BHC's merge loop and
-    M-step per family and shape, the trellis per jet size) are compiled once per machine
-    instead of once per run."""
-    import jax
+    """JAX's persistent compilation cache (`jaxhc.enable_compilation_cache`): the compiled
+    programs (BHC's merge loop and M-step per family and shape, the trellis per jet size) are
+    compiled once per machine instead of once per run. ``--cache-dir`` moves it; without it,
+    a folder JAX is already configured with (``JAX_COMPILATION_CACHE_DIR``) is kept, else
+    ``$JAXHC_CACHE_DIR`` or ``~/.cache/jaxhc/xla``. A ``--cache-dir`` that cannot be created
+    is an input error."""
+    from .._internal.cache import enable_compilation_cache
 
-    path = path or os.environ.get("JAXHC_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "jaxhc", "xla")
     try:
-        os.makedirs(path, exist_ok=True)
-        jax.config.update("jax_compilation_cache_dir", path)
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0 if cmd in ("demo", "bhc") else 1.0)
-    except (OSError, AttributeError, ValueError) as e:  # read-only home, or an older JAX
-        log(progress, f"[jaxhc {cmd}] compilation cache off ({e})")
-        return
-    log(progress, f"[jaxhc {cmd}] compilation cache: {path} (--no-cache to turn off)")
+        folder = enable_compilation_cache(path)
+    except (TypeError, ValueError) as e:
+        raise InputError(f"--cache-dir: {e}") from None
+    if folder is None:
+        log(progress, f"[jaxhc {cmd}] compilation cache off")
+    else:
+        log(progress, f"[jaxhc {cmd}] compilation cache: {folder} (--no-compilation-cache to turn off)")
