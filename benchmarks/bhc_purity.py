@@ -347,6 +347,7 @@ def main(argv=None):
         f"default 3 subsets; JSON {LEARN_OUT})",
     )
     args = ap.parse_args(argv)
+    jaxhc.enable_compilation_cache()  # purity, not compile time: programs may come from the disk cache
     if args.learn:
         reps = args.reps or (1 if args.quick else 3)
         names = (

@@ -257,7 +257,11 @@ def main(argv=None):
 
     import jax
 
+    import jaxhc
+
     jax.config.update("jax_enable_x64", True)
+    # this process measures quality only; the timing subprocesses leave the cache off
+    jaxhc.enable_compilation_cache()
     info = machine()
     print(
         f"machine: {info['cpu']}, {info['cpu_count']} CPUs; jax {info['jax']} ({info['backend']}); "

@@ -190,6 +190,7 @@ def main():
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
+    jaxhc.enable_compilation_cache()  # quality, not compile time: programs may come from the disk cache
     seeds = 2 if a.quick else a.seeds
     warm, keep = (20, 20) if a.quick else (100, 100)
     out = {

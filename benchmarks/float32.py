@@ -106,6 +106,7 @@ import jax
 jax.config.update("jax_enable_x64", {x64})
 import numpy as np
 import jaxhc
+jaxhc.enable_compilation_cache()  # values, not times: programs may come from the disk cache
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     try:
