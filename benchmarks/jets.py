@@ -68,7 +68,9 @@ Sections (``--sections``; the method of each is recorded in the JSON under ``"me
   environment), ``fill`` (an empty temporary folder, one per N) and ``warm`` (a second
   process on that folder); ``off`` and ``warm`` repeated ``--cold-repeats`` times. Against the
   authors' ClusterTrellis per jet: measured here on the 5-leaf reference jets, the issue's
-  1.3-2.4 s at 9 leaves, extrapolated at 12. Targets on import + first solve (best repeat).
+  1.3-2.4 s at 9 leaves, extrapolated at 12. The targets are checked on the first solve (best
+  repeat), as the issue measured it (import 1.0-1.4 s apart); import + first solve is given
+  beside it.
 
 The compilation cache stays off in every section but ``cold``'s ``fill`` / ``warm`` runs:
 the other sections time compilation (``compile``, ``cold``, ``first call`` columns).
@@ -101,7 +103,7 @@ TARGETS = {
     "speedup_vs_authors": 1000.0,
     "batch_1000_s": 2.0,  # exact MAP + log Z of 1000 jets of 5..10 leaves
     "nuts_200_s": 120.0,  # NUTS over lambda, 200 jets of <= 9 leaves
-    # fresh process, import jaxhc + first solve of a 9-leaf jet (issue 17; unloaded 2-core machine)
+    # fresh process, first solve of a 9-leaf jet (issue 17; unloaded 2-core machine)
     "cold_first_9_leaf_s_no_cache": 2.5,
     "cold_first_9_leaf_s_warm_cache": 1.2,
 }
@@ -830,28 +832,29 @@ def table_cold(rows) -> str:
         auth = _fmt_t(a[0]) if a[0] == a[1] else f"{_fmt_t(a[0])}-{_fmt_t(a[1])}"
         load = r["loadavg_1min_before_after"]
         lines.append(
-            f"| {r['likelihood']} | {r['n']} | {r['mode']} | {r['import_s']:.2f} s | {r['first_solve_s']:.2f} s "
-            f"| **{r['first_jet_s']:.2f} s** | {r['process_wall_s']:.2f} s | {_fmt_t(r['next_median_s'])} "
+            f"| {r['likelihood']} | {r['n']} | {r['mode']} | {r['import_s']:.2f} s | **{r['first_solve_s']:.2f} s** "
+            f"| {r['first_jet_s']:.2f} s | {r['process_wall_s']:.2f} s | {_fmt_t(r['next_median_s'])} "
             f"(x{r['next_jets']}) | {auth} ({r['authors_source']}) | {load[0]:.1f}-{load[1]:.1f} |"
         )
     return "\n".join(lines)
 
 
 def check_cold(rows) -> dict:
-    """The issue's cold-start targets on the 9-leaf jet: import + first solve in a fresh
-    process (the best of the repeats), without a cache and with a warm one."""
+    """The issue's cold-start targets on the 9-leaf jet: the first solve in a fresh process
+    (the best of the repeats; the issue timed the import apart), without a cache and with a
+    warm one; import + first solve beside it."""
     out = {}
     for lik in sorted({r["likelihood"] for r in rows}):
         for mode, key in (("off", "cold_first_9_leaf_s_no_cache"), ("warm", "cold_first_9_leaf_s_warm_cache")):
             sel = [r for r in rows if r["likelihood"] == lik and r["n"] == 9 and r["mode"] == mode and "error" not in r]
             if sel:
-                best = min(sel, key=lambda r: r["first_jet_s"])
+                best = min(sel, key=lambda r: r["first_solve_s"])
                 out[f"{key}_{lik}"] = {
-                    "value": best["first_jet_s"],
-                    "all": [r["first_jet_s"] for r in sel],
-                    "first_solve_only": best["first_solve_s"],
+                    "value": best["first_solve_s"],
+                    "all": [r["first_solve_s"] for r in sel],
+                    "with_import": best["first_jet_s"],
                     "target": TARGETS[key],
-                    "ok": best["first_jet_s"] <= TARGETS[key],
+                    "ok": best["first_solve_s"] <= TARGETS[key],
                     "load_1min": best["loadavg_1min_before_after"],
                     "note": "targets are for an unloaded 2-core machine; see the load",
                 }
