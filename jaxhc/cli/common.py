@@ -30,7 +30,8 @@ def enable_compile_cache(path: Optional[str], progress: bool, cmd: str = "jets")
     try:
         folder = enable_compilation_cache(path)
     except (TypeError, ValueError) as e:
-        raise InputError(f"--cache-dir: {e}") from None
+        msg = str(e)
+        raise InputError(f"--cache-dir: {msg[len('path: ') :] if msg.startswith('path: ') else msg}") from None
     if folder is None:
         log(progress, f"[jaxhc {cmd}] compilation cache off")
     else:
