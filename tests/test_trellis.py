@@ -839,12 +839,32 @@ def test_solve_does_not_recompile_for_new_data():
     rng = np.random.default_rng(9)
     n = 4
     solve(DasguptaEnergy(0.5), random_affinity(rng, n, 0.05, 1.0))
-    before = trellis_exact._solve_core._cache_size()
+    before = trellis_exact._class_core._cache_size()
     for beta in (0.5, 1.7):
         solve(DasguptaEnergy(beta), random_affinity(rng, n, 0.05, 1.0))
-    assert trellis_exact._solve_core._cache_size() == before
+    assert trellis_exact._class_core._cache_size() == before
     X = np.asarray(reference_jets()[0]["leaves"])
     solve(GinkgoEnergy(2.0, 16.0), X)
-    before = trellis_exact._solve_core._cache_size()
+    before = trellis_exact._class_core._cache_size()
     solve(GinkgoEnergy(3.0, 12.0), perturb_jet(rng, X))
-    assert trellis_exact._solve_core._cache_size() == before
+    assert trellis_exact._class_core._cache_size() == before
+
+
+def test_one_compiled_program_per_size_class():
+    # 5 and 7 leaves share the size class of 8: one compiled program (log Z, MAP and
+    # marginals) serves both, and its values are the brute force's
+    rng = np.random.default_rng(17)
+    energy = DasguptaEnergy(0.9)
+    W5, W7 = random_affinity(rng, 5, 0.05, 1.0), random_affinity(rng, 7, 0.05, 1.0)
+    assert trellis_exact.size_class(5) == trellis_exact.size_class(7) == 8
+    sol5 = solve(energy, W5)
+    before = trellis_exact._class_core._cache_size()
+    sol7 = solve(energy, W7)
+    assert trellis_exact._class_core._cache_size() == before
+    for W, sol in ((W5, sol5), (W7, sol7)):
+        bf = brute_force(energy, W)
+        np.testing.assert_allclose(float(sol.log_z), bf.log_z, rtol=1e-12)
+        np.testing.assert_allclose(float(sol.map_log_phi), bf.log_phi.max(), rtol=1e-12)
+        best = bf.enum.trees[int(np.argmax(bf.log_phi))]
+        assert sorted(best.bitmasks()[W.shape[0] :].tolist()) == sorted(sol.map_tree.bitmasks()[W.shape[0] :].tolist())
+        np.testing.assert_allclose(np.exp(np.asarray(sol.log_marginals)), bf.marg, atol=1e-10)

@@ -20,12 +20,22 @@ time, ``(3^N + 1) / 2 - 2^N`` split evaluations in all.
   value): all splits of all problems in fixed-size chunks under one ``lax.scan``; the same
   layout with a segment max / first argmax gives `solve_batch` its MAP (``layout="flat"``).
 
+`solve`, `cluster_marginals`, `sample` and a concrete `log_partition` run one compiled program
+per *size class* (``N <= 8``, ``9..12``, ``13..16``, ``17..20``; `size_class`), not per ``N``:
+the leaves are padded to the class bound, the tables span ``2^bound`` subsets (the first
+``2^N`` used), and the levels are one ``fori_loop`` over chunks of rows (a row: 16
+consecutive splits of one parent, its left sides built from the parent's bits) scheduled
+by host tables passed as arguments; a parent's rows combine by segment reductions within a
+chunk and by ``logaddexp`` / max across chunks. Traced or differentiated ``log Z``,
+`run_dp`, the batches and ``N > 20`` use the level-unrolled per-``N`` programs.
+
 Batches of problems of mixed sizes (`solve_batch`, `prepare_batch`, `log_partition_prepared`,
 `log_partition_batch`, `map_trees`) are in `jaxhc.trellis.batch`.
 """
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache, partial
 from typing import Any, NamedTuple, Optional
 
@@ -307,6 +317,263 @@ def solve_impl(energy, leaves, n, marginals=True, root=None):
 _solve_core = jax.jit(solve_impl, static_argnames=("n", "marginals"))
 
 
+# ------------------------------------------------------------------------------------------
+# one compiled program per size class (levels as a loop over chunks of host-built tables)
+# ------------------------------------------------------------------------------------------
+#: size classes: a problem of ``n`` leaves runs in the program of the smallest bound
+#: ``>= n`` (its leaves padded with `Energy.pad_leaves`, its tables over ``2^bound``
+#: subsets of which it uses the first ``2^n``); above the last bound, one program per ``n``
+_SIZE_CLASSES = (8, 12, 16, 20)
+_ROW_BITS = 4  # a row holds 2^_ROW_BITS consecutive splits of one parent
+#: rows per chunk of each class (chunk = rows x 2^_ROW_BITS split evaluations)
+_CLASS_ROWS = {8: 1 << 5, 12: 1 << 8, 16: 1 << 9, 20: 1 << 9}
+
+
+def size_class(n: int) -> Optional[int]:
+    """The bound of the size class of ``n`` leaves (None: above every class)."""
+    return next((c for c in _SIZE_CLASSES if n <= c), None)
+
+
+def _level_rows(count: int, sbits: int) -> tuple:
+    """``(rows per parent, shift)`` of a level whose parents have ``2^sbits`` split slots."""
+    sh = max(0, sbits - _ROW_BITS)
+    return count << sh, sh
+
+
+@lru_cache(maxsize=64)
+def _class_tables(n: int, bound: int):
+    """Host tables of ``n`` leaves in the class of ``bound``: the masks in level order
+    (``[2^bound]``, level ``k`` from ``offset[k]``, ``count[k]`` of them, in `level_tables`
+    order), and the chunk schedules ``[C, 2]`` (level, first row) of the inside pass (levels
+    2..n) and of the outside pass (levels n-1..1), padded to the class's largest ``C``."""
+    R = _CLASS_ROWS[bound]
+    order = np.zeros(2**bound, np.int32)
+    offset = np.zeros(bound + 2, np.int32)
+    count = np.zeros(bound + 2, np.int32)
+    pos = 0
+    for k in range(1, n + 1):
+        masks, _ = level_tables(n, k)
+        order[pos : pos + len(masks)] = masks
+        offset[k], count[k] = pos, len(masks)
+        pos += len(masks)
+
+    def schedule(m, levels, sbits):
+        rows = [(k, _level_rows(math.comb(m, k), sbits(m, k))[0]) for k in levels(m)]
+        return [(k, r0) for k, nr in rows for r0 in range(0, nr, R)]
+
+    inside = lambda m: range(2, m + 1)
+    outside = lambda m: range(m - 1, 0, -1)
+    s_in = lambda m, k: k - 1
+    s_out = lambda m, k: m - k
+    tabs = []
+    for levels, sbits in ((inside, s_in), (outside, s_out)):
+        sched = schedule(n, levels, sbits)
+        size = max(1, len(schedule(bound, levels, sbits)))
+        arr = np.zeros((size, 2), np.int32)
+        if sched:
+            arr[: len(sched)] = np.asarray(sched, np.int32)
+        tabs.append((arr, len(sched)))
+    return order, offset, count, tabs[0], tabs[1]
+
+
+def _row_bits(S, nbits: int):
+    """``[nbits][R]`` the successive lowest set bits of ``S`` (as masks; 0 once exhausted)."""
+    out = []
+    for _ in range(nbits):
+        low = S & (-S)
+        out.append(low)
+        S = S ^ low
+    return out
+
+
+def _segment_lse_max(zr, mr, lr, seg, R):
+    """Combines rows of one parent (``seg``: local parent of each row): logsumexp of ``zr``,
+    max of ``mr`` with the ``lr`` of its first row (None: no max)."""
+    sm = jax.ops.segment_max(zr, seg, num_segments=R)
+    m = jnp.where(jnp.isfinite(sm), sm, 0.0)
+    s = jax.ops.segment_sum(jnp.exp(zr - m[seg]), seg, num_segments=R)
+    z = jnp.where(s > 0, jnp.log(jnp.where(s > 0, s, 1.0)) + m, -jnp.inf)
+    if mr is None:
+        return z, None, None
+    bm = jax.ops.segment_max(mr, seg, num_segments=R)
+    rows = jnp.arange(R, dtype=jnp.int32)
+    first = jax.ops.segment_min(jnp.where(mr == bm[seg], rows, R), seg, num_segments=R)
+    return z, bm, lr[jnp.clip(first, 0, R - 1)]
+
+
+def _tree_reduce_cols(a, op):
+    """Reduces the last axis (a power of two) by halving with an elementwise ``op`` (fuses
+    and vectorises across rows, unlike a reduction over a short row)."""
+    while a.shape[-1] > 1:
+        h = a.shape[-1] // 2
+        a = op(a[..., :h], a[..., h:])
+    return a[..., 0]
+
+
+def _row_lse(a):
+    """``logsumexp`` over the last axis (``-inf`` for an all ``-inf`` row)."""
+    m = _tree_reduce_cols(a, jnp.maximum)
+    ms = jnp.where(jnp.isfinite(m), m, 0.0)
+    s = _tree_reduce_cols(jnp.exp(a - ms[..., None]), jnp.add)
+    return jnp.where(s > 0, jnp.log(jnp.where(s > 0, s, 1.0)) + ms, -jnp.inf)
+
+
+def _row_max_first(v, L):
+    """Max over the last axis and the ``L`` of its first maximal entry (``jnp.argmax`` order:
+    a NaN is the maximum, the first one wins)."""
+    m = _tree_reduce_cols(v, jnp.maximum)
+    hit = jnp.where(jnp.isnan(m)[..., None], jnp.isnan(v), v == m[..., None])
+    col = jnp.arange(v.shape[-1], dtype=jnp.int32)
+    first = _tree_reduce_cols(jnp.where(hit, col, v.shape[-1]), jnp.minimum)
+    return m, _tree_reduce_cols(jnp.where(col == first[..., None], L, 0), jnp.bitwise_or)
+
+
+def _class_pass(energy, feats, n, tabs, sched, num, bound, R, log_z, best, bp, out, kind):
+    """The inside (``kind="in"``: log Z, with MAP when ``best`` is given) or outside
+    (``kind="out"``) pass over the chunk schedule ``sched[:num]``."""
+    order, offset, count = tabs
+    W = 1 << _ROW_BITS
+    t = jnp.arange(W, dtype=jnp.int32)
+    tbits = [((t >> b) & 1).astype(bool) for b in range(_ROW_BITS)]
+    rows = jnp.arange(R, dtype=jnp.int32)
+    full = (jnp.left_shift(1, n) - 1).astype(jnp.int32)
+    drop = jnp.int32(2**bound)
+
+    def body(i, carry):
+        log_z, best, bp, out = carry
+        k, r0 = sched[i, 0], sched[i, 1]
+        sbits = k - 1 if kind == "in" else n - k
+        sh = jnp.maximum(0, sbits - _ROW_BITS)
+        r = r0 + rows
+        p = r >> sh
+        live_row = p < count[k]
+        S = order[offset[k] + jnp.minimum(p, count[k] - 1)]
+        j0 = (r & (jnp.left_shift(1, sh) - 1)) << _ROW_BITS
+        if kind == "in":
+            base = S & (-S)
+            free = S ^ base
+        else:
+            base = jnp.zeros_like(S)
+            free = full & ~S
+        bms = _row_bits(free, bound - 1)
+        hi = base
+        for b in range(_ROW_BITS, bound - 1):
+            hi = hi | jnp.where(((j0 >> b) & 1) == 1, bms[b], 0)
+        L = hi[:, None]
+        for b in range(_ROW_BITS):
+            L = L | jnp.where(tbits[b][None, :], bms[b][:, None], 0)
+        j = j0[:, None] + t[None, :]
+        Sb = S[:, None]
+        if kind == "in":
+            valid = live_row[:, None] & (j < (jnp.left_shift(1, k - 1) - 1))
+            Rm = Sb ^ L
+            fP = jax.tree_util.tree_map(lambda x: x[:, None], take_rows(feats, S))
+            lp = energy.log_psi(fP, take_rows(feats, L), take_rows(feats, Rm))
+            if stacked:  # log Z and MAP value from one gather of the stacked table
+                v = jnp.where(valid[..., None], lp[..., None] + log_z[L] + log_z[Rm], -jnp.inf)
+                zr = _row_lse(v[..., 0])
+                mr, lr = _row_max_first(v[..., 1], L)
+            else:
+                zr = _row_lse(jnp.where(valid, lp + log_z[L] + log_z[Rm], -jnp.inf))
+                mr = lr = None
+        else:
+            valid = live_row[:, None] & (j >= 1) & (j < jnp.left_shift(1, sbits))
+            T = L
+            P = Sb | T
+            low = P & (-P)
+            s_left = (Sb & low) != 0
+            Sbb = jnp.broadcast_to(Sb, T.shape)
+            fS, fT = take_rows(feats, Sbb), take_rows(feats, T)
+            lp = energy.log_psi(take_rows(feats, P), _select(s_left, fS, fT), _select(s_left, fT, fS))
+            a = jnp.where(valid, out[P] + lp + log_z[T], -jnp.inf)
+            zr = _row_lse(a)
+            mr = lr = None
+        seg = p - p[0]
+        z, bm, bl = _segment_lse_max(zr, mr, lr, seg, R)
+        sp = p[0] + rows
+        seg_live = (sp < count[k]) & (rows <= seg[-1])
+        seg_S = order[offset[k] + jnp.minimum(sp, count[k] - 1)]
+        idx = jnp.where(seg_live, seg_S, drop)
+        if kind == "in" and stacked:
+            old = log_z[jnp.minimum(idx, drop - 1)]
+            first = (sp << sh) >= r0  # this chunk holds the parent's first row
+            take = first | (bm > old[:, 1])
+            new = jnp.stack([jnp.logaddexp(old[:, 0], z), jnp.where(take, bm, old[:, 1])], axis=1)
+            log_z = log_z.at[idx].set(new, mode="drop")
+            bp = bp.at[idx].set(jnp.where(take, bl, bp[jnp.minimum(idx, drop - 1)]), mode="drop")
+        elif kind == "in":
+            old = log_z[jnp.minimum(idx, drop - 1)]
+            log_z = log_z.at[idx].set(jnp.logaddexp(old, z), mode="drop")
+        else:
+            old = out[jnp.minimum(idx, drop - 1)]
+            out = out.at[idx].set(jnp.logaddexp(old, z), mode="drop")
+        return log_z, best, bp, out
+
+    stacked = best is not None
+    if stacked:  # one [2^bound, 2] table: log Z and the MAP value of every subset
+        log_z = jnp.stack([log_z, best], axis=1)
+    log_z, _, bp, out = jax.lax.fori_loop(0, num, body, (log_z, None, bp, out))
+    if stacked:
+        return log_z[:, 0], log_z[:, 1], bp, out
+    return log_z, best, bp, out
+
+
+@partial(jax.jit, static_argnames=("bound", "with_map", "marginals"))
+def _class_core(energy, leaves, n, tabs, sched_in, num_in, sched_out, num_out, bound, with_map, marginals):
+    """`solve_impl` for every ``n`` of one size class (``leaves`` padded to ``bound``;
+    tables over ``2^bound`` subsets, those of the first ``n`` elements used)."""
+    R = _CLASS_ROWS[bound]
+    feats = energy.features(leaves)
+    dtype = jax.tree_util.tree_leaves(feats)[0].dtype
+    size = 2**bound
+    singles = jnp.left_shift(1, jnp.arange(bound, dtype=jnp.int32))
+    real_single = jnp.arange(bound) < n
+    sidx = jnp.where(real_single, singles, size)
+    log_z = jnp.full((size,), -jnp.inf, dtype).at[sidx].set(0.0, mode="drop")
+    best = jnp.full((size,), -jnp.inf, dtype).at[sidx].set(0.0, mode="drop") if with_map else None
+    bp = jnp.zeros((size,), jnp.int32) if with_map else None
+    log_z, best, bp, _ = _class_pass(energy, feats, n, tabs, sched_in, num_in, bound, R, log_z, best, bp, None, "in")
+    root = (jnp.left_shift(1, n) - 1).astype(jnp.int32)
+    log_m = None
+    if marginals:
+        out = jnp.full((size,), -jnp.inf, dtype).at[root].set(0.0)
+        _, _, _, out = _class_pass(energy, feats, n, tabs, sched_out, num_out, bound, R, log_z, None, None, out, "out")
+        log_m = out + log_z - log_z[root]
+        log_m = jnp.where(log_z[root] == -jnp.inf, -jnp.inf, log_m)
+        log_m = log_m.at[0].set(-jnp.inf)
+    return log_z[root], None if best is None else best[root], log_m, log_z, best, bp
+
+
+def _class_call(energy, leaves, n, with_map, marginals, tables=True):
+    """Runs `_class_core` for ``n`` leaves (``leaves [n, ...]``); tables of ``2^n`` subsets
+    (cut on the host; ``tables=False``: ``log Z`` alone, traceable). None when ``n`` is
+    above every size class."""
+    bound = size_class(n)
+    if bound is None:
+        return None
+    order, offset, count, (s_in, c_in), (s_out, c_out) = _class_tables(n, bound)
+    lp = energy.pad_leaves(jnp.asarray(leaves), bound)
+    res = _class_core(
+        energy,
+        lp,
+        jnp.int32(n),
+        (order, offset, count),
+        s_in,
+        jnp.int32(c_in),
+        s_out,
+        jnp.int32(c_out),
+        bound=bound,
+        with_map=with_map,
+        marginals=marginals,
+    )
+    if not tables:
+        return res[0]
+    size = 2**n
+    cut = lambda x: None if x is None else jnp.asarray(np.asarray(x)[:size])
+    log_z, map_v, log_m, tz, tb, bp = res
+    return log_z, map_v, cut(log_m), cut(tz), cut(tb), cut(bp)
+
+
 def solve(
     energy: Energy, leaves, *, marginals: bool = True, max_leaves: Optional[int] = None, max_bytes: Optional[int] = None
 ) -> TrellisSolution:
@@ -324,7 +591,10 @@ def solve(
       `TrellisSolution`. (Alg. 1 / Prop. 1, Prop. 2 and Sec. 2.4 of the trellis paper.)
     """
     leaves, n = _prepare(energy, leaves, max_leaves, max_bytes)
-    log_z, map_v, log_m, tz, tb, bp = _solve_core(energy, leaves, n, marginals=marginals)
+    res = _class_call(energy, leaves, n, True, marginals)
+    if res is None:
+        res = _solve_core(energy, leaves, n, marginals=marginals)
+    log_z, map_v, log_m, tz, tb, bp = res
     if float(log_z) == np.inf or np.isnan(float(log_z)):
         raise ValueError(
             f"log Z is {float(log_z)}: the energy's log potentials of these leaves overflow float64; "
@@ -345,6 +615,11 @@ def log_partition(energy: Energy, leaves) -> jax.Array:
     n = energy.n_elements(leaves)
     if not isinstance(leaves, jax.core.Tracer):
         leaves, n = _prepare(energy, leaves, None, None)
+        if not any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(energy)):
+            # concrete: the size class's program (not differentiable: a loop over chunks)
+            res = _class_call(energy, leaves, n, False, False, tables=False)
+            if res is not None:
+                return res
     return _log_partition_core(energy, jnp.asarray(leaves), n)
 
 
@@ -421,8 +696,20 @@ class SampledTrees(NamedTuple):
 
 @partial(jax.jit, static_argnames=("n", "num_samples"))
 def _sample_core(key, energy, leaves, n, num_samples):
+    return _sample_from(
+        key, energy, leaves, run_dp(energy, energy.features(leaves), n, with_map=False)[0], n, num_samples
+    )
+
+
+@partial(jax.jit, static_argnames=("n", "num_samples"))
+def _sample_given(key, energy, leaves, log_z, n, num_samples):
+    """`_sample_core` with the ``log Z`` table given (from the size class's program, so
+    only this small sampling program is compiled per ``n``)."""
+    return _sample_from(key, energy, leaves, log_z, n, num_samples)
+
+
+def _sample_from(key, energy, leaves, log_z, n, num_samples):
     feats = energy.features(leaves)
-    log_z = run_dp(energy, feats, n, with_map=False)[0]
     P = 2 ** (n - 1) - 1
     j = jnp.arange(P, dtype=jnp.int32)
     bits = jnp.arange(n, dtype=jnp.int32)
@@ -480,7 +767,11 @@ def sample(key, energy: Energy, leaves, num_samples: int) -> SampledTrees:
     if n == 1:
         z = jnp.zeros((num_samples, 0), jnp.int32)
         return SampledTrees(z, z, z, jnp.zeros((num_samples,)), 1)
-    S, L, R, lp = _sample_core(key, energy, leaves, n, int(num_samples))
+    res = _class_call(energy, leaves, n, False, False)
+    if res is None:
+        S, L, R, lp = _sample_core(key, energy, leaves, n, int(num_samples))
+    else:
+        S, L, R, lp = _sample_given(key, energy, leaves, res[3], n, int(num_samples))
     if not np.all(np.isfinite(np.asarray(lp))):
         raise ValueError(
             "leaves: cannot sample, log Z is not finite: no hierarchy of these leaves has positive "
