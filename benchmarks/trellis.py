@@ -2,7 +2,7 @@
 
 Usage::
 
-    python benchmarks/trellis.py                  # full run: N = 8..18, Dasgupta + Ginkgo, batch, search
+    python benchmarks/trellis.py                  # full run: N = 8..18, Dasgupta + Ginkgo (both likelihoods), batch, search
     python benchmarks/trellis.py --quick          # smoke test (N = 8..12, small batch, no JSON)
     python benchmarks/trellis.py --max-n 14 --energies dasgupta --out /tmp/trellis.json
 
@@ -13,7 +13,7 @@ Method (recorded in the JSON under ``"method"``):
 
 * problems: ``DasguptaEnergy(beta=1)`` on a random symmetric affinity matrix (uniform
   [0, 1), zero diagonal, seed ``N``); ``GinkgoEnergy(lam=2, t_cut=16, likelihood="paper")``
-  on a Ginkgo-like jet with exactly ``N`` leaves, made by `ginkgo_like_jet` (the Ginkgo
+  (``ginkgo``) and ``likelihood="exact"`` (``ginkgo_exact``) on a Ginkgo-like jet with exactly ``N`` leaves, made by `ginkgo_like_jet` (the Ginkgo
   toy shower re-implemented in NumPy: truncated-exponential mass draws, isotropic two-body
   decays boosted to the lab, root |p| = 400 along (1,1,1)/sqrt(3); the root mass grows with
   ``N`` and jets are rejected until one has ``N`` leaves). Float64 (``jax_enable_x64``).
@@ -165,8 +165,9 @@ def make_problem(kind: str, n: int, seed: int):
 
     if kind == "dasgupta":
         return trellis.DasguptaEnergy(1.0), dasgupta_problem(n, seed)
-    if kind == "ginkgo":
-        return trellis.GinkgoEnergy(lam=2.0, t_cut=16.0, likelihood="paper"), ginkgo_like_jet(
+    if kind in ("ginkgo", "ginkgo_exact"):
+        likelihood = "paper" if kind == "ginkgo" else "exact"
+        return trellis.GinkgoEnergy(lam=2.0, t_cut=16.0, likelihood=likelihood), ginkgo_like_jet(
             np.random.default_rng(seed), n
         )
     raise ValueError(kind)
@@ -318,7 +319,7 @@ def worker_single(args) -> dict:
     out["maxrss_mb"] = _maxrss_mb()
     out["rss_before_mb"] = rss0
 
-    if n <= args.ref_max_n:
+    if n <= args.ref_max_n and kind != "ginkgo_exact":  # the reference has the paper's likelihood only
         t = time.perf_counter()
         ref_z, ref_map = reference_trellis(kind, leaves_np)
         out["ref_s"] = time.perf_counter() - t
@@ -593,7 +594,7 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="N = 8..12, batch 200, 20 search jets, no JSON unless --out")
     ap.add_argument("--min-n", type=int, default=8)
     ap.add_argument("--max-n", type=int, default=None, help="largest N (default 18; 12 with --quick)")
-    ap.add_argument("--energies", default="dasgupta,ginkgo")
+    ap.add_argument("--energies", default="dasgupta,ginkgo,ginkgo_exact")
     ap.add_argument("--batch", type=int, default=None, help="problems in the batch benchmark (default 1000)")
     ap.add_argument("--batch-energies", default="ginkgo,dasgupta")
     ap.add_argument("--search-jets", type=int, default=None)
@@ -649,7 +650,7 @@ def main(argv=None):
                 print(f"  {kind} N={n}: ERROR {r['error'][-400:]}", flush=True)
             else:
                 print(
-                    f"  {kind:8s} N={n:2d}: logZ {_fmt_t(r['logz_s'])}, +MAP {_fmt_t(r['map_s'])}, "
+                    f"  {kind:12s} N={n:2d}: logZ {_fmt_t(r['logz_s'])}, +MAP {_fmt_t(r['map_s'])}, "
                     f"+marg {_fmt_t(r['marg_s'])} ({r['marg_over_logz']:.2f}x), "
                     f"{r['splits_per_s'] / 1e6:.0f} Msplits/s, compile {r['compile_marg_s']:.1f} s, "
                     f"maxrss {r['maxrss_mb']:.0f} MB"
@@ -701,6 +702,7 @@ def main(argv=None):
                     "single": "fresh subprocess per (energy, N); AOT compile time; median of compiled calls after warm-up",
                     "dasgupta": "DasguptaEnergy(beta=1), affinities uniform [0,1), zero diagonal, seed N",
                     "ginkgo": "GinkgoEnergy(lam=2, t_cut=16, 'paper'), Ginkgo-like NumPy shower with exactly N leaves",
+                    "ginkgo_exact": "GinkgoEnergy(lam=2, t_cut=16, 'exact'), the same jets",
                     "reference": "pure-Python memoised recursion over subsets (log Z + MAP), timed once",
                     "batch": "solve_batch over B problems N~U{5..10} padded to 10; e2e and AOT kernel",
                     "search": "greedy/beam vs exact MAP log phi, Ginkgo-like jets N=8, beam size N(N-1)/2",

@@ -179,27 +179,23 @@ class CorrelationEnergy(AffinityEnergy):
         return -self.beta * energy
 
 
-class _JetFeatures(NamedTuple):
-    p: jax.Array  # [..., 4] summed four-momentum (E, px, py, pz)
-    size: jax.Array
-    t: jax.Array  # mass squared (clamped at 0)
+class _GinkgoFeatures(NamedTuple):
+    """Per-subset terms of `GinkgoEnergy`: everything that depends on one subset is computed
+    here once, so a split evaluates one ``log`` (and one ``expm1`` or ``exp``) and a few
+    arithmetic operations. The fields read per child are ``t``, ``sqrt_t`` (and ``support``
+    for the exact likelihood); the others are read for the parent only."""
+
+    t: jax.Array  # mass squared, clamped at 0; "paper": 0 for leaves (the paper's convention)
     sqrt_t: jax.Array
-    log_t: jax.Array  # log t (0 where t = 0; never used there)
-    leaf_term: jax.Array  # log(1 - exp(-lam t_cut / t)): a leaf child's log f when this is the parent
-    is_root: jax.Array  # the subset holds every (real) leaf: its split uses lam_root
+    support: jax.Array  # "exact": 0 if the subset may be a child (leaf t <= t_cut, inner t > t_cut), else -inf
+    base: jax.Array  # the split's constant terms as a parent (-inf when the subset cannot split)
+    rate: jax.Array  # lam / t as a parent
+    aux: jax.Array  # "paper": the constant terms plus log f(0 | t) of a leaf child; "exact": 1 / t^2
+    lam: jax.Array  # the rate of the subset's split (lam_root for the root)
 
 
 def _mass2(p):
     return jnp.maximum(p[..., 0] ** 2 - jnp.sum(p[..., 1:] ** 2, axis=-1), 0.0)
-
-
-def _logaddexp_safe(a, b):
-    """``logaddexp`` whose gradient is 0, not NaN, where both arguments are ``-inf``."""
-    m = jnp.maximum(a, b)
-    ok = m > -jnp.inf
-    a_s, b_s, m_s = (jnp.where(ok, x, 0.0) for x in (a, b, m))
-    out = m_s + jnp.log(jnp.exp(a_s - m_s) + jnp.exp(b_s - m_s))
-    return jnp.where(ok, out, -jnp.inf)
 
 
 def kallen(a, b, c):
@@ -302,85 +298,89 @@ class GinkgoEnergy(Energy):
         return jnp.where(is_root, self.lam_root, self.lam)
 
     def subset_features(self, leaves, masks):
-        # per-subset terms are computed once here, not once per split
         leaves = jnp.asarray(leaves)
         p = masks @ leaves
         t = _mass2(p)
+        size = jnp.sum(masks, axis=-1)
+        lam = self._lam_of(size == jnp.sum(leaves[:, 0] > 0))
+        tc = self.t_cut
         pos = t > 0
         ts = jnp.where(pos, t, 1.0)
-        size = jnp.sum(masks, axis=-1)
-        n_real = jnp.sum(leaves[:, 0] > 0)
-        is_root = size == n_real
-        lam = self._lam_of(is_root)
-        return _JetFeatures(
-            p,
-            size,
-            t,
-            jnp.sqrt(t),
-            jnp.where(pos, jnp.log(ts), 0.0),
-            jnp.log(-jnp.expm1(-lam * self.t_cut / ts)),
-            is_root,
-        )
+        log_t = jnp.log(ts)
+        log_norm = -jnp.log(-jnp.expm1(-lam))  # -log(1 - e^-lam)
+        ninf = jnp.full_like(t, -jnp.inf)
+        if self.likelihood == "paper":
+            t = jnp.where(size == 1, 0.0, t)
+            splits = pos & (t >= tc)
+            const = 2.0 * log_norm - jnp.log(4 * jnp.pi)
+            base = jnp.where(splits, const + jnp.log(lam) - log_t, ninf)  # with log f(t_max | t_P)
+            aux = jnp.where(splits, const + jnp.log(-jnp.expm1(-lam * tc / ts)), ninf)  # with log f(0 | t_P)
+            support = jnp.zeros_like(t)
+        else:
+            # 2 log(lam / (1 - e^-lam)) - log(4 pi) (+ log 8) - 2 log t_P; log_psi adds
+            # log(t_P / s_second) (and 1/2 log(t_P^2 / K) with the phase space)
+            const = 2.0 * (jnp.log(lam) + log_norm) - jnp.log(4 * jnp.pi) - 2.0 * log_t
+            if self.phase_space:
+                const = const + jnp.log(8.0)
+            base = jnp.where(t > tc, const, ninf)
+            aux = 1.0 / (ts * ts)
+            support = jnp.where(jnp.where(size == 1, t <= tc, t > tc), 0.0, ninf)
+        return _GinkgoFeatures(t, jnp.sqrt(t), support, base, lam / ts, aux, jnp.broadcast_to(lam, t.shape))
 
     def log_psi(self, parent, left, right):
+        # One log (and one expm1 or exp) per split, each result used once: XLA:CPU then keeps
+        # the whole split, feature gathers included, in one vectorised loop (an expensive
+        # operation read twice is computed apart and the gathers are materialised).
+        lam = parent.lam if self.separate_root else self.lam
         if self.likelihood == "paper":
-            return self._log_psi_paper(parent, left, right)
-        return self._log_psi_exact(parent, left, right)
+            return self._log_psi_paper(parent, left, right, lam)
+        return self._log_psi_exact(parent, left, right, lam)
 
-    def _log_psi_paper(self, parent, left, right):
-        lam, tc = self._lam_of(parent.is_root), self.t_cut
-        log_lam = jnp.log(lam)
-        log_norm = -jnp.log(-jnp.expm1(-lam))
-        tP, sP = parent.t, parent.sqrt_t
-        lin, rin = left.size > 1, right.size > 1  # leaves have t = 0 in the paper's convention
-        tL, tR = jnp.where(lin, left.t, 0.0), jnp.where(rin, right.t, 0.0)
-        l_is_max = tL >= tR
-        tmax, tmin = jnp.where(l_is_max, tL, tR), jnp.where(l_is_max, tR, tL)
-        smax = jnp.where(l_is_max, jnp.where(lin, left.sqrt_t, 0.0), jnp.where(rin, right.sqrt_t, 0.0))
-        # log f(t_max | t_P): the parent's log t and leaf term are per-subset features
-        tPs = jnp.where(tP > 0, tP, 1.0)
-        f1 = jnp.where(tmax > 0, log_lam - parent.log_t - lam * tmax / tPs, parent.leaf_term)
-        # log f(t_min | t_P2), t_P2 = (sqrt t_P - sqrt t_max)^2
-        tP2 = (sP - smax) ** 2
-        ok2 = tP2 > 0
-        s2 = jnp.where(ok2, tP2, 1.0)
-        f2 = jnp.where(tmin > 0, log_lam - jnp.log(s2) - lam * tmin / s2, jnp.log(-jnp.expm1(-lam * tc / s2)))
-        out = 2.0 * log_norm + f1 + jnp.where(ok2, f2, -jnp.inf) - jnp.log(4 * jnp.pi)
-        return jnp.where((tP < tc) | (tP <= 0), -jnp.inf, out)
+    def _log_psi_paper(self, P, L, R, lam):
+        # leaves carry t = 0, so the larger child's t and sqrt t are plain maxima
+        tmax, tmin = jnp.maximum(L.t, R.t), jnp.minimum(L.t, R.t)
+        f1 = jnp.where(tmax > 0, P.base - tmax * P.rate, P.aux)  # log f(t_max | t_P) + constants
+        # log f(t_min | t_P2), t_P2 = (sqrt t_P - sqrt t_max)^2, r = lam / t_P2:
+        # inner: log r - r t_min; leaf (t_min = 0): log(1 - exp(-r t_cut))
+        d = P.sqrt_t - jnp.maximum(L.sqrt_t, R.sqrt_t)
+        d2 = d * d
+        ok = d2 > 0
+        r = lam / jnp.where(ok, d2, 1.0)
+        f2 = jnp.log(jnp.where(tmin > 0, r, -jnp.expm1(-self.t_cut * r))) - tmin * r
+        return f1 + jnp.where(ok, f2, -jnp.inf)
 
-    def _log_psi_exact(self, parent, left, right):
-        lam, tc = self._lam_of(parent.is_root), self.t_cut
-        log_c = jnp.log(lam) - jnp.log(-jnp.expm1(-lam))  # log(lam / (1 - e^-lam))
-        tP = parent.t
-        tL, tR = left.t, right.t
-        lleaf, rleaf = left.size == 1, right.size == 1
-        # support of a child: leaves t <= t_cut, inner t > t_cut
-        okL = jnp.where(lleaf, tL <= tc, tL > tc)
-        okR = jnp.where(rleaf, tR <= tc, tR > tc)
-        tPs = jnp.where(tP > 0, tP, 1.0)
-
-        def logf2(t, s):
-            # truncated exponential density on [0, s), s the second child's bound
-            ok = (s > 0) & (t < s)
-            s_safe = jnp.where(ok, s, 1.0)
-            return jnp.where(ok, log_c - jnp.log(s_safe) - lam * t / s_safe, -jnp.inf)
-
-        # first-drawn child: density on [0, t_P) uses the parent's per-subset log t
-        f1L = jnp.where(tL < tP, log_c - parent.log_t - lam * tL / tPs, -jnp.inf)
-        sqP = parent.sqrt_t
-        a = f1L + logf2(tR, (sqP - left.sqrt_t) ** 2)
+    def _log_psi_exact(self, P, L, R, lam):
+        tP, tL, tR = P.t, L.t, R.t
+        # order A: left drawn first on [0, t_P), right on [0, sA), sA = (sqrt t_P - sqrt t_L)^2,
+        # density exp(eA) / (t_P sA) times the constants in P.base; order B: the mirror image
+        dA, dB = P.sqrt_t - L.sqrt_t, P.sqrt_t - R.sqrt_t
+        sA, sB = dA * dA, dB * dB
+        vA = (tL < tP) & (tR < sA)
+        iA = 1.0 / jnp.where(sA > 0, sA, 1.0)
+        eA = -(tL * P.rate + lam * tR * iA)
         if self.ordered:
-            tot = a
+            m, tot, live = eA, iA, vA
         else:
-            f1R = jnp.where(tR < tP, log_c - parent.log_t - lam * tR / tPs, -jnp.inf)
-            b = f1R + logf2(tL, (sqP - right.sqrt_t) ** 2)
-            tot = _logaddexp_safe(a, b)
-        out = tot - jnp.log(4 * jnp.pi)
+            # exp(eA) iA + exp(eB) iB = exp(m) (i of the larger term + w i of the smaller),
+            # w = exp(-|eA - eB|) <= 1; an impossible order has exponent -big and w = 0
+            big = jnp.finfo(tP.dtype).max
+            vB = (tR < tP) & (tL < sB)
+            iB = 1.0 / jnp.where(sB > 0, sB, 1.0)
+            eB = -(tR * P.rate + lam * tL * iB)
+            eA, eB = jnp.where(vA, eA, -big), jnp.where(vB, eB, -big)
+            m = jnp.maximum(eA, eB)
+            w = jnp.exp(-jnp.abs(eA - eB))
+            tot = jnp.where(eA >= eB, iA + w * iB, iB + w * iA)
+            live = m > -big
         K = kallen(tP, tL, tR)
+        tt = tot * tP
         if self.phase_space:
-            K_safe = jnp.where(K > 0, K, 1.0)
-            out = out + jnp.log(8.0) + parent.log_t - 0.5 * jnp.log(K_safe)
-        return jnp.where((tP > tc) & (K > 0) & okL & okR, out, -jnp.inf)
+            # log(8 t_P) - 1/2 log K as 1/2 log(tt^2 t_P^2 / K), 1 / t_P^2 = P.aux (log 8: P.base)
+            core = 0.5 * jnp.log(tt * tt / (jnp.where(K > 0, K, 1.0) * P.aux))
+        else:
+            core = jnp.log(tt)
+        out = jnp.where(live & (K > 0), P.base + m + core, -jnp.inf)
+        return out + L.support + R.support
 
 
 def log_phi_of_tree(energy: Energy, leaves, tree) -> jax.Array:
