@@ -74,15 +74,16 @@ def machine(extra: dict | None = None) -> dict:
     return out
 
 
-def run_worker(script: str, mode: str, argv: list, timeout: float) -> dict:
-    """Runs ``script --_worker mode argv...`` in a fresh process and returns the JSON of its
-    last ``RESULT {...}`` line, with the worker's wall time and the 1-minute load average
-    before and after (``{"error": ...}`` on failure or timeout)."""
+def run_worker(script: str, mode: str, argv: list, timeout: float, env=None) -> dict:
+    """Runs ``script --_worker mode argv...`` in a fresh process (environment ``env``, default
+    this process's) and returns the JSON of its last ``RESULT {...}`` line, with the worker's
+    wall time and the 1-minute load average before and after (``{"error": ...}`` on failure or
+    timeout)."""
     cmd = [sys.executable, os.path.abspath(script), "--_worker", mode] + list(argv)
     load0 = os.getloadavg()[0]
     t = time.perf_counter()
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         return {"error": f"timeout after {timeout:.0f} s"}
     wall = time.perf_counter() - t

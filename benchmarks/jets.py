@@ -762,28 +762,15 @@ def _authors_per_jet(n: int):
 def _run_cold_worker(args, n: int, lik: str, folder) -> dict:
     """`run_worker` for the cold section, with JAX's and jaxhc's cache variables removed from
     the environment, so the process without a folder really compiles everything."""
-    import subprocess
-
     env = {
         k: v
         for k, v in os.environ.items()
         if not k.startswith(("JAX_COMPILATION_CACHE", "JAX_PERSISTENT_CACHE", "JAXHC_CACHE_DIR", "JAXHC_NO_COMP"))
     }
-    cmd = [sys.executable, os.path.abspath(__file__), "--_worker", "cold", "--n", str(n), "--likelihood", lik]
-    cmd += ["--cold-next", str(args.cold_next)] + (["--cold-cache-dir", folder] if folder else [])
-    load0 = os.getloadavg()[0]
-    t = time.perf_counter()
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, env=env)
-    except subprocess.TimeoutExpired:
-        return {"error": f"timeout after {args.timeout:.0f} s"}
-    wall = time.perf_counter() - t
-    lines = [line for line in p.stdout.splitlines() if line.startswith("RESULT ")]
-    if p.returncode != 0 or not lines:
-        return {"error": (p.stderr or p.stdout)[-2000:], "process_wall_s": wall}
-    r = json.loads(lines[-1][len("RESULT ") :])
-    r["process_wall_s"] = wall
-    r["loadavg_1min_before_after"] = [load0, os.getloadavg()[0]]
+    argv = ["--n", str(n), "--likelihood", lik, "--cold-next", str(args.cold_next)]
+    argv += ["--cold-cache-dir", folder] if folder else []
+    r = run_worker(__file__, "cold", argv, args.timeout, env=env)
+    r["process_wall_s"] = r.pop("worker_wall_s", None)
     return r
 
 
