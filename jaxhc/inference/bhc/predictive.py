@@ -7,7 +7,9 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+from scipy.special import logsumexp
 
+from ...components import CountStats
 from .greedy import BHCResult
 
 
@@ -54,13 +56,42 @@ def bhc_predictive(result: BHCResult, X_new) -> jax.Array:
 
 
 @jax.jit
-def _cell_core(comp, log_w_rows, node_stats, Xq):
-    """``logsumexp_m (log_w_rows[q, m] + log p(Xq[q] | D_m))`` per query row of ``Xq``."""
+def _pair_table_full(comp, node_stats, Xq):
+    """``log p(Xq[u] | D_m) [U, 2n-1]`` (rows of ``Xq`` NaN but for one cell)."""
+    return jax.lax.map(lambda x: comp.log_predictive(x, node_stats), Xq, batch_size=16)
 
-    def one(lw, x):
-        return jax.scipy.special.logsumexp(lw + comp.log_predictive(x, node_stats))
 
-    return jax.lax.map(lambda a: one(*a), (log_w_rows, Xq), batch_size=64)
+@jax.jit
+def _pair_table_columns(comps, col_stats, v):
+    """``log p(v[u] | D_m) [U, 2n-1]`` under the one-column components ``comps`` (batched
+    over ``u``) with the node statistics of each pair's column ``col_stats [U, 2n-1, ...]``."""
+    return jax.vmap(lambda c, s, x: c.log_predictive(x[None], s))(comps, col_stats, v)
+
+
+def _pair_table(comp, node_stats, pcols, pvals, d):
+    """``log p(X_j = v | D_m)`` for each distinct (column, value) pair and every node.
+
+    Column-separable count families read only the pair's column (its ``n``, successes and
+    failures; the summed log binomial coefficients cancel in the predictive and are set to
+    0); other families evaluate the full row with NaN elsewhere. Padded to a power of two
+    (at least 64) pairs so few programs compile."""
+    U = len(pcols)
+    P = max(64, 1 << int(np.ceil(np.log2(max(U, 1)))))
+    pc = np.concatenate([pcols, np.repeat(pcols[:1], P - U)])
+    pv = np.concatenate([pvals, np.repeat(pvals[:1], P - U)])
+    if isinstance(node_stats, CountStats):
+        sub = comp.restrict_columns(pc)
+        comps = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (P,)) if jnp.ndim(x) == 0 else x, sub)
+        col_stats = CountStats(
+            *(jnp.asarray(np.asarray(x)[:, pc].T[..., None]) for x in node_stats[:3]),
+            jnp.zeros((P, np.shape(node_stats.logc)[0]), np.asarray(node_stats.logc).dtype),
+        )
+        out = _pair_table_columns(comps, col_stats, jnp.asarray(pv, np.asarray(node_stats.n).dtype))
+    else:
+        Xq = np.full((P, d), np.nan)
+        Xq[np.arange(P), pc] = pv
+        out = _pair_table_full(comp, node_stats, jnp.asarray(Xq))
+    return np.asarray(out)[:U]
 
 
 def _integer_indices(x, name) -> np.ndarray:
@@ -124,6 +155,11 @@ def bhc_predictive_cell(result: BHCResult, rows, cols, values) -> np.ndarray:
     Xq = np.full((Q * K, d), np.nan)
     Xq[np.arange(Q * K), np.repeat(cols, K)] = v2.reshape(-1)
     comp._check_domain(Xq, "values")
-    out = _cell_core(comp, jnp.asarray(np.repeat(log_w, K, axis=0)), result.node_stats, jnp.asarray(Xq))
-    out = np.asarray(out).reshape(Q, K)
+    # one predictive per distinct (column, value) pair, read from that column only; then
+    # each cell mixes its pair's row over the nodes on its row's path
+    pairs = np.stack([np.repeat(cols, K).astype(float), v2.reshape(-1)], axis=1)
+    uniq, inv = np.unique(pairs, axis=0, return_inverse=True)
+    table = _pair_table(comp, result.node_stats, uniq[:, 0].astype(np.int64), uniq[:, 1], d)
+    terms = np.repeat(log_w, K, axis=0) + table[inv.reshape(-1)]
+    out = logsumexp(terms, axis=1).reshape(Q, K)
     return out[:, 0] if vals.ndim == 1 else out
