@@ -55,6 +55,11 @@ from _memory import RssSampler, maxrss_mb, rss_mb  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_OUT = os.path.join(HERE, "results", "bhc.json")
+HIGHDIM_OUT = os.path.join(HERE, "results", "bhc_highdim.json")
+# high-dimensional section: (n, d) pairs; greedy BHC keeps a d x d scatter per slot and per
+# merge (2 n d^2 float64), so a configuration whose estimate exceeds HIGHDIM_MEM_GB is skipped
+HIGHDIM_CONFIGS = [(n, d) for d in (100, 500, 2000) for n in (50, 500)]
+HIGHDIM_MEM_GB = 12.0
 
 TARGETS = {
     "growth_exponent_max": 2.2,  # of BHC run time from n = 1000 to n = 4000
@@ -332,6 +337,49 @@ def print_tables(results, growth, checks, rbhc_rows, growth_cpu=None):
             print(f"  {c['name']}: {c['value']} (target {c['target']}) -> {c['result']}")
 
 
+def highdim_main(args) -> int:
+    """n in {50, 500} x d in {100, 500, 2000}: greedy BHC beside scipy average linkage in one
+    process per configuration (the worker of the main section), ``--timeout`` each."""
+    info = machine_info()
+    results = []
+    for n, d in HIGHDIM_CONFIGS:
+        need_gb = 2 * n * d * d * 8 / 2**30
+        print(f"  BHC n={n} d={d} ...", end=" ", flush=True)
+        if need_gb > HIGHDIM_MEM_GB:
+            r = {"algo": "bhc", "n": n, "d": d, "status": f"skipped: ~{need_gb:.0f} GB of per-slot scatters"}
+        else:
+            r = run_config("bhc", n, d, args.repeats if args.repeats is not None else 1, args.timeout)
+        results.append(r)
+        ok = r.get("status") == "ok"
+        print(f"run {r['run_s']:.3f} s, scipy {r['scipy_average_s']:.4f} s" if ok else r.get("status"), flush=True)
+    print("\n| n | d | compile s | BHC s | BHC cpu s | scipy avg s | BHC / scipy | status |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---|")
+    for r in results:
+        ok = r.get("status") == "ok"
+        g = (lambda k, f=".3f": _fmt(r.get(k), f)) if ok else (lambda k, f=".3f": "-")
+        ratio = _fmt(r["run_s"] / r["scipy_average_s"], ".0f") if ok else "-"
+        print(
+            f"| {r['n']} | {r['d']} | {g('compile_s', '.2f')} | {g('run_s')} | {g('run_cpu_s')} | "
+            f"{g('scipy_average_s', '.4f')} | {ratio} | {r.get('status')} |"
+        )
+    out_path = args.out or HIGHDIM_OUT
+    os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
+    doc = {
+        "benchmark": "bhc_highdim",
+        "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "machine": info,
+        "method": "as bhc.json (fresh process per config, compile = first call minus later ones, scipy average "
+        f"linkage in the same process); timeout {args.timeout:.0f} s per config; configs whose per-slot "
+        f"scatters would exceed {HIGHDIM_MEM_GB} GB are skipped",
+        "targets": {"n500_d500_s": 10.0, "n50_d2000_s": 5.0},
+        "bhc": results,
+    }
+    with open(out_path, "w") as f:
+        json.dump(doc, f, indent=2)
+    print(f"\nwrote {out_path}")
+    return 0
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="small sizes for smoke testing")
@@ -346,6 +394,12 @@ def main(argv=None):
         default=None,
         help="comma-separated n (d=10) at which RBHC also runs on the BHC benchmark's data to "
         "compare log evidence (default: the BHC sizes with d=10 among 2000,4000)",
+    )
+    ap.add_argument(
+        "--highdim",
+        action="store_true",
+        help="the high-dimensional section instead: n in {50, 500} x d in {100, 500, 2000} (NIW.from_data), "
+        f"beside scipy in the same process, RBHC off; JSON default {HIGHDIM_OUT}",
     )
     ap.add_argument("--no-rbhc", action="store_true")
     ap.add_argument("--timeout", type=float, default=1800.0, help="per-config subprocess timeout, s")
@@ -364,6 +418,9 @@ def main(argv=None):
         res = worker(args)
         print("RESULT " + json.dumps(res), flush=True)
         return 0
+
+    if args.highdim:
+        return highdim_main(args)
 
     sizes = (
         [int(s) for s in args.sizes.split(",")]

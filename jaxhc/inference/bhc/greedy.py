@@ -56,13 +56,15 @@ class _Merge(NamedTuple):
 
 
 def _merge_terms(
-    comp, log_alpha, sa, na, log_da, log_pTa, sb, nb, log_db, log_pTb, cache=None, lgamma_table=None
+    comp, log_alpha, sa, na, log_da, log_pTa, sb, nb, log_db, log_pTb, cache=None, lgamma_table=None, log_h1=None
 ) -> _Merge:
     """All BHC quantities of merging clusters a and b (broadcasts over leading axes);
-    ``lgamma_table[m] = log Gamma(m)`` replaces ``gammaln`` of the integer count when given."""
+    ``lgamma_table[m] = log Gamma(m)`` replaces ``gammaln`` of the integer count when given;
+    ``log_h1``, when given, is the merged log marginal (computed by the caller)."""
     s = comp.merge(sa, sb)
     n = na + nb
-    log_h1 = comp.log_marginal(s) if cache is None else comp.log_marginal(s, cache)
+    if log_h1 is None:
+        log_h1 = comp.log_marginal(s) if cache is None else comp.log_marginal(s, cache)
     if lgamma_table is None:
         lag = log_alpha + gammaln(n)
     else:
@@ -106,6 +108,19 @@ def _take(tree, i):
 
 def _set(tree, i, val):
     return jax.tree_util.tree_map(lambda x, v: x.at[i].set(v), tree, val)
+
+
+def _leaf_lh(comp, leaf_stats, given):
+    """The leaf log marginals: ``given`` (computed once by the caller) or computed here."""
+    return comp.log_marginal(leaf_stats) if given is None else given
+
+
+def _put(tree, i, val):
+    """``x[i] = v`` for every leaf, as an in-place ``dynamic_update_slice`` (a scatter or a
+    select over the leading axis can copy the whole array inside a loop)."""
+    return jax.tree_util.tree_map(
+        lambda x, v: jax.lax.dynamic_update_index_in_dim(x, jnp.asarray(v, x.dtype), i, 0), tree, val
+    )
 
 
 def _argmax(x):
@@ -175,36 +190,45 @@ def _loop_parts(comp, log_alpha, n, dtype, keep_matrix, evidence_only):
         i = _argmax(best_val)
         j = best_idx[i]
         a, b = jnp.minimum(i, j), jnp.maximum(i, j)
+        sa, sb = _take(st.stats, a), _take(st.stats, b)
+        merged = comp.merge(sa, sb)
+        at_a, at_b = idx == a, idx == b
+        # the merged statistics into slot a in place (a select over all slots rewrote the
+        # whole [n, ...] array every merge: most of a merge's time at d = 10)
+        stats = _put(st.stats, a, merged)
+        # one batch of log marginals gives the new row and the merged node's own (slot a
+        # pairs the node with the empty set), so the family's log marginal is traced once
+        partners = jax.tree_util.tree_map(
+            lambda x: jnp.where(at_a.reshape((n,) + (1,) * (x.ndim - 1)), jnp.zeros((), x.dtype), x), stats
+        )
+        lh = comp.log_marginal(comp.merge(merged, partners), cache)
         m = _merge_terms(
             comp,
             log_alpha,
-            _take(st.stats, a),
+            sa,
             st.cnt[a],
             st.log_d[a],
             st.log_pT[a],
-            _take(st.stats, b),
+            sb,
             st.cnt[b],
             st.log_d[b],
             st.log_pT[b],
             cache,
             lgam,
+            log_h1=lh[a],
         )
         na, nb = st.node[a], st.node[b]
         if evidence_only:
             children = st.children
         else:
-            children = st.children.at[t].set(jnp.stack([jnp.minimum(na, nb), jnp.maximum(na, nb)]).astype(jnp.int32))
-        # one-slot updates as selects (cheaper than scatters under vmap)
-        at_a, at_b = idx == a, idx == b
-        stats = jax.tree_util.tree_map(
-            lambda x, v: jnp.where(at_a.reshape((n,) + (1,) * (x.ndim - 1)), v[None], x), st.stats, m.stats
-        )
+            children = _put(st.children, t, jnp.stack([jnp.minimum(na, nb), jnp.maximum(na, nb)]))
         cnt = jnp.where(at_a, m.n, st.cnt)
         log_d = jnp.where(at_a, m.log_d, st.log_d)
         log_pT = jnp.where(at_a, m.log_pT, st.log_pT)
         node = jnp.where(at_a, n + t, st.node)
         active = st.active & ~at_b
-        r = row(a, stats, cnt, log_d, log_pT, active)
+        mr = _merge_terms(comp, log_alpha, merged, m.n, m.log_d, m.log_pT, stats, cnt, log_d, log_pT, cache, lgam, lh)
+        r = jnp.where(active & ~at_a, mr.logit, neg_inf)
         if keep_matrix:
             # rows and columns by dynamic_update_slice (in place; a scatter is much slower on CPU)
             dus = jax.lax.dynamic_update_slice
@@ -251,18 +275,14 @@ def _loop_parts(comp, log_alpha, n, dtype, keep_matrix, evidence_only):
             second,
             stale,
             children,
-            _set(st.out_stats, t, m.stats),
-            st.out_log_h1.at[t].set(m.log_h1),
-            st.out_log_d.at[t].set(m.log_d),
-            st.out_log_pT.at[t].set(m.log_pT),
-            st.out_log_r.at[t].set(m.log_r),
-            st.out_log_1mr.at[t].set(m.log_1mr),
+            _put(st.out_stats, t, m.stats),
+            *_put(tuple(st[13:]), t, (m.log_h1, m.log_d, m.log_pT, m.log_r, m.log_1mr)),
         )
 
     return row, body
 
 
-def _initial_state(comp, log_alpha, leaf_stats, n_valid, S, keep_matrix, evidence_only) -> _State:
+def _initial_state(comp, log_alpha, leaf_stats, n_valid, S, keep_matrix, evidence_only, leaf_lh=None) -> _State:
     """The search state before the first merge, from the pair log-odds ``S [n, n]`` (entries
     on the diagonal and of padding slots are ignored)."""
     n = jax.tree_util.tree_leaves(leaf_stats)[0].shape[0]
@@ -280,7 +300,7 @@ def _initial_state(comp, log_alpha, leaf_stats, n_valid, S, keep_matrix, evidenc
         leaf_stats,
         active.astype(dtype),
         jnp.full((n,), log_alpha, dtype),
-        jnp.where(active, comp.log_marginal(leaf_stats), 0.0).astype(dtype),
+        jnp.where(active, _leaf_lh(comp, leaf_stats, leaf_lh), 0.0).astype(dtype),
         idx,
         active,
         S if keep_matrix else jnp.zeros((0, n), dtype),
@@ -298,20 +318,59 @@ def _initial_state(comp, log_alpha, leaf_stats, n_valid, S, keep_matrix, evidenc
     )
 
 
-def _pair_rows(comp, log_alpha, leaf_stats, n_valid, rows, row_batch):
-    """Pair log-odds of the slots ``rows`` against every slot, ``[len(rows), n]``."""
+def _pair_rows(comp, log_alpha, leaf_stats, n_valid, rows, row_batch, points=False, leaf_lh=None):
+    """Pair log-odds of the slots ``rows`` against every slot, ``[len(rows), n]``.
+
+    ``points``: every slot holds one point (or is padding) and the component has
+    ``point_pair_log_marginal`` (e.g. `NormalInverseWishart`: ``O(d)`` a pair by the
+    matrix determinant lemma instead of a ``d x d`` factorisation)."""
     n = jax.tree_util.tree_leaves(leaf_stats)[0].shape[0]
     dtype = jnp.result_type(log_alpha, jnp.float32)
     active = jnp.arange(n) < n_valid
     row, _ = _loop_parts(comp, log_alpha, n, dtype, True, False)
     cnt = active.astype(dtype)
     log_d = jnp.full((n,), log_alpha, dtype)
-    log_pT = jnp.where(active, comp.log_marginal(leaf_stats), 0.0).astype(dtype)
-    return jax.lax.map(lambda i: row(i, leaf_stats, cnt, log_d, log_pT, active), rows, batch_size=row_batch)
+    log_pT = jnp.where(active, _leaf_lh(comp, leaf_stats, leaf_lh), 0.0).astype(dtype)
+    if not points:
+        return jax.lax.map(lambda i: row(i, leaf_stats, cnt, log_d, log_pT, active), rows, batch_size=row_batch)
+    idx = jnp.arange(n)
+    w = comp.point_coordinates(leaf_stats)
+    lgam = gammaln(jnp.arange(3, dtype=dtype))
+
+    def point_row(i):
+        lh = comp.point_pair_log_marginal(w[i], w).astype(dtype)
+        m = _merge_terms(
+            comp,
+            log_alpha,
+            _take(leaf_stats, i),
+            cnt[i],
+            log_d[i],
+            log_pT[i],
+            leaf_stats,
+            cnt,
+            log_d,
+            log_pT,
+            lgamma_table=lgam,
+            log_h1=lh,
+        )
+        return jnp.where(active & active[i] & (idx != i), m.logit, jnp.array(-jnp.inf, dtype))
+
+    return jax.lax.map(point_row, rows, batch_size=row_batch)
 
 
-@partial(jax.jit, static_argnames=("row_batch", "keep_matrix", "evidence_only"))
-def bhc_core(comp, log_alpha, leaf_stats, n_valid, row_batch=1, S0=None, keep_matrix=True, evidence_only=False):
+@partial(jax.jit, static_argnames=("row_batch", "keep_matrix", "evidence_only", "points"))
+def bhc_core(
+    comp,
+    log_alpha,
+    leaf_stats,
+    n_valid,
+    row_batch=1,
+    S0=None,
+    keep_matrix=True,
+    evidence_only=False,
+    points=False,
+    leaf_log_h1=None,
+):
     """The greedy search in one compiled call. ``S0`` optionally gives the initial pair
     log-odds ``[n, n]`` (-inf on the diagonal and for padding); with ``keep_matrix=False`` the
     score matrix is not kept: a row whose cached best partner is gone is recomputed instead of
@@ -328,13 +387,16 @@ def bhc_core(comp, log_alpha, leaf_stats, n_valid, row_batch=1, S0=None, keep_ma
     if S0 is not None:
         chex.assert_shape(S0, (n, n))
     dtype = jnp.result_type(log_alpha, jnp.float32)
-    S = _pair_rows(comp, log_alpha, leaf_stats, n_valid, jnp.arange(n), row_batch) if S0 is None else S0
-    state = _initial_state(comp, log_alpha, leaf_stats, n_valid, S, keep_matrix, evidence_only)
+    if S0 is None:
+        S = _pair_rows(comp, log_alpha, leaf_stats, n_valid, jnp.arange(n), row_batch, points, leaf_log_h1)
+    else:
+        S = S0
+    state = _initial_state(comp, log_alpha, leaf_stats, n_valid, S, keep_matrix, evidence_only, leaf_log_h1)
     _, body = _loop_parts(comp, log_alpha, n, dtype, keep_matrix, evidence_only)
     state = jax.lax.fori_loop(0, n_valid - 1, body, state)
     if evidence_only:
         return state.log_pT[0], state.log_d[0]
-    leaf_log_h1 = jnp.where(jnp.arange(n) < n_valid, comp.log_marginal(leaf_stats), 0.0)
+    leaf_log_h1 = jnp.where(jnp.arange(n) < n_valid, _leaf_lh(comp, leaf_stats, leaf_log_h1), 0.0)
     return (
         state.children,
         state.out_stats,
@@ -347,14 +409,14 @@ def bhc_core(comp, log_alpha, leaf_stats, n_valid, row_batch=1, S0=None, keep_ma
     )
 
 
-@partial(jax.jit, static_argnames=("row_batch",))
-def _rows_chunk(comp, log_alpha, leaf_stats, n_valid, rows, row_batch=1):
-    return _pair_rows(comp, log_alpha, leaf_stats, n_valid, rows, row_batch)
+@partial(jax.jit, static_argnames=("row_batch", "points"))
+def _rows_chunk(comp, log_alpha, leaf_stats, n_valid, rows, row_batch=1, points=False, leaf_lh=None):
+    return _pair_rows(comp, log_alpha, leaf_stats, n_valid, rows, row_batch, points, leaf_lh)
 
 
 @jax.jit
-def _start_chunked(comp, log_alpha, leaf_stats, n_valid, S):
-    return _initial_state(comp, log_alpha, leaf_stats, n_valid, S, True, False)
+def _start_chunked(comp, log_alpha, leaf_stats, n_valid, S, leaf_lh=None):
+    return _initial_state(comp, log_alpha, leaf_stats, n_valid, S, True, False, leaf_lh)
 
 
 @partial(jax.jit, donate_argnames=("state",))
@@ -365,7 +427,15 @@ def _merges_chunk(comp, log_alpha, state, n_valid, t0, t1):
 
 
 def _bhc_chunked(
-    comp, log_alpha, leaf_stats, n_valid: int, row_batch: int, progress_bar: bool, chunk_seconds: float = 1.0
+    comp,
+    log_alpha,
+    leaf_stats,
+    n_valid: int,
+    row_batch: int,
+    progress_bar: bool,
+    chunk_seconds: float = 1.0,
+    points: bool = False,
+    leaf_lh=None,
 ):
     """The same search as `bhc_core` (bitwise: the same compiled pieces), driven from the
     host in chunks of about ``chunk_seconds``: first the pair matrix, ``row_batch``-row
@@ -387,14 +457,25 @@ def _bhc_chunked(
         parts = []
         for lo in range(0, n_valid, block):
             rows = np.minimum(np.arange(lo, lo + block), n_valid - 1)
-            parts.append(_rows_chunk(comp, log_alpha, leaf_stats, nv, jnp.asarray(rows, jnp.int32), row_batch=block))
+            parts.append(
+                _rows_chunk(
+                    comp,
+                    log_alpha,
+                    leaf_stats,
+                    nv,
+                    jnp.asarray(rows, jnp.int32),
+                    row_batch=block,
+                    points=points,
+                    leaf_lh=leaf_lh,
+                )
+            )
             jax.block_until_ready(parts[-1])
             if bar is not None:
                 bar.update(min(block, n_valid - lo))
         S = jnp.concatenate(parts, axis=0)[:n_valid]
         if n > n_valid:
             S = jnp.concatenate([S, jnp.full((n - n_valid, n), -jnp.inf, S.dtype)], axis=0)
-        state = _start_chunked(comp, log_alpha, leaf_stats, nv, S)
+        state = _start_chunked(comp, log_alpha, leaf_stats, nv, S, leaf_lh)
         t, step = 0, 1
         while t < n_valid - 1:
             t1 = min(n_valid - 1, t + step)
@@ -411,7 +492,7 @@ def _bhc_chunked(
     finally:
         if bar is not None:
             bar.close()
-    leaf_log_h1 = jnp.where(jnp.arange(n) < n_valid, comp.log_marginal(leaf_stats), 0.0)
+    leaf_log_h1 = jnp.where(jnp.arange(n) < n_valid, _leaf_lh(comp, leaf_stats, leaf_lh), 0.0)
     return (
         state.children,
         state.out_stats,
@@ -528,6 +609,14 @@ def assemble_result(
     )
 
 
+def _leaves_are_points(comp, leaf_stats) -> bool:
+    """Whether the initial pair scores can use the component's single-point formula
+    (``point_pair_log_marginal``): every slot holds at most one point (host check)."""
+    if not hasattr(comp, "point_pair_log_marginal") or not hasattr(leaf_stats, "n"):
+        return False
+    return bool(np.all(np.asarray(leaf_stats.n) <= 1))
+
+
 def _row_batch(leaf_stats, n):
     per_row = sum(int(np.prod(x.shape[1:])) for x in jax.tree_util.tree_leaves(leaf_stats)) * n
     return int(max(1, min(n, (1 << 22) // max(per_row, 1))))
@@ -613,14 +702,33 @@ def bhc_from_stats(
         return assemble_result(
             comp, alpha, 1, leaf, comp.log_marginal(leaf), np.zeros((0, 2), np.int64), empty, z, z, z, z, z
         )
-    check_finite_scores(comp, leaf_stats, n, leaf_log_h1=np.asarray(_leaf_log_marginals(comp, leaf_stats))[:n])
+    leaf_lh = _leaf_log_marginals(comp, leaf_stats)
+    check_finite_scores(comp, leaf_stats, n, leaf_log_h1=np.asarray(leaf_lh)[:n])
     log_alpha = jnp.log(jnp.asarray(alpha, dtype=jnp.result_type(float)))
+    points = _leaves_are_points(comp, leaf_stats)
     if chunked is None:
         chunked = progress_bar or _work_estimate(leaf_stats, n) > _CHUNKED_WORK
     if chunked:
-        out = _bhc_chunked(comp, log_alpha, leaf_stats, n, _row_batch(leaf_stats, n_max), bool(progress_bar))
+        out = _bhc_chunked(
+            comp,
+            log_alpha,
+            leaf_stats,
+            n,
+            _row_batch(leaf_stats, n_max),
+            bool(progress_bar),
+            points=points,
+            leaf_lh=leaf_lh,
+        )
     else:
-        out = bhc_core(comp, log_alpha, leaf_stats, jnp.asarray(n, jnp.int32), row_batch=_row_batch(leaf_stats, n_max))
+        out = bhc_core(
+            comp,
+            log_alpha,
+            leaf_stats,
+            jnp.asarray(n, jnp.int32),
+            row_batch=_row_batch(leaf_stats, n_max),
+            points=points,
+            leaf_log_h1=leaf_lh,
+        )
     children, out_stats, log_h1, log_d, log_pT, log_r, log_1mr, leaf_log_h1 = out
     k = n - 1
     check_finite_scores(
