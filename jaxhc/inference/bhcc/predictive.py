@@ -371,17 +371,55 @@ def bhcc_predictive_cell(result: BHCCResult, rows, cols, values) -> np.ndarray:
     lw = result.log_omega()
     nodes = _live_nodes(result, lw)
     sets = result.tree.leaf_sets()
+    if len(nodes) == 0 or Q * K == 0:
+        acc = np.full(vals2.shape, -np.inf)
+        return acc[:, 0] if squeeze else acc
+    # Only column-tree nodes whose weight is within CELL_PRUNE_NATS of the heaviest on a
+    # query's column path are computed first (each needs a row BHC of its view). The rest of
+    # a path weighs omega_rest <= sum of its omegas and predicts each value with probability
+    # <= 1 (discrete families), so a cell whose value has log p above
+    # log(omega_rest) + CELL_CERTIFY_NATS is exact to exp(-CELL_CERTIFY_NATS) relative;
+    # the others get the remaining nodes of their path in a second pass.
+    on_path = sets[nodes][:, cols]  # [N, Q]
+    lwn = lw[nodes]
+    heaviest = np.max(np.where(on_path, lwn[:, None], -np.inf), axis=0)  # [Q]
+    near = on_path & (lwn[:, None] >= heaviest[None, :] - CELL_PRUNE_NATS)
+    discrete = result.component.column_parameters() is not None and result.component.column_parameters().kind == "beta"
+    first = np.any(near, axis=1) if discrete else np.ones(len(nodes), bool)
+    acc = _cell_pass(result, nodes[first], rows, cols, vals2, sets, lw, np.ones(Q, bool))
+    rest = on_path & ~first[:, None]
+    if np.any(rest):
+        rest_mass = np.logaddexp.reduce(np.where(rest, lwn[:, None], -np.inf), axis=0)  # [Q]
+        redo = np.any(acc < rest_mass[:, None] + CELL_CERTIFY_NATS, axis=1) & np.isfinite(rest_mass)
+        if np.any(redo):
+            more = np.any(rest[:, redo], axis=1)
+            extra = _cell_pass(result, nodes[more], rows, cols, vals2, sets, lw, redo)
+            acc = np.where(redo[:, None], np.logaddexp(acc, extra), acc)
+    return acc[:, 0] if squeeze else acc
+
+
+# bhcc_predictive_cell: nodes this many nats below the heaviest on a query's path are left
+# out unless the certificate (values CELL_CERTIFY_NATS above their mass) fails
+CELL_PRUNE_NATS = 150.0
+CELL_CERTIFY_NATS = 35.0
+
+
+def _cell_pass(result, nodes, rows, cols, vals2, sets, lw, active):
+    """``log sum_{k in nodes on the path of cols[q]} omega_k p(X_{rows[q], cols[q]} = v | view k)``
+    for the queries with ``active[q]`` (``-inf`` elsewhere)."""
     qs, which = [], []
     for k in nodes:
         members = np.flatnonzero(sets[k])
-        sel = np.flatnonzero(sets[k][cols])
+        sel = np.flatnonzero(sets[k][cols] & active)
         pos = np.searchsorted(members, cols[sel])
         qs.append((np.stack([rows[sel], pos], axis=1).astype(np.int32).reshape(-1, 2), vals2[sel]))
         which.append(sel)
     nonempty = [i for i, w in enumerate(which) if len(w)]
-    outs = _result_queries(result, nodes[nonempty], "cell", [qs[i] for i in nonempty])
     acc = np.full(vals2.shape, -np.inf)
+    if not nonempty:
+        return acc
+    outs = _result_queries(result, nodes[nonempty], "cell", [qs[i] for i in nonempty])
     for i, o in zip(nonempty, outs):
         k = nodes[i]
         acc[which[i]] = np.logaddexp(acc[which[i]], lw[k] + o)
-    return acc[:, 0] if squeeze else acc
+    return acc
