@@ -152,3 +152,59 @@ def test_layout_argument_checks():
         solve_batch(DasguptaEnergy(), W, np.array([3]), layout="flat", marginals=True)
     sol = solve_batch(DasguptaEnergy(), W, np.array([3]), marginals=True)  # default: grouped
     assert sol.log_marginals.shape == (1, 8)
+
+
+def test_flat_blocks_equal_one_program(jets, monkeypatch):
+    """A batch above `_FLAT_BLOCK_PAIRS` splits runs in consecutive blocks padded to bucketed
+    shapes (one-element problems, inert chunks, unused slots): every value and table equals
+    the one-program layout exactly (the same chunks of the same problems, in the same
+    order), and the padding never reaches a result."""
+    from jaxhc.trellis import batch as tb
+
+    leaves, nl = jets
+    leaves, nl = leaves[:16], nl[:16]
+    energy = GinkgoEnergy(lam=2.0, t_cut=16.0)
+    dev = [jax.devices()[0]]
+    one = solve_batch(energy, leaves, nl, devices=dev, layout="flat")
+    splits = sum((3 ** int(n) + 1) // 2 - 2 ** int(n) for n in nl)
+    monkeypatch.setattr(tb, "_FLAT_BLOCK_PAIRS", splits // 2)  # two or three blocks
+    blocks = solve_batch(energy, leaves, nl, devices=dev)
+    for field in ("log_z", "map_log_phi", "log_z_table", "map_table", "backpointer", "n_leaves"):
+        a, b = np.asarray(getattr(blocks, field)), np.asarray(getattr(one, field))
+        assert a.shape == b.shape and a.dtype == b.dtype, field
+        np.testing.assert_array_equal(a, b, err_msg=field)
+
+
+def test_bucket_sizes():
+    from jaxhc.trellis.batch import _bucket
+
+    xs = np.arange(1, 5000)
+    b = np.array([_bucket(int(x)) for x in xs])
+    assert np.all(b >= xs) and np.all(b < 1.25 * xs + 1)  # at most 25% padding
+    assert len(set(b.tolist())) <= 4 * 13  # four shapes per octave
+
+
+def test_ginkgo_validate_batch_matches_the_per_jet_checks(jets):
+    """GinkgoEnergy's vectorised `validate_batch` returns what the generic per-jet loop does
+    (zero four-momenta as padding, whatever the padding rows held) and raises its errors,
+    naming the failing jet."""
+    from jaxhc.trellis.energies import Energy
+
+    leaves, nl = jets
+    energy = GinkgoEnergy(lam=2.0, t_cut=16.0)
+    lp = leaves.copy()
+    lp[np.arange(lp.shape[1])[None, :] >= nl[:, None]] = np.nan  # padding rows: never read
+    np.testing.assert_array_equal(energy.validate_batch(lp, nl), Energy.validate_batch(energy, lp, nl))
+    cases = (
+        (np.nan, r"leaves_padded\[5\] contains NaN or inf values"),
+        (-1.0, r"leaves_padded\[5\]: every energy E \(column 0\) must be positive"),
+        (1e300, r"leaves_padded\[5\]: four-momenta up to .* too large"),
+    )
+    for value, msg in cases:
+        bad = lp.copy()
+        bad[5, 0, 0] = value
+        for check in (energy.validate_batch, lambda x, n: Energy.validate_batch(energy, x, n)):
+            with pytest.raises(ValueError, match=msg):
+                check(bad, nl)
+    with pytest.raises(ValueError, match=r"leaves_padded\[0\] must be four-momenta"):
+        energy.validate_batch(lp[..., :3], nl)

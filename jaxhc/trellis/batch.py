@@ -79,15 +79,12 @@ def _validate_batch(energy: Energy, leaves_padded, n_leaves):
     if np.any(nl < 1) or np.any(nl > n_max):
         raise ValueError(f"n_leaves must be in [1, N_max={n_max}]")
     check_num_leaves(n_max, None, None)
-    fixed = []
-    for b in range(lp.shape[0]):
-        real = energy.validate_leaves(energy.crop_leaves(lp[b], int(nl[b])), name=f"leaves_padded[{b}]")
-        fixed.append(np.asarray(energy.pad_leaves(jnp.asarray(real), n_max)))
-    return np.stack(fixed), nl, n_max
+    return energy.validate_batch(lp, nl, "leaves_padded"), nl, n_max
 
 
-#: `solve_batch` picks ``layout="flat"`` by default only up to this many splits in the batch
-_FLAT_DEFAULT_MAX_PAIRS = 1 << 25
+#: splits per program of `solve_batch`'s flat layout (larger batches run in blocks of about
+#: this many; the layout holds 16 bytes of indices per split on the device)
+_FLAT_BLOCK_PAIRS = 1 << 23
 
 
 def solve_batch(
@@ -124,11 +121,13 @@ def solve_batch(
         ``"grouped"``: a vmapped level-unrolled DP, one compiled program per distinct size
         with ``group_by_size`` (seconds each for 8..10 leaves), sharded over ``devices``; the
         only layout with marginals. ``None`` (default): ``"flat"`` when
-        ``marginals=False``, ``group_by_size=True``, a single device is used and the batch
-        has at most ``2^25`` splits in all (the flat layout holds every split's indices in
-        memory, 16 bytes each on the device, more while it is built on the host), else
+        ``marginals=False``, ``group_by_size=True`` and a single device is used, else
         ``"grouped"`` (for 1000 Ginkgo jets of 5..10 leaves on 2 CPU cores the first call
-        took about 2 s flat against 17-20 s grouped, warm calls about 0.5 s in both).
+        took about 2 s flat against 17-20 s grouped, warm calls about 0.5 s in both). The
+        flat layout holds every split's indices in memory (16 bytes each on the device,
+        more while it is built on the host), so a batch of more than ``2^23`` splits runs
+        in consecutive blocks of about that many, padded to a few shapes that share
+        compiled programs.
         Both give the same values up to float rounding (features are computed in different
         programs; the backpointers can differ only between splits whose values tie to
         rounding).
@@ -148,8 +147,7 @@ def solve_batch(
     devices = list(jax.devices()) if devices is None else list(devices)
     B = lp.shape[0]
     if layout is None:
-        small = sum(num_splits(int(n)) for n in nl) <= _FLAT_DEFAULT_MAX_PAIRS
-        layout = "flat" if (not marginals and group_by_size and len(devices) == 1 and small) else "grouped"
+        layout = "flat" if (not marginals and group_by_size and len(devices) == 1) else "grouped"
     if layout == "flat":
         log_z, map_v, tz, tb, bp = _solve_batch_flat(energy, lp, nl, n_max, group_by_size, devices[0])
         return TrellisSolution(log_z, map_v, None, None, tz, tb, bp, jnp.asarray(nl))
@@ -285,18 +283,32 @@ def prepare_batch(energy: Energy, leaves_padded, n_leaves, *, group_by_size: boo
         return _layout_batch(*_validate_batch(energy, leaves_padded, n_leaves), group_by_size)
 
 
-def _layout_batch(lp, nl, n_max, group_by_size):
-    """`prepare_batch` after `_validate_batch`."""
+def _bucket(x: int) -> int:
+    """The smallest of ``4, 5, 6, 7 x 2^k`` (and of 1..4) at least ``x``: padding a shape to
+    its bucket costs < 25% and lets blocks of a large batch share compiled programs."""
+    if x <= 4:
+        return max(int(x), 1)
+    step = 1 << (int(x - 1).bit_length() - 3)
+    return -(-int(x) // step) * step
+
+
+def _layout_batch(lp, nl, n_max, group_by_size, bucket: bool = False):
+    """`prepare_batch` after `_validate_batch`. ``bucket``: chunks of `_MAX_CHUNK_PAIRS` pairs,
+    the slot and chunk counts padded to `_bucket` (the blocks of `solve_batch`'s flat layout
+    then mostly share one compiled program)."""
     nl = nl.astype(np.int64)
     n_eff = nl if group_by_size else np.full(len(nl), n_max, np.int64)
     sizes = np.left_shift(1, n_eff)
-    T = int(sizes.sum())
+    T_real = int(sizes.sum())
+    T = _bucket(T_real) if bucket else T_real
     if T >= 2**31 - 1:
         raise ValueError(f"leaves_padded: {T} subsets in all is above the int32 index range; split the batch")
     offs = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-    sub_prob = np.repeat(np.arange(len(nl)), sizes)
-    sub_mask = np.concatenate([np.arange(s) for s in sizes])
+    sub_prob = np.concatenate([np.repeat(np.arange(len(nl)), sizes), np.zeros(T - T_real, np.int64)])
+    sub_mask = np.concatenate([np.arange(s) for s in sizes] + [np.zeros(T - T_real, np.int64)])
     singles = np.concatenate([offs[b] + np.left_shift(1, np.arange(n_eff[b])) for b in range(len(nl))])
+    if bucket:  # as many as slots (one shape fewer); past the table: dropped by the scatter
+        singles = np.concatenate([singles, np.full(T - len(singles), T)])
     # every split of every problem, level by level; live: the parent holds real elements only
     levels = []
     for k in range(2, int(n_eff.max()) + 1):
@@ -327,23 +339,24 @@ def _layout_batch(lp, nl, n_max, group_by_size):
     p_max = max((L.shape[1] for _, L, _, _ in levels), default=1)
     target = total / (4 * max(len(levels), 1))  # about 4 chunks per level: little padding
     M = int(max(p_max, min(_MAX_CHUNK_PAIRS, 1 << max(0, int(np.ceil(np.log2(max(target, 1))))))))
-    chunks = []
-    for S, L, R, flag in levels:
-        P = L.shape[1]
-        rows = M // P
-        for r0 in range(0, len(S), rows):
-            s, l, r = S[r0 : r0 + rows], L[r0 : r0 + rows], R[r0 : r0 + rows]
-            used = l.size
-            fill = lambda x, v: np.concatenate([x.reshape(-1), np.full(M - used, v, np.int64)])
-            seg = np.concatenate([np.repeat(np.arange(len(s)), P), np.full(M - used, M)])
-            slot = np.concatenate([s, np.full(M - len(s), T)])
-            chunks.append((fill(np.repeat(s, P), s[0]), fill(l, l[0, 0]), fill(r, r[0, 0]), seg, slot, flag))
-    if not chunks:  # only one-element problems
-        chunks.append(
-            (np.zeros(M, np.int64), np.zeros(M, np.int64), np.zeros(M, np.int64), np.full(M, M), np.full(M, T), True)
-        )
-    cols = [np.stack([c[i] for c in chunks]) for i in range(5)]
-    pairs = tuple(jnp.asarray(c, jnp.int32) for c in cols[:4])
+    if bucket:
+        M = max(p_max, _MAX_CHUNK_PAIRS)
+    C = sum(-(-len(S) // (M // L.shape[1])) for S, L, _, _ in levels)
+    # one int32 array per column, the chunks of every level copied in; chunks that change
+    # nothing (no level, or padding to the bucket): segment M, slot T (dropped)
+    C_pad = max(_bucket(C) if bucket else C, 1)
+    fills = (0, 0, 0, M, T)
+    cols = [np.full((C_pad, M), f, np.int32) for f in fills]
+    live = np.ones(C_pad, bool)
+    at = 0
+    for level in levels:
+        c = _chunk_level(*level, M, T)
+        n = len(c[5])
+        for col, x in zip(cols, c[:5]):
+            col[at : at + n] = x
+        live[at : at + n] = c[5]
+        at += n
+    pairs = tuple(jnp.asarray(c) for c in cols[:4])
     roots = offs + np.left_shift(1, nl) - 1
     return PreparedBatch(
         jnp.asarray(lp),
@@ -352,11 +365,36 @@ def _layout_batch(lp, nl, n_max, group_by_size):
         jnp.asarray(singles, jnp.int32),
         pairs,
         jnp.asarray(cols[4], jnp.int32),
-        jnp.asarray([c[5] for c in chunks]),
+        jnp.asarray(live),
         jnp.asarray(roots, jnp.int32),
         T,
         M,
     )
+
+
+def _chunk_level(S, L, R, flag, M, T):
+    """One level's splits in chunks of ``M`` pairs, each parent's splits in one chunk:
+    ``parent, left, right [c, M]`` slots per pair, ``segment, slot [c, M]`` and ``live [c]``.
+    Pairs that only fill a chunk copy the chunk's first pair and have segment ``M``; slots
+    past the chunk's parents are ``T``."""
+    P = L.shape[1]
+    rows = M // P
+    c = -(-len(S) // rows)
+    pad = c * rows - len(S)
+    Sp = np.concatenate([S, np.zeros(pad, S.dtype)]).reshape(c, rows)
+    real = (np.arange(c * rows) < len(S)).reshape(c, rows)
+    tail = M - rows * P
+
+    def pairs(x):  # [c * rows, P] -> [c, M], filled with the chunk's first pair
+        x = np.concatenate([x, np.zeros((pad, P), x.dtype)]).reshape(c, rows, P)
+        x = np.where(real[:, :, None], x, x[:, :1, :1]).reshape(c, rows * P)
+        return np.concatenate([x, np.repeat(x[:, :1], tail, axis=1)], axis=1)
+
+    seg = np.where(real[:, :, None], np.arange(rows)[None, :, None], M)
+    seg = np.concatenate([np.broadcast_to(seg, (c, rows, P)).reshape(c, rows * P), np.full((c, tail), M)], axis=1)
+    slot = np.concatenate([np.where(real, Sp, T), np.full((c, M - rows), T)], axis=1)
+    parent = pairs(np.repeat(S[:, None], P, axis=1))
+    return parent, pairs(L), pairs(R), seg, slot, np.full(c, flag)
 
 
 def _flat_features(energy, batch: PreparedBatch):
@@ -486,9 +524,32 @@ def _solve_flat(energy, batch: PreparedBatch, gather):
 
 
 def _solve_batch_flat(energy, lp, nl, n_max, group_by_size, device):
-    """`solve_batch` with ``layout="flat"`` after `_validate_batch`."""
-    batch = _layout_batch(lp, nl, n_max, group_by_size)
+    """`solve_batch` with ``layout="flat"`` after `_validate_batch`: one program for a batch of
+    at most `_FLAT_BLOCK_PAIRS` splits; a larger one in consecutive blocks of about that many
+    splits (the split indices of a block are what the layout holds in memory), each padded
+    to bucketed shapes so that the blocks share a few compiled programs."""
     nl = nl.astype(np.int64)
+    n_eff = nl if group_by_size else np.full(len(nl), n_max, np.int64)
+    work = np.cumsum([num_splits(int(n)) for n in n_eff])
+    if work[-1] <= _FLAT_BLOCK_PAIRS:
+        return _solve_flat_block(energy, lp, nl, n_max, group_by_size, device, False)
+    # block b: the problems whose cumulative splits fall in [b, b + 1) x the budget (a
+    # problem above the budget alone is a block)
+    starts = np.flatnonzero(np.diff(work // _FLAT_BLOCK_PAIRS, prepend=-1))
+    bounds = list(starts) + [len(nl)]
+    parts = []
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        # the batch padded to a power of two with one-element problems (two slots, no split)
+        extra = (1 << int(b - a - 1).bit_length()) - (b - a)
+        blp = np.concatenate([lp[a:b], np.repeat(lp[a : a + 1], extra, axis=0)])
+        bnl = np.concatenate([nl[a:b], np.ones(extra, np.int64)])
+        # dispatched asynchronously: the host lays out the next block meanwhile
+        parts.append((b - a, _solve_flat_block(energy, blp, bnl, n_max, group_by_size, device, True)))
+    return tuple(jnp.asarray(np.concatenate([np.asarray(p[i])[:m] for m, p in parts])) for i in range(5))
+
+
+def _solve_flat_block(energy, lp, nl, n_max, group_by_size, device, bucket):
+    batch = _layout_batch(lp, nl, n_max, group_by_size, bucket)
     n_eff = nl if group_by_size else np.full(len(nl), n_max, np.int64)
     offs = np.concatenate([[0], np.cumsum(np.left_shift(1, n_eff))[:-1]])
     s = np.arange(2**n_max, dtype=np.int64)

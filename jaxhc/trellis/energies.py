@@ -83,6 +83,17 @@ class Energy(eqx.Module):
         pad = jnp.repeat(leaves[:1], n_max - n, axis=0)
         return jnp.concatenate([leaves, pad], axis=0)
 
+    def validate_batch(self, leaves_padded: np.ndarray, n_leaves: np.ndarray, name: str = "leaves_padded"):
+        """`validate_leaves` of every problem of a host batch ``[B, N_max, ...]``; returns the
+        batch (float64) with each problem's padding from `pad_leaves`. Energies override it
+        with a vectorised version (checks and messages alike)."""
+        n_max = leaves_padded.shape[1]
+        out = []
+        for b in range(leaves_padded.shape[0]):
+            real = self.validate_leaves(self.crop_leaves(leaves_padded[b], int(n_leaves[b])), name=f"{name}[{b}]")
+            out.append(np.asarray(self.pad_leaves(jnp.asarray(real), n_max)))
+        return np.stack(out)
+
 
 class UnitEnergy(Energy):
     """``psi = 1`` for every split: ``Z`` counts the trees, ``(2N - 3)!!`` (counting semiring)."""
@@ -291,6 +302,37 @@ class GinkgoEnergy(Energy):
         with ``E > 0``)."""
         n = leaves.shape[0]
         return jnp.pad(leaves, ((0, n_max - n), (0, 0)))
+
+    def validate_batch(self, leaves_padded: np.ndarray, n_leaves: np.ndarray, name: str = "leaves_padded"):
+        """`validate_leaves` of every jet at once (the same checks and messages, naming the
+        first failing jet); padding rows set to zero four-momenta (`pad_leaves`)."""
+        lp = np.asarray(leaves_padded, dtype=np.float64)
+        if lp.ndim != 3 or lp.shape[2] != 4:
+            if lp.ndim >= 2 and lp.shape[0] > 0:  # the per-jet message, for the first jet
+                b = 0
+                self.validate_leaves(self.crop_leaves(lp[b], int(n_leaves[b])), name=f"{name}[{b}]")
+            raise ValueError(f"{name} must be four-momenta [B, N_max, 4] (E, px, py, pz), got shape {lp.shape}")
+        real = np.arange(lp.shape[1])[None, :] < np.asarray(n_leaves)[:, None]
+
+        def first_bad(bad_rows, msg):
+            bad = np.any(bad_rows & real, axis=1)
+            if np.any(bad):
+                raise ValueError(f"{name}[{int(np.argmax(bad))}]{msg}")
+
+        with np.errstate(invalid="ignore"):
+            first_bad(~np.all(np.isfinite(lp), axis=2), " contains NaN or inf values")
+            first_bad(lp[:, :, 0] <= 0, ": every energy E (column 0) must be positive")
+        with np.errstate(over="ignore"):
+            tot = np.sum(np.where(real[:, :, None], np.abs(lp), 0.0), axis=(1, 2))
+            ok = np.isfinite(tot**4 * 64.0)
+        if not np.all(ok):
+            b = int(np.argmin(ok))
+            big = float(np.max(np.abs(lp[b][real[b]])))
+            raise ValueError(
+                f"{name}[{b}]: four-momenta up to {big:.3g} are too large: the squared "
+                f"invariant masses overflow float64; rescale the momenta (and t_cut with them)"
+            )
+        return np.where(real[:, :, None], lp, 0.0)
 
     def _lam_of(self, is_root):
         if not self.separate_root:
