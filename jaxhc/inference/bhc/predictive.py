@@ -7,7 +7,6 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
-from scipy.special import logsumexp
 
 from ...components import CountStats
 from .greedy import BHCResult
@@ -74,9 +73,9 @@ def _pair_table(comp, node_stats, pcols, pvals, d):
     Column-separable count families read only the pair's column (its ``n``, successes and
     failures; the summed log binomial coefficients cancel in the predictive and are set to
     0); other families evaluate the full row with NaN elsewhere. Padded to a power of two
-    (at least 64) pairs so few programs compile."""
+    (at least 64) pairs, beyond 1024 to a multiple of 1024, so few programs compile."""
     U = len(pcols)
-    P = max(64, 1 << int(np.ceil(np.log2(max(U, 1)))))
+    P = max(64, 1 << int(np.ceil(np.log2(max(U, 1))))) if U <= 1024 else -(-U // 1024) * 1024
     pc = np.concatenate([pcols, np.repeat(pcols[:1], P - U)])
     pv = np.concatenate([pvals, np.repeat(pvals[:1], P - U)])
     if isinstance(node_stats, CountStats):
@@ -143,23 +142,40 @@ def bhc_predictive_cell(result: BHCResult, rows, cols, values) -> np.ndarray:
         )
     if np.any((rows < 0) | (rows >= n)) or np.any((cols < 0) | (cols >= d)):
         raise ValueError(f"cell coordinates out of range for {n} rows x {d} columns")
-    sets = result.tree.leaf_sets()
     par = result.tree.parents()
     log_r = np.concatenate([np.zeros(n), np.asarray(result.log_r)])
     l1 = np.asarray(result.log_1mr)
     above = np.zeros(2 * n - 1)  # sum of log(1 - r) over the strict ancestors
     for k in range(2 * n - 3, -1, -1):
         above[k] = above[par[k]] + l1[par[k]]
-    log_w = np.where(sets[:, rows].T, (log_r + above)[None, :], -np.inf)  # [Q, 2n-1]
+    node_w = log_r + above
     Q, K = v2.shape
-    Xq = np.full((Q * K, d), np.nan)
-    Xq[np.arange(Q * K), np.repeat(cols, K)] = v2.reshape(-1)
-    comp._check_domain(Xq, "values")
+    # the nodes on each queried row's path from its leaf to the root, padded with -inf weights
+    urows, rinv = np.unique(rows, return_inverse=True)
+    paths = []
+    for i in urows:
+        p, k = [], int(i)
+        while k >= 0:
+            p.append(k)
+            k = int(par[k])
+        paths.append(p)
+    D = max(len(p) for p in paths)
+    path = np.zeros((len(urows), D), np.int64)
+    path_w = np.full((len(urows), D), -np.inf)
+    for r, p in enumerate(paths):
+        path[r, : len(p)] = p
+        path_w[r, : len(p)] = node_w[p]
     # one predictive per distinct (column, value) pair, read from that column only; then
     # each cell mixes its pair's row over the nodes on its row's path
-    pairs = np.stack([np.repeat(cols, K).astype(float), v2.reshape(-1)], axis=1)
-    uniq, inv = np.unique(pairs, axis=0, return_inverse=True)
-    table = _pair_table(comp, result.node_stats, uniq[:, 0].astype(np.int64), uniq[:, 1], d)
-    terms = np.repeat(log_w, K, axis=0) + table[inv.reshape(-1)]
-    out = logsumexp(terms, axis=1).reshape(Q, K)
+    vu, vinv = np.unique(v2.reshape(-1), return_inverse=True)
+    key = np.repeat(cols, K) * len(vu) + vinv.reshape(-1)
+    ukey, inv = np.unique(key, return_inverse=True)
+    Xu = np.full((len(ukey), d), np.nan)  # each distinct (column, value) in its column's domain
+    Xu[np.arange(len(ukey)), ukey // len(vu)] = vu[ukey % len(vu)]
+    comp._check_domain(Xu, "values")
+    table = _pair_table(comp, result.node_stats, ukey // len(vu), vu[ukey % len(vu)], d)
+    qr = np.repeat(rinv.reshape(-1), K)
+    terms = path_w[qr] + table[inv.reshape(-1)[:, None], path[qr]]  # [Q K, D]
+    top = np.max(terms, axis=1, keepdims=True)  # finite: the path's weights sum to one
+    out = (top[:, 0] + np.log(np.sum(np.exp(terms - top), axis=1))).reshape(Q, K)
     return out[:, 0] if vals.ndim == 1 else out
