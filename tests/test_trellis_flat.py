@@ -208,3 +208,46 @@ def test_ginkgo_validate_batch_matches_the_per_jet_checks(jets):
                 check(bad, nl)
     with pytest.raises(ValueError, match=r"leaves_padded\[0\] must be four-momenta"):
         energy.validate_batch(lp[..., :3], nl)
+
+
+def test_fastjet_ordered_four_momenta_are_refused(jets):
+    """(px, py, pz, E) rows, FastJet's order, pass the old "E > 0" check whenever px > 0; the
+    E >= |p| check refuses them in the single and batch paths, naming the order and the fix,
+    and the rolled arrays are accepted."""
+    from jaxhc.trellis import solve
+
+    leaves, nl = jets
+    energy = GinkgoEnergy(lam=2.0, t_cut=16.0)
+    fj = np.roll(leaves, -1, axis=-1)
+    fj[:, :, 0] = np.abs(fj[:, :, 0]) + 1.0  # px > 0: the positivity check alone passes
+    msg = r"must be \(E, px, py, pz\) in GeV with E >= \|p\|.*np.roll\(x, 1, axis=-1\)"
+    with pytest.raises(ValueError, match=r"leaves_padded\[\d+\]: four-momenta " + msg):
+        solve_batch(energy, fj, nl)
+    b = int(np.argmax(nl >= 3))
+    with pytest.raises(ValueError, match=r"leaves: four-momenta " + msg):
+        solve(energy, fj[b, : nl[b]], marginals=False)
+    # a massless leaf (E = |p| up to rounding) is physical
+    massless = leaves[b, : nl[b]].copy()
+    massless[0, 0] = np.linalg.norm(massless[0, 1:]) * (1 - 1e-12)
+    energy.validate_leaves(massless)
+
+
+def test_batch_without_float64_warns_once(jets, monkeypatch):
+    """A batch path in a process without float64 warns once, naming the setting; with
+    float64 it is silent."""
+    import warnings
+
+    from jaxhc.trellis import batch as tb
+
+    leaves, nl = jets
+    energy = GinkgoEnergy(2.0, 16.0)
+    monkeypatch.setattr(tb, "_WARNED_FLOAT32", [])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tb._validate_batch(energy, leaves[:3], nl[:3])  # float64 (the tests' setting): silent
+    monkeypatch.setattr(tb, "_x64_enabled", lambda: False)
+    with pytest.warns(RuntimeWarning, match=r"jax_enable_x64 is off.*jax.config.update\('jax_enable_x64', True\)"):
+        tb._validate_batch(energy, leaves[:3], nl[:3])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tb._validate_batch(energy, leaves[:3], nl[:3])  # once only

@@ -190,6 +190,26 @@ class CorrelationEnergy(AffinityEnergy):
         return -self.beta * energy
 
 
+#: four-momenta must have ``E^2 - |p|^2 >= -MASS2_TOLERANCE * E^2`` (rounding of massless
+#: particles passes; a FastJet-ordered row, E in the last column, almost never does)
+MASS2_TOLERANCE = 1e-6
+
+
+def _unphysical(p) -> np.ndarray:
+    """Rows (last axis ``E, px, py, pz``) with ``E^2 - |p|^2 < -MASS2_TOLERANCE E^2``."""
+    e2 = p[..., 0] ** 2
+    return e2 - np.sum(p[..., 1:] ** 2, axis=-1) < -MASS2_TOLERANCE * e2
+
+
+def _unphysical_message(name, rows, i) -> str:
+    e, q = float(rows[i, 0]), float(np.linalg.norm(rows[i, 1:]))
+    return (
+        f"{name}: four-momenta must be (E, px, py, pz) in GeV with E >= |p| (mass^2 >= 0 within "
+        f"{MASS2_TOLERANCE:g} E^2); row {i} has E = {e:.6g} < |p| = {q:.6g}. FastJet and `vector` order "
+        f"four-vectors (px, py, pz, E): pass np.roll(x, 1, axis=-1) instead"
+    )
+
+
 class _GinkgoFeatures(NamedTuple):
     """Per-subset terms of `GinkgoEnergy`: everything that depends on one subset is computed
     here once, so a split evaluates one ``log`` (and one ``expm1`` or ``exp``) and a few
@@ -217,8 +237,10 @@ def kallen(a, b, c):
 class GinkgoEnergy(Energy):
     """The Ginkgo toy parton shower's 1 -> 2 split likelihood (Eq. 5-6 of the trellis paper).
 
-    Leaves: four-momenta ``[N, 4]`` (E, px, py, pz; ``E > 0``); a cluster's momentum is the
-    sum of its leaves'. ``likelihood="paper"`` is the paper's formula (the one of the
+    Leaves: four-momenta ``[N, 4]`` in GeV, ordered (E, px, py, pz) (FastJet's order, E last,
+    must be rolled first: ``np.roll(x, 1, axis=-1)``), physical (``E > 0``, ``E >= |p|``
+    within `MASS2_TOLERANCE`; checked, with a message naming the order); ``lam`` is
+    dimensionless and ``t_cut`` in GeV^2. A cluster's momentum is the sum of its leaves'. ``likelihood="paper"`` is the paper's formula (the one of the
     ClusterTrellis reference values): leaves have ``t = 0``, ``t_max, t_min`` the larger and
     smaller child mass squared, ``log psi = log f(t_max | t_P) + log f(t_min | (sqrt t_P -
     sqrt t_max)^2) - log(4 pi)`` with ``f(t | s) = lam / (s (1 - e^-lam)) e^{-lam t / s}``
@@ -295,6 +317,9 @@ class GinkgoEnergy(Energy):
                 f"{name}: four-momenta up to {float(np.max(np.abs(arr))):.3g} are too large: the squared "
                 f"invariant masses overflow float64; rescale the momenta (and t_cut with them)"
             )
+        bad = _unphysical(arr)
+        if np.any(bad):
+            raise ValueError(_unphysical_message(name, arr, int(np.argmax(bad))))
         return arr
 
     def pad_leaves(self, leaves, n_max: int):
@@ -332,6 +357,10 @@ class GinkgoEnergy(Energy):
                 f"{name}[{b}]: four-momenta up to {big:.3g} are too large: the squared "
                 f"invariant masses overflow float64; rescale the momenta (and t_cut with them)"
             )
+        bad = _unphysical(lp) & real
+        if np.any(bad):
+            b = int(np.argmax(np.any(bad, axis=1)))
+            raise ValueError(_unphysical_message(f"{name}[{b}]", lp[b], int(np.argmax(bad[b]))))
         return np.where(real[:, :, None], lp, 0.0)
 
     def _lam_of(self, is_root):
