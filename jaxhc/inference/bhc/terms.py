@@ -1,0 +1,174 @@
+"""The BHC quantities of one merge, shared by the greedy search and the fixed-tree
+recursion, and the fixed-tree recursion itself (`tree_log_evidence`, `tree_node_terms`).
+
+Formulas: DESIGN.md, "Formulas" (and `jaxhc.inference.bhc.greedy`'s docstring).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import chex
+import jax
+import jax.numpy as jnp
+from jax.scipy.special import gammaln
+
+from ..._internal.validation import check_alpha, check_component
+from ...components import Component
+from ...tree import Tree
+
+__all__ = [
+    "Merge",
+    "merge_terms",
+    "take",
+    "set_at",
+    "concat_nodes",
+    "TreeTerms",
+    "node_stats_of_tree",
+    "tree_node_terms",
+    "tree_log_evidence",
+]
+
+
+class Merge(NamedTuple):
+    stats: Any
+    n: jax.Array
+    log_h1: jax.Array
+    log_d: jax.Array
+    log_pT: jax.Array
+    log_r: jax.Array
+    log_1mr: jax.Array
+    logit: jax.Array
+
+
+def merge_terms(
+    comp, log_alpha, sa, na, log_da, log_pTa, sb, nb, log_db, log_pTb, cache=None, lgamma_table=None, log_h1=None
+) -> Merge:
+    """All BHC quantities of merging clusters a and b (broadcasts over leading axes);
+    ``lgamma_table[m] = log Gamma(m)`` replaces ``gammaln`` of the integer count when given;
+    ``log_h1``, when given, is the merged log marginal (computed by the caller)."""
+    s = comp.merge(sa, sb)
+    n = na + nb
+    if log_h1 is None:
+        log_h1 = comp.log_marginal(s) if cache is None else comp.log_marginal(s, cache)
+    if lgamma_table is None:
+        lag = log_alpha + gammaln(n)
+    else:
+        lag = log_alpha + jnp.take(lgamma_table, jnp.round(n).astype(jnp.int32), mode="clip")
+    ldd = log_da + log_db
+    log_d = jnp.logaddexp(lag, ldd)
+    a = lag - log_d + log_h1  # log pi_k p(D_k|H1)
+    b = ldd - log_d + log_pTa + log_pTb  # log (1 - pi_k) p(D_i|T_i) p(D_j|T_j)
+    log_pT = jnp.logaddexp(a, b)
+    return Merge(s, n, log_h1, log_d, log_pT, a - log_pT, b - log_pT, a - b)
+
+
+def take(tree, i):
+    """Row ``i`` of every leaf of a pytree."""
+    return jax.tree_util.tree_map(lambda x: x[i], tree)
+
+
+def set_at(tree, i, val):
+    """``tree`` with row ``i`` of every leaf set to ``val``'s."""
+    return jax.tree_util.tree_map(lambda x, v: x.at[i].set(v), tree, val)
+
+
+def concat_nodes(leaf, inner):
+    """Leaf rows then inner-node rows, leaf by leaf of the pytrees."""
+    return jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b], axis=0), leaf, inner)
+
+
+# ------------------------------------------------------------------------------------------
+class TreeTerms(NamedTuple):
+    """Per-node BHC quantities of a fixed tree, each ``[2n-1]``."""
+
+    log_evidence: jax.Array
+    dpm_lower_bound: jax.Array
+    log_h1: jax.Array
+    log_d: jax.Array
+    log_pT: jax.Array
+    log_r: jax.Array
+    log_1mr: jax.Array
+
+
+@jax.jit
+def node_stats_of_tree(comp: Component, leaf_stats, children):
+    """Sufficient statistics of every node ``[2n-1, ...]`` of a tree given as ``children``."""
+    children = jnp.asarray(children)
+    n = children.shape[0] + 1
+    chex.assert_shape(children, (n - 1, 2))
+    chex.assert_tree_shape_prefix(leaf_stats, (n,))
+    pad = jax.tree_util.tree_map(lambda x: jnp.zeros((n - 1,) + x.shape[1:], x.dtype), leaf_stats)
+    allst = concat_nodes(leaf_stats, pad)
+
+    def step(st, tc):
+        t, (a, b) = tc
+        m = comp.merge(take(st, a), take(st, b))
+        return set_at(st, n + t, m), None
+
+    allst, _ = jax.lax.scan(step, allst, (jnp.arange(n - 1), children))
+    return allst
+
+
+@jax.jit
+def tree_node_terms(comp: Component, alpha, node_stats, children) -> TreeTerms:
+    """BHC recursion on a fixed tree: differentiable in ``alpha`` and the component's
+    hyperparameters (``node_stats`` from `node_stats_of_tree`, ``children [n-1, 2]``)."""
+    children = jnp.asarray(children)
+    n = children.shape[0] + 1
+    chex.assert_shape(children, (n - 1, 2))
+    chex.assert_tree_shape_prefix(node_stats, (2 * n - 1,))
+    log_alpha = jnp.log(alpha)
+    log_h1 = comp.log_marginal(node_stats)
+    cnt0 = jnp.concatenate([jnp.ones(n), jnp.zeros(n - 1)]).astype(log_h1.dtype)
+    log_d0 = jnp.concatenate([jnp.full(n, log_alpha), jnp.zeros(n - 1)]).astype(log_h1.dtype)
+    log_pT0 = jnp.where(jnp.arange(2 * n - 1) < n, log_h1, 0.0)
+    log_r0 = jnp.zeros(2 * n - 1, log_h1.dtype)
+    log_1mr0 = jnp.full(2 * n - 1, -jnp.inf, log_h1.dtype)
+
+    def step(c, tc):
+        cnt, log_d, log_pT, log_r, log_1mr = c
+        t, (a, b) = tc
+        k = n + t
+        nk = cnt[a] + cnt[b]
+        lag = log_alpha + gammaln(nk)
+        ldd = log_d[a] + log_d[b]
+        ld = jnp.logaddexp(lag, ldd)
+        x = lag - ld + log_h1[k]
+        y = ldd - ld + log_pT[a] + log_pT[b]
+        lp = jnp.logaddexp(x, y)
+        return (
+            cnt.at[k].set(nk),
+            log_d.at[k].set(ld),
+            log_pT.at[k].set(lp),
+            log_r.at[k].set(x - lp),
+            log_1mr.at[k].set(y - lp),
+        ), None
+
+    (cnt, log_d, log_pT, log_r, log_1mr), _ = jax.lax.scan(
+        step, (cnt0, log_d0, log_pT0, log_r0, log_1mr0), (jnp.arange(n - 1), children)
+    )
+    ev = log_pT[-1]
+    bound = ev + log_d[-1] + gammaln(alpha) - gammaln(n + alpha)
+    return TreeTerms(ev, bound, log_h1, log_d, log_pT, log_r, log_1mr)
+
+
+def tree_log_evidence(X, tree: Tree, component: Component, alpha: float = 1.0) -> TreeTerms:
+    """``log p(D|T)`` and all per-node BHC quantities of a given tree (any binary tree over
+    the rows of ``X``; ``TreeTerms``)."""
+    check_component(component)
+    check_alpha(alpha)
+    Xh = component.validate_data(X)
+    tree = tree.validate() if isinstance(tree, Tree) else Tree(tree).validate()
+    if tree.n_leaves != Xh.shape[0]:
+        raise ValueError(f"tree has {tree.n_leaves} leaves but X has {Xh.shape[0]} rows")
+    leaf = component.leaf_stats(jnp.asarray(Xh))
+    return _tree_terms(
+        component, jnp.asarray(alpha, dtype=jnp.result_type(float)), leaf, jnp.asarray(tree.children, jnp.int32)
+    )
+
+
+@jax.jit
+def _tree_terms(comp, alpha, leaf_stats, children):
+    """`node_stats_of_tree` then `tree_node_terms` as one compiled program (per family and n)."""
+    return tree_node_terms(comp, alpha, node_stats_of_tree(comp, leaf_stats, children), children)
