@@ -372,13 +372,8 @@ def _layout_batch(lp, nl, n_max, group_by_size, bucket: bool = False):
     cols = [np.full((C_pad, M), f, np.int32) for f in fills]
     live = np.ones(C_pad, bool)
     at = 0
-    for level in levels:
-        c = _chunk_level(*level, M, T)
-        n = len(c[5])
-        for col, x in zip(cols, c[:5]):
-            col[at : at + n] = x
-        live[at : at + n] = c[5]
-        at += n
+    for S, L, R, flag in levels:
+        at = _fill_level(cols, live, at, S, L, R, flag, M)
     pairs = tuple(jnp.asarray(c) for c in cols[:4])
     roots = offs + np.left_shift(1, nl) - 1
     return PreparedBatch(
@@ -395,29 +390,36 @@ def _layout_batch(lp, nl, n_max, group_by_size, bucket: bool = False):
     )
 
 
-def _chunk_level(S, L, R, flag, M, T):
-    """One level's splits in chunks of ``M`` pairs, each parent's splits in one chunk:
-    ``parent, left, right [c, M]`` slots per pair, ``segment, slot [c, M]`` and ``live [c]``.
-    Pairs that only fill a chunk copy the chunk's first pair and have segment ``M``; slots
-    past the chunk's parents are ``T``."""
+def _fill_level(cols, live, at, S, L, R, flag, M):
+    """Writes one level's splits into the chunk arrays ``cols`` (parent, left, right,
+    segment, slot; ``[C, M]`` int32, preset to the fill values 0, 0, 0, ``M``, ``T``) from
+    chunk ``at`` on, each parent's splits in one chunk (``M // P`` parents a chunk); returns
+    the next free chunk. Pairs that only fill a chunk copy the chunk's first pair (segment
+    ``M``); slots past the chunk's parents stay ``T``."""
     P = L.shape[1]
     rows = M // P
-    c = -(-len(S) // rows)
-    pad = c * rows - len(S)
-    Sp = np.concatenate([S, np.zeros(pad, S.dtype)]).reshape(c, rows)
-    real = (np.arange(c * rows) < len(S)).reshape(c, rows)
-    tail = M - rows * P
-
-    def pairs(x):  # [c * rows, P] -> [c, M], filled with the chunk's first pair
-        x = np.concatenate([x, np.zeros((pad, P), x.dtype)]).reshape(c, rows, P)
-        x = np.where(real[:, :, None], x, x[:, :1, :1]).reshape(c, rows * P)
-        return np.concatenate([x, np.repeat(x[:, :1], tail, axis=1)], axis=1)
-
-    seg = np.where(real[:, :, None], np.arange(rows)[None, :, None], M)
-    seg = np.concatenate([np.broadcast_to(seg, (c, rows, P)).reshape(c, rows * P), np.full((c, tail), M)], axis=1)
-    slot = np.concatenate([np.where(real, Sp, T), np.full((c, M - rows), T)], axis=1)
-    parent = pairs(np.repeat(S[:, None], P, axis=1))
-    return parent, pairs(L), pairs(R), seg, slot, np.full(c, flag)
+    n = len(S)
+    c = -(-n // rows)
+    full, rem = divmod(n, rows)
+    first = np.arange(c) * rows  # each chunk's first parent
+    for col, src in zip(cols[:3], (S[:, None], L, R)):
+        view = col[at : at + c, : rows * P].reshape(c, rows, P)
+        view[:full] = src[: full * rows].reshape(full, rows, src.shape[1])
+        head = src[first, 0]
+        if rem:
+            view[full, :rem] = src[full * rows :]
+            view[full, rem:] = head[-1]
+        col[at : at + c, rows * P :] = head[:, None]
+    seg = cols[3][at : at + c, : rows * P].reshape(c, rows, P)
+    seg[:full] = np.arange(rows)[None, :, None]
+    if rem:
+        seg[full, :rem] = np.arange(rem)[:, None]
+    slot = cols[4][at : at + c, :rows]
+    slot[:full] = S[: full * rows].reshape(full, rows)
+    if rem:
+        slot[full, :rem] = S[full * rows :]
+    live[at : at + c] = flag
+    return at + c
 
 
 def _flat_features(energy, batch: PreparedBatch):
