@@ -73,6 +73,10 @@ def test_stress_script_rejects_unknown_entry(name, capsys):
 
 
 _INTERRUPT_SCRIPT = r"""
+import signal
+# Ctrl-C as in a terminal: a process started from a background job of a non-interactive
+# shell inherits SIGINT ignored, and Python then installs no KeyboardInterrupt handler
+signal.signal(signal.SIGINT, signal.default_int_handler)
 import jax
 jax.config.update("jax_enable_x64", True)
 import numpy as np, jaxhc
