@@ -105,3 +105,31 @@ def fmt_t(s):
     if s < 1.0:
         return f"{s * 1e3:.2f} ms"
     return f"{s:.2f} s"
+
+
+def result_doc(name: str, method: str, **body) -> dict:
+    """The head of a benchmark's JSON (name, local date, JAX version, core count, method text)
+    followed by ``body``."""
+    import datetime
+
+    import jax
+
+    doc = {
+        "benchmark": name,
+        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "jax": jax.__version__,
+        "cpu_count": os.cpu_count(),
+        "method": method,
+    }
+    doc.update(body)
+    return doc
+
+
+def write_json(path: str, doc: dict) -> None:
+    """Writes ``doc`` to ``path`` (folders made as needed) and says so."""
+    import json
+
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=2)
+    print(f"wrote {path}")

@@ -23,13 +23,15 @@ benchmarks/results/bhc_predictive.json.
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import json
 import os
 import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from _harness import result_doc, write_json  # noqa: E402
+
 DEFAULT_OUT = os.path.join(HERE, "results", "bhc_predictive.json")
 
 
@@ -141,19 +143,7 @@ def main(argv=None):
             "target_s": 10.0,
         }
         print(json.dumps(bhcc_row), flush=True)
-    doc = {
-        "benchmark": "bhc_predictive",
-        "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
-        "jax": jax.__version__,
-        "cpu_count": os.cpu_count(),
-        "method": __doc__,
-        "cell": rows_out,
-        "bhcc_cell": bhcc_row,
-    }
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(doc, f, indent=2)
-    print(f"wrote {args.out}")
+    write_json(args.out, result_doc("bhc_predictive", __doc__, cell=rows_out, bhcc_cell=bhcc_row))
     return 0
 
 

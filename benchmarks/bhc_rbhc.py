@@ -19,7 +19,6 @@ figure (a shared 2-core machine). JSON: benchmarks/results/bhc_rbhc.json.
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import json
 import os
 import sys
@@ -27,6 +26,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+from _harness import result_doc, write_json  # noqa: E402
+
 DEFAULT_OUT = os.path.join(HERE, "results", "bhc_rbhc.json")
 TARGETS = {"n20000_first_call_s": 30.0, "n100000_s": 300.0, "evidence_gap_per_point": 0.01}
 
@@ -118,20 +119,7 @@ def main(argv=None):
         }
         print(json.dumps(greedy), flush=True)
 
-    doc = {
-        "benchmark": "bhc_rbhc",
-        "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
-        "jax": jax.__version__,
-        "cpu_count": os.cpu_count(),
-        "method": __doc__,
-        "targets": TARGETS,
-        "rbhc": rows,
-        "greedy_check": greedy,
-    }
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(doc, f, indent=2)
-    print(f"wrote {args.out}")
+    write_json(args.out, result_doc("bhc_rbhc", __doc__, targets=TARGETS, rbhc=rows, greedy_check=greedy))
     return 0
 
 
