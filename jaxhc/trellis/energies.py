@@ -201,6 +201,13 @@ def _unphysical(p) -> np.ndarray:
     return e2 - np.sum(p[..., 1:] ** 2, axis=-1) < -MASS2_TOLERANCE * e2
 
 
+def _overflow_message(name, big) -> str:
+    return (
+        f"{name}: four-momenta up to {big:.3g} are too large: the squared invariant masses overflow "
+        "float64; rescale the momenta (and t_cut with them)"
+    )
+
+
 def _unphysical_message(name, rows, i) -> str:
     e, q = float(rows[i, 0]), float(np.linalg.norm(rows[i, 1:]))
     return (
@@ -313,10 +320,7 @@ class GinkgoEnergy(Energy):
         with np.errstate(over="ignore"):
             ok = bool(np.isfinite(np.float64(np.sum(np.abs(arr))) ** 4 * 64.0))
         if not ok:
-            raise ValueError(
-                f"{name}: four-momenta up to {float(np.max(np.abs(arr))):.3g} are too large: the squared "
-                f"invariant masses overflow float64; rescale the momenta (and t_cut with them)"
-            )
+            raise ValueError(_overflow_message(name, float(np.max(np.abs(arr)))))
         bad = _unphysical(arr)
         if np.any(bad):
             raise ValueError(_unphysical_message(name, arr, int(np.argmax(bad))))
@@ -352,11 +356,7 @@ class GinkgoEnergy(Energy):
             ok = np.isfinite(tot**4 * 64.0)
         if not np.all(ok):
             b = int(np.argmin(ok))
-            big = float(np.max(np.abs(lp[b][real[b]])))
-            raise ValueError(
-                f"{name}[{b}]: four-momenta up to {big:.3g} are too large: the squared "
-                f"invariant masses overflow float64; rescale the momenta (and t_cut with them)"
-            )
+            raise ValueError(_overflow_message(f"{name}[{b}]", float(np.max(np.abs(lp[b][real[b]])))))
         bad = _unphysical(lp) & real
         if np.any(bad):
             b = int(np.argmax(np.any(bad, axis=1)))
