@@ -32,8 +32,9 @@ import numpy as np
 from jax.scipy.special import gammaln
 
 from ..._internal.validation import check_alpha, check_component
-from ...components import Component
+from ...components import Component, GaussianStats
 from ...tree import Tree
+from .gram import bhc_gram, use_gram
 from .terms import (  # the fixed-tree functions are re-exported from here
     TreeTerms,
     merge_terms,
@@ -538,9 +539,11 @@ def _gather_nodes_host(leaf, inner):
 
 
 def assemble_result(
-    comp, alpha, n, leaf_stats, leaf_log_h1, children, out_stats, log_h1, log_d, log_pT, log_r, log_1mr
+    comp, alpha, n, leaf_stats, leaf_log_h1, children, out_stats, log_h1, log_d, log_pT, log_r, log_1mr, node_stats=None
 ):
-    """Host-side assembly of a BHCResult from per-merge outputs (ids in 0..2n-2)."""
+    """Host-side assembly of a BHCResult from per-merge outputs (ids in 0..2n-2);
+    ``node_stats``, when given, are the statistics of all nodes (leaves first) and replace
+    ``leaf_stats`` and ``out_stats``."""
     dtype = np.asarray(log_h1).dtype if n > 1 else np.float64
     log_alpha = np.log(alpha)
     node_log_h1 = np.concatenate([np.asarray(leaf_log_h1), np.asarray(log_h1)])
@@ -560,7 +563,7 @@ def assemble_result(
         jnp.asarray(node_log_pT),
         jnp.asarray(node_log_h1),
         jnp.asarray(node_log_1mr),
-        _gather_nodes_host(leaf_stats, out_stats),
+        _gather_nodes_host(leaf_stats, out_stats) if node_stats is None else node_stats,
         comp,
         jnp.asarray(alpha),
     )
@@ -659,6 +662,8 @@ def bhc_from_stats(
         return assemble_result(
             comp, alpha, 1, leaf, comp.log_marginal(leaf), np.zeros((0, 2), np.int64), empty, z, z, z, z, z
         )
+    if use_gram(comp, leaf_stats, n):
+        return _bhc_gram_result(comp, alpha, leaf_stats, n, progress_bar)
     leaf_lh = _leaf_log_marginals(comp, leaf_stats)
     check_finite_scores(comp, leaf_stats, n, leaf_log_h1=np.asarray(leaf_lh)[:n])
     log_alpha = jnp.log(jnp.asarray(alpha, dtype=jnp.result_type(float)))
@@ -711,6 +716,18 @@ def bhc_from_stats(
     )
 
 
+def _bhc_gram_result(comp, alpha, leaf_stats, n, progress_bar):
+    """`bhc_from_stats` by the Gram-matrix search (`jaxhc.inference.bhc.gram`)."""
+    X = np.asarray(leaf_stats.mean)[:n]
+    children, node_stats, log_h1, log_d, log_pT, log_r, log_1mr, leaf_lh = bhc_gram(comp, alpha, X, progress_bar)
+    check_finite_scores(comp, leaf_stats, n, leaf_log_h1=leaf_lh)
+    check_finite_scores(comp, leaf_stats, n, merge_terms=(log_h1, log_pT, log_r))
+    node_stats = jax.tree_util.tree_map(jnp.asarray, node_stats)
+    return assemble_result(
+        comp, alpha, n, None, leaf_lh, children, None, log_h1, log_d, log_pT, log_r, log_1mr, node_stats=node_stats
+    )
+
+
 def bhc(X, component: Component, alpha: float = 1.0, *, progress_bar: Optional[bool] = None) -> BHCResult:
     """Greedy Bayesian hierarchical clustering of the rows of ``X``.
 
@@ -731,6 +748,13 @@ def bhc(X, component: Component, alpha: float = 1.0, *, progress_bar: Optional[b
     alpha = check_alpha(alpha)
     Xh = component.validate_data(X)
     n = Xh.shape[0]
+    if use_gram(component, None, n):
+        # the Gram search reads the points only: host statistics, the [n, d, d] zero scatters
+        # never written (their pages stay unmapped until the result is assembled)
+        leaf = GaussianStats(np.ones(n), np.asarray(Xh, np.float64), np.zeros((n, Xh.shape[1], Xh.shape[1])))
+        if progress_bar is None:
+            progress_bar = n >= 3000
+        return bhc_from_stats(component, alpha, leaf, progress_bar=progress_bar)
     leaf = component.leaf_stats(jnp.asarray(Xh))
     if progress_bar is None:
         progress_bar = n >= 3000 or _work_estimate(leaf, n) > _CHUNKED_WORK
