@@ -81,6 +81,10 @@ import jax
 jax.config.update("jax_enable_x64", True)
 import numpy as np, jaxhc
 from jaxhc.components import NormalInverseWishart
+from jaxhc.inference.bhc import gram
+# the compiled d x d search (the one that runs in compiled chunks; at d = 200 the host-side
+# Gram search would take it, a Python loop that Ctrl-C stops between any two NumPy calls)
+gram.GRAM_MIN_D = 10**9
 X = np.random.default_rng(0).normal(size=(300, 200))
 try:
     jaxhc.bhc(X, NormalInverseWishart.from_data(X), progress_bar=True)

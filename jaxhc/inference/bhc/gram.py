@@ -40,6 +40,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.linalg import solve_triangular
 from scipy.linalg.blas import dger as _dger
+from scipy.linalg.blas import dtrsm as _dtrsm
 from scipy.special import gammaln, multigammaln
 
 from ...components import GaussianStats, NormalInverseWishart
@@ -75,9 +76,21 @@ def _whiten(comp, X):
 
 
 def _logdet_pd_batch(P):
-    """``log det`` of a stack of symmetric positive definite matrices ``[m, s, s]``."""
+    """``log det(I + P)`` of a stack ``[m, s, s]`` (``I + P`` symmetric positive definite;
+    ``P`` is overwritten)."""
+    i = np.arange(P.shape[-1])
+    P[:, i, i] += 1.0
     L = np.linalg.cholesky(P)
     return 2.0 * np.sum(np.log(np.diagonal(L, axis1=-2, axis2=-1)), axis=-1)
+
+
+def _solve_lower(L, B):
+    """``L^-1 B`` for lower-triangular ``L [k, k]`` and C-ordered ``B [k, m]`` (BLAS trsm
+    on the transposed, Fortran-ordered views: no copies, and none of the per-call overhead
+    that `scipy.linalg.solve_triangular` has on small systems)."""
+    if L.shape[0] == 1:
+        return B / L[0, 0]
+    return _dtrsm(1.0, L.T, B.T, side=1, lower=0).T
 
 
 class _Terms:
@@ -145,9 +158,8 @@ def bhc_gram(comp, alpha, X, progress_bar: bool = False):
     *_, S = T.merge(2, lh2, la, leaf_lh[:, None], la, leaf_lh[None, :])
     S[idx, idx] = neg_inf
 
-    # per slot: members in factor order, factor L, log det P, count, log d, log p(D|T), node id
+    # per slot: members in factor order, log det P, count, log d, log p(D|T), node id
     members = [np.array([i]) for i in range(n)]
-    Lf = [np.array([[np.sqrt(v)]]) for v in s1]
     ldp = leaf_ldp.copy()
     cnt = np.ones(n, np.int64)
     log_d = np.full(n, la)
@@ -179,13 +191,8 @@ def bhc_gram(comp, alpha, X, progress_bar: bool = False):
             Xb = Z[np.ix_(Ab, As)]  # [k_big, k_small]
             Sch = np.eye(As.shape[0]) + G[np.ix_(As, As)] - Xb.T @ Xb
             Ls = np.linalg.cholesky(Sch)
-            Zs = solve_triangular(Ls, G[As] - Xb.T @ Z[Ab], lower=True)
-            Z[As] = Zs
+            Z[As] = _solve_lower(Ls, G[As] - Xb.T @ Z[Ab])
             kb, ks = Ab.shape[0], As.shape[0]
-            L = np.zeros((kb + ks, kb + ks))
-            L[:kb, :kb] = Lf[big]
-            L[kb:, :kb] = Xb.T
-            L[kb:, kb:] = Ls
             C = np.concatenate([Ab, As])
             ldp_c = ldp[big] + 2.0 * np.sum(np.log(np.diagonal(Ls)))
             k = kb + ks
@@ -195,8 +202,8 @@ def bhc_gram(comp, alpha, X, progress_bar: bool = False):
             children[t] = (min(na, nb), max(na, nb))
             for key, v in zip(out, (lh, m_log_d, m_log_pT, m_log_r, m_log_1mr)):
                 out[key][t] = v
-            members[a], Lf[a], ldp[a] = C, L, ldp_c
-            members[b], Lf[b] = None, None
+            members[a], ldp[a] = C, ldp_c
+            members[b] = None
             cnt[a], log_d[a], log_pT[a], node[a] = k, m_log_d, m_log_pT, n + t
             active[b] = False
             S[b, :] = neg_inf
@@ -208,27 +215,24 @@ def bhc_gram(comp, alpha, X, progress_bar: bool = False):
             others = others[others != a]
             if others.size:
                 sizes = cnt[others]
-                Gcc = G[np.ix_(C, C)]
+                ZC = Z[C]  # [k, n]
                 for s in np.unique(sizes):
                     grp = others[sizes == s]
-                    if s == 1:
-                        mem = grp[:, None]  # a singleton slot holds its own point
+                    if s == 1:  # a singleton slot holds its own point: a scalar Schur complement
+                        col = ZC[:, grp]
+                        ld = ldp_c + np.log(1.0 + G[grp, grp] - np.einsum("km,km->m", col, col))
                     else:
-                        mem = np.stack([members[g] for g in grp])
-                    if s <= k:
-                        # Schur block of the partner against the new node's factor
-                        Xg = Z[C][:, mem]  # [k, m, s]
-                        P = (
-                            np.eye(s)
-                            + G[mem[:, :, None], mem[:, None, :]]
-                            - np.einsum("kma,kmb->mab", Xg, Xg, optimize=False)
-                        )
-                        ld = ldp_c + _logdet_pd_batch(P)
-                    else:
-                        # Schur block of the new node against the (larger) partner's factor
-                        Yg = Z[mem[:, :, None], C[None, None, :]]  # [m, s, k]
-                        P = np.eye(k) + Gcc[None] - np.einsum("msa,msb->mab", Yg, Yg, optimize=False)
-                        ld = ldp[grp] + _logdet_pd_batch(P)
+                        mem = np.stack([members[g] for g in grp])  # [m, s]
+                        if s <= k:
+                            # Schur block of the partner against the new node's factor
+                            Xg = np.moveaxis(ZC[:, mem], 0, -1)  # [m, s, k]
+                            P = G[mem[:, :, None], mem[:, None, :]] - np.matmul(Xg, np.swapaxes(Xg, 1, 2))
+                            ld = ldp_c + _logdet_pd_batch(P)
+                        else:
+                            # Schur block of the new node against the (larger) partner's factor
+                            Yg = Z[mem[:, :, None], C[None, None, :]]  # [m, s, k]
+                            P = G[np.ix_(C, C)][None] - np.matmul(np.swapaxes(Yg, 1, 2), Yg)
+                            ld = ldp[grp] + _logdet_pd_batch(P)
                     kk = k + s
                     *_, logit = T.merge(kk, T.log_h1(kk, ld), m_log_d, m_log_pT, log_d[grp], log_pT[grp])
                     r[grp] = logit

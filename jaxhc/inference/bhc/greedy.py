@@ -480,7 +480,8 @@ class BHCResult(NamedTuple):
       dpm_lower_bound: ``log p(D|T) + log d_root + log Gamma(alpha) - log Gamma(n + alpha)``,
         a lower bound on the DPM log marginal likelihood (Corollary of Theorem 1).
       log_d, log_pT, log_h1, log_1mr: ``[2n-1]`` per node (leaves: ``log_r = 0``).
-      node_stats: sufficient statistics of every node, leading axis ``2n-1``.
+      node_stats: sufficient statistics of every node, leading axis ``2n-1`` (NumPy arrays
+        when the search ran on the host: `NormalInverseWishart` at ``d >= GRAM_MIN_D``).
       component, alpha: the model the tree was built with.
     """
 
@@ -722,7 +723,9 @@ def _bhc_gram_result(comp, alpha, leaf_stats, n, progress_bar):
     children, node_stats, log_h1, log_d, log_pT, log_r, log_1mr, leaf_lh = bhc_gram(comp, alpha, X, progress_bar)
     check_finite_scores(comp, leaf_stats, n, leaf_log_h1=leaf_lh)
     check_finite_scores(comp, leaf_stats, n, merge_terms=(log_h1, log_pT, log_r))
-    node_stats = jax.tree_util.tree_map(jnp.asarray, node_stats)
+    # node_stats stay NumPy arrays: at high d the [2n-1, d, d] scatters are gigabytes, and a
+    # device copy would double the memory and the time (the leaves' zero rows are never
+    # written, so their pages are not even mapped); jitted consumers take them as they are
     return assemble_result(
         comp, alpha, n, None, leaf_lh, children, None, log_h1, log_d, log_pT, log_r, log_1mr, node_stats=node_stats
     )
