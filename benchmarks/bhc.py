@@ -56,8 +56,9 @@ from _memory import RssSampler, maxrss_mb, rss_mb  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_OUT = os.path.join(HERE, "results", "bhc.json")
 HIGHDIM_OUT = os.path.join(HERE, "results", "bhc_highdim.json")
-# high-dimensional section: (n, d) pairs; greedy BHC keeps a d x d scatter per slot and per
-# merge (2 n d^2 float64), so a configuration whose estimate exceeds HIGHDIM_MEM_GB is skipped
+# high-dimensional section: (n, d) pairs. At d >= GRAM_MIN_D greedy BHC runs the Gram-matrix
+# search (three [n, n] float64 arrays) and returns a d x d scatter per node ((2n - 1) d^2
+# float64, the API's node_stats); a configuration whose estimate exceeds HIGHDIM_MEM_GB is skipped
 HIGHDIM_CONFIGS = [(n, d) for d in (100, 500, 2000) for n in (50, 500)]
 HIGHDIM_MEM_GB = 12.0
 
@@ -96,6 +97,12 @@ def worker(args) -> dict:
     X, _ = make_data(n, d, seed=1000 * d + n)
     comp = jaxhc.NormalInverseWishart.from_data(X)
     out = {"algo": args.algo, "n": n, "d": d}
+    try:  # which greedy search bhc runs here (the Gram-matrix one from d >= GRAM_MIN_D)
+        from jaxhc.inference.bhc import gram
+
+        out["search"] = "gram" if gram.use_gram(comp, None, n) else "compiled"
+    except ImportError:
+        out["search"] = "compiled"
 
     if args.algo == "rbhc":
         if not hasattr(jaxhc, "rbhc"):
@@ -343,23 +350,23 @@ def highdim_main(args) -> int:
     info = machine_info()
     results = []
     for n, d in HIGHDIM_CONFIGS:
-        need_gb = 2 * n * d * d * 8 / 2**30
+        need_gb = ((2 * n - 1) * d * d + 3 * n * n) * 8 / 2**30
         print(f"  BHC n={n} d={d} ...", end=" ", flush=True)
         if need_gb > HIGHDIM_MEM_GB:
-            r = {"algo": "bhc", "n": n, "d": d, "status": f"skipped: ~{need_gb:.0f} GB of per-slot scatters"}
+            r = {"algo": "bhc", "n": n, "d": d, "status": f"skipped: ~{need_gb:.0f} GB of per-node scatters"}
         else:
             r = run_config("bhc", n, d, args.repeats if args.repeats is not None else 1, args.timeout)
         results.append(r)
         ok = r.get("status") == "ok"
         print(f"run {r['run_s']:.3f} s, scipy {r['scipy_average_s']:.4f} s" if ok else r.get("status"), flush=True)
-    print("\n| n | d | compile s | BHC s | BHC cpu s | scipy avg s | BHC / scipy | status |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---|")
+    print("\n| n | d | search | compile s | BHC s | BHC cpu s | scipy avg s | BHC / scipy | status |")
+    print("|---:|---:|---|---:|---:|---:|---:|---:|---|")
     for r in results:
         ok = r.get("status") == "ok"
         g = (lambda k, f=".3f": _fmt(r.get(k), f)) if ok else (lambda k, f=".3f": "-")
         ratio = _fmt(r["run_s"] / r["scipy_average_s"], ".0f") if ok else "-"
         print(
-            f"| {r['n']} | {r['d']} | {g('compile_s', '.2f')} | {g('run_s')} | {g('run_cpu_s')} | "
+            f"| {r['n']} | {r['d']} | {r.get('search', '-')} | {g('compile_s', '.2f')} | {g('run_s')} | {g('run_cpu_s')} | "
             f"{g('scipy_average_s', '.4f')} | {ratio} | {r.get('status')} |"
         )
     out_path = args.out or HIGHDIM_OUT
@@ -370,7 +377,7 @@ def highdim_main(args) -> int:
         "machine": info,
         "method": "as bhc.json (fresh process per config, compile = first call minus later ones, scipy average "
         f"linkage in the same process); timeout {args.timeout:.0f} s per config; configs whose per-slot "
-        f"scatters would exceed {HIGHDIM_MEM_GB} GB are skipped",
+        f"scatters and Gram arrays would exceed {HIGHDIM_MEM_GB} GB are skipped",
         "targets": {"n500_d500_s": 10.0, "n50_d2000_s": 5.0},
         "bhc": results,
     }
