@@ -212,11 +212,11 @@ def worker_batch(args) -> dict:
         "splits_total": splits,
     }
     t = time.perf_counter()
-    res = trellis.solve_batch(energy, lp, nl)
+    res = trellis.solve_batch(energy, lp, nl, tables=True)
     _block(res.log_z)
     out["first_call_s"] = time.perf_counter() - t
     out["e2e_s"], out["e2e_calls"] = _time_calls(
-        lambda: trellis.solve_batch(energy, lp, nl).log_z, args.min_time, max_calls=7
+        lambda: trellis.solve_batch(energy, lp, nl, tables=True).log_z, args.min_time, max_calls=7
     )
     # the kernels alone: one AOT-compiled _batch_core per size group (the grouped layout), on
     # device arrays; skipped above 2000 jets (its compilation alone takes minutes there)
@@ -306,8 +306,8 @@ def worker_reference(args) -> dict:
         lams = {(j["lam"], j["t_cut"]) for j in data}
         if len(lams) == 1:
             energy = _energy(lik, *lams.pop())
-            trellis.solve_batch(energy, lp, nl)
-            t_b, _ = _time_calls(lambda: trellis.solve_batch(energy, lp, nl).log_z, args.min_time, max_calls=20)
+            trellis.solve_batch(energy, lp, nl, tables=True)
+            t_b, _ = _time_calls(lambda: trellis.solve_batch(energy, lp, nl, tables=True).log_z, args.min_time, max_calls=20)
             out[f"batch_{lik}_s_per_jet"] = t_b / len(data)
     return out
 

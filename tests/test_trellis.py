@@ -636,7 +636,7 @@ def test_solve_batch_ginkgo_equals_individual():
     jets = _ginkgo_batch()
     nl = np.array([len(x) for x in jets])
     assert sorted(set(nl.tolist())) == [3, 4, 5, 6, 7]
-    results = [solve_batch(e, _pad(jets, 7, fill, False), nl, devices=[jax.devices()[0]]) for fill in _FILLS]
+    results = [solve_batch(e, _pad(jets, 7, fill, False), nl, devices=[jax.devices()[0]], tables=True) for fill in _FILLS]
     for batch in results:
         trees = map_trees(batch)
         for b, x in enumerate(jets):
@@ -664,7 +664,7 @@ def test_solve_batch_dasgupta_equals_individual():
     nl = np.array([len(x) for x in probs])
     singles = [solve(energy, x) for x in probs]
     results = [
-        solve_batch(energy, _pad(probs, 7, fill, True), nl, marginals=True, devices=[jax.devices()[0]])
+        solve_batch(energy, _pad(probs, 7, fill, True), nl, marginals=True, devices=[jax.devices()[0]], tables=True)
         for fill in _FILLS[:2]
     ]
     for batch in results:

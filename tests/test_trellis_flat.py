@@ -40,8 +40,8 @@ def _same_inf(a, b, tol, err=""):
 def _assert_flat_equals_grouped(energy, leaves, n_leaves, crop, group_by_size=True, grouped_by_size=None, tol=TOL):
     dev = [jax.devices()[0]]
     grouped_by_size = group_by_size if grouped_by_size is None else grouped_by_size
-    g = solve_batch(energy, leaves, n_leaves, devices=dev, layout="grouped", group_by_size=grouped_by_size)
-    f = solve_batch(energy, leaves, n_leaves, devices=dev, layout="flat", group_by_size=group_by_size)
+    g = solve_batch(energy, leaves, n_leaves, devices=dev, layout="grouped", group_by_size=grouped_by_size, tables=True)
+    f = solve_batch(energy, leaves, n_leaves, devices=dev, layout="flat", group_by_size=group_by_size, tables=True)
     assert f.map_tree is None and f.log_marginals is None
     for field in ("log_z", "map_log_phi", "log_z_table", "map_table", "backpointer", "n_leaves"):
         a, b = np.asarray(getattr(f, field)), np.asarray(getattr(g, field))
@@ -137,7 +137,7 @@ def test_flat_impossible_problems():
         assert np.all(x[dead] == -np.inf) and np.all(np.isfinite(x[live]))
     np.testing.assert_array_equal(np.asarray(f.backpointer)[dead], np.asarray(g.backpointer)[dead])
     # each problem's result does not depend on its batch neighbours
-    alone = solve_batch(energy, leaves[live], nl[live], layout="flat")
+    alone = solve_batch(energy, leaves[live], nl[live], layout="flat", tables=True)
     _same_inf(alone.log_z, np.asarray(f.log_z)[live], 1e-8)
     np.testing.assert_array_equal(np.asarray(alone.backpointer), np.asarray(f.backpointer)[live])
 
@@ -165,10 +165,10 @@ def test_flat_blocks_equal_one_program(jets, monkeypatch):
     leaves, nl = leaves[:16], nl[:16]
     energy = GinkgoEnergy(lam=2.0, t_cut=16.0)
     dev = [jax.devices()[0]]
-    one = solve_batch(energy, leaves, nl, devices=dev, layout="flat")
+    one = solve_batch(energy, leaves, nl, devices=dev, layout="flat", tables=True)
     splits = sum((3 ** int(n) + 1) // 2 - 2 ** int(n) for n in nl)
     monkeypatch.setattr(tb, "_FLAT_BLOCK_PAIRS", splits // 2)  # two or three blocks
-    blocks = solve_batch(energy, leaves, nl, devices=dev)
+    blocks = solve_batch(energy, leaves, nl, devices=dev, tables=True)
     for field in ("log_z", "map_log_phi", "log_z_table", "map_table", "backpointer", "n_leaves"):
         a, b = np.asarray(getattr(blocks, field)), np.asarray(getattr(one, field))
         assert a.shape == b.shape and a.dtype == b.dtype, field

@@ -33,9 +33,9 @@ _SCRIPT = textwrap.dedent(
     jets[..., 0] = np.sqrt(np.sum(jets[..., 1:] ** 2, axis=-1) + 1.0) + rng.uniform(5.0, 15.0, (B, n_max))
 
     for energy, leaves in ((trellis.DasguptaEnergy(0.7), W), (trellis.GinkgoEnergy(2.0, 4.0), jets)):
-        sharded = trellis.solve_batch(energy, leaves, n_leaves, group_by_size=False)
-        single = trellis.solve_batch(energy, leaves, n_leaves, devices=[devices[0]], group_by_size=False)
-        grouped = trellis.solve_batch(energy, leaves, n_leaves)  # per-size groups, each sharded
+        sharded = trellis.solve_batch(energy, leaves, n_leaves, group_by_size=False, tables=True)
+        single = trellis.solve_batch(energy, leaves, n_leaves, devices=[devices[0]], group_by_size=False, tables=True)
+        grouped = trellis.solve_batch(energy, leaves, n_leaves, tables=True)  # per-size groups, each sharded
         assert np.asarray(sharded.log_z).shape == (B,)
         assert len(sharded.log_z.sharding.device_set) == 4  # computed on the 4-device mesh
         assert len(single.log_z.sharding.device_set) == 1

@@ -57,8 +57,9 @@ sparse-trellis study), `jaxhc.jets.arrays` (jet arrays and momentum ranks shared
 every public name is re-exported here.
 """
 
-from . import arrays, kt, sparse_study, studies
+from . import arrays, hep, kt, sparse_study, studies
 from .arrays import map_rank_trees, momentum_order, to_rank_tree
+from .hep import from_awkward, jets_from_awkward, to_awkward
 from .kt import FASTJET_HINT, MAX_R, kt_tree, kt_tree_numpy
 from .sparse_study import (
     OWN_BEAM,
@@ -106,8 +107,13 @@ __all__ = [
     "simulator_seed_trees",
     "sparse_vs_sparsity",
     "to_rank_tree",
+    # awkward arrays in and out (the hep extra)
+    "from_awkward",
+    "jets_from_awkward",
+    "to_awkward",
     # modules
     "arrays",
+    "hep",
     "kt",
     "sparse_study",
     "studies",

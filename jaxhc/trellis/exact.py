@@ -193,6 +193,12 @@ class TrellisSolution(NamedTuple):
       log_z_table: ``[2^N]`` ``log Z(S)`` of every subset (sub-trellis partition functions).
       map_table: ``[2^N]`` ``log phi*(S)``; backpointer: ``[2^N]`` left child of the MAP split.
       n_leaves: ``N``.
+      map_children: compact batches only (`solve_batch` with ``tables=False``): ``[B, N_max
+        - 1, 2]`` int32, the MAP tree of every problem as `jaxhc.Tree` children (leaves
+        ``0..N-1``, inner node ``N + t`` is row ``t``; rows past ``N - 1`` are ``-1``).
+      map_log_marginals: compact batches with ``marginals=True`` only: ``[B, N_max - 1]``
+        ``log P(S in H)`` of the cluster ``S`` of every inner node of the MAP tree (row
+        order of ``map_children``; NaN past ``N - 1``).
     """
 
     log_z: Any
@@ -203,6 +209,8 @@ class TrellisSolution(NamedTuple):
     map_table: Any
     backpointer: Any
     n_leaves: Any
+    map_children: Any = None
+    map_log_marginals: Any = None
 
 
 def tree_from_backpointers(bp: np.ndarray, n: int, root: Optional[int] = None) -> Tree:
@@ -239,6 +247,10 @@ def tree_from_splits(splits, n: int) -> Tree:
 def _prepare(energy, leaves, max_leaves, max_bytes):
     if not isinstance(energy, Energy):
         raise TypeError(f"energy must be a jaxhc.trellis Energy, got {type(energy).__name__}")
+    if any(c.__module__.split(".")[0] == "awkward" for c in type(leaves).__mro__):  # one jet
+        from ..jets.hep import jet_from_awkward
+
+        leaves = jet_from_awkward(leaves)
     arr = energy.validate_leaves(leaves)
     n = energy.n_elements(arr)
     check_num_leaves(n, max_leaves, max_bytes)

@@ -1,0 +1,163 @@
+"""Jets as physicists hold them: jagged `awkward` arrays of four-vectors in, compact per-jet
+results out (the optional ``hep`` extra: ``pip install "jaxhc[hep]"``, which brings
+awkward, vector, pyarrow and uproot).
+
+In: a jagged array of jets, each a list of leaves, as records with fields ``E, px, py, pz``
+(GeV) or as `vector` ``Momentum4D`` records in any of its coordinate systems (``pt, eta,
+phi, mass``, ``px, py, pz, E``, ``x, y, z, t`` ...). `jets_from_awkward` turns it into the
+padded ``[B, N_max, 4]`` float64 array in the library's order ``(E, px, py, pz)`` and the
+per-jet leaf counts; `jet_from_awkward` does the same for one jet. The trellis entry points
+(`jaxhc.trellis.solve`, `solve_batch`, `log_partition_batch`, `prepare_batch`) accept such
+arrays directly.
+
+Out: `to_awkward` turns a `solve_batch` result into one record per jet (``n_leaves``,
+``log_z``, ``map_log_phi``, the MAP tree as ``map_left`` / ``map_right`` child lists, and
+``map_log_marginals`` when computed): flat jagged numeric fields, which ``ak.to_parquet``
+writes and ``uproot`` stores as TTree branches. `from_awkward` reads such records back into a
+compact `TrellisSolution` (and `jaxhc.trellis.map_trees` into `Tree` objects).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["HEP_EXTRA_HINT", "is_awkward", "jets_from_awkward", "jet_from_awkward", "to_awkward", "from_awkward"]
+
+HEP_EXTRA_HINT = 'pip install "jaxhc[hep]" (awkward, vector, pyarrow, uproot)'
+
+_FIELDS = ("E", "px", "py", "pz")
+
+
+def _ak():
+    try:
+        import awkward as ak
+    except ImportError as e:  # pragma: no cover - the extra is installed in CI
+        raise ImportError(f"awkward arrays need the optional 'hep' extra: {HEP_EXTRA_HINT}") from e
+    return ak
+
+
+def is_awkward(x) -> bool:
+    """Whether ``x`` is an awkward array or record, or a subclass such as vector's
+    (checked without importing awkward)."""
+    return any(c.__module__.split(".")[0] == "awkward" for c in type(x).__mro__)
+
+
+def _four_components(arr, name):
+    """``(E, px, py, pz)`` awkward arrays of a record array of four-vectors."""
+    ak = _ak()
+    fields = ak.fields(arr)
+    if all(f in fields for f in _FIELDS):
+        return tuple(arr[f] for f in _FIELDS)
+    try:
+        import vector
+    except ImportError as e:  # pragma: no cover - the extra is installed in CI
+        raise ImportError(f"{name}: four-vectors in vector's coordinates need the 'hep' extra: {HEP_EXTRA_HINT}") from e
+    vector.register_awkward()
+    try:
+        v = arr if ak.parameters(arr).get("__record__", "").endswith("4D") else ak.with_name(arr, "Momentum4D")
+        return v.E, v.px, v.py, v.pz
+    except Exception as e:
+        raise ValueError(
+            f"{name} must hold four-vectors: records with fields E, px, py, pz (GeV) or vector Momentum4D "
+            f"records (e.g. pt, eta, phi, mass); got fields {fields}"
+        ) from e
+
+
+def jets_from_awkward(jets, name: str = "jets"):
+    """``(leaves_padded [B, N_max, 4], n_leaves [B])`` host arrays (float64 four-momenta in
+    the order ``(E, px, py, pz)``, zero padding; int64 counts) from a jagged awkward array of
+    jets of four-vectors."""
+    ak = _ak()
+    arr = ak.Array(jets)
+    if arr.ndim != 2:
+        raise ValueError(
+            f"{name} must be a jagged array of jets [B, var] of four-vector records (one list of leaves per jet), "
+            f"got {arr.ndim} list dimensions ({arr.type})"
+        )
+    comps = _four_components(arr, name)
+    counts = ak.to_numpy(ak.num(comps[0], axis=1)).astype(np.int64)
+    B = len(counts)
+    if B == 0:
+        raise ValueError(f"{name} must hold at least one jet")
+    flat = np.stack([ak.to_numpy(ak.flatten(c, axis=1)).astype(np.float64) for c in comps], axis=-1)
+    n_max = int(counts.max()) if B else 0
+    out = np.zeros((B, max(n_max, 1), 4))
+    row = np.repeat(np.arange(B), counts)
+    col = np.arange(len(row)) - np.repeat(np.cumsum(counts) - counts, counts)
+    out[row, col] = flat
+    return out, counts
+
+
+def jet_from_awkward(jet, name: str = "leaves") -> np.ndarray:
+    """``[N, 4]`` float64 four-momenta ``(E, px, py, pz)`` of one jet given as an awkward
+    array of four-vector records."""
+    ak = _ak()
+    arr = ak.Array(jet) if not isinstance(jet, ak.Array) else jet
+    if arr.ndim != 1:
+        raise ValueError(f"{name}: one jet must be a list of four-vector records, got type {arr.type}")
+    comps = _four_components(arr, name)
+    return np.stack([ak.to_numpy(c).astype(np.float64) for c in comps], axis=-1)
+
+
+def to_awkward(solution):
+    """One awkward record per jet of a `jaxhc.trellis.solve_batch` result (compact or with
+    tables): ``n_leaves``, ``log_z``, ``map_log_phi``, the MAP tree as ``map_left`` and
+    ``map_right`` (the children of inner node ``n_leaves + t``, in `jaxhc.Tree` numbering:
+    leaves ``0..n-1``), and ``map_log_marginals`` (``log P(cluster in H)`` of each inner node
+    of the MAP tree) when the solve computed marginals."""
+    from ..trellis.batch import compact_solution
+
+    ak = _ak()
+    sol = compact_solution(solution)
+    nl = np.asarray(sol.n_leaves).astype(np.int64)
+    k = np.maximum(nl - 1, 0)
+    ch = np.asarray(sol.map_children)
+    live = np.arange(ch.shape[1])[None, :] < k[:, None]
+    fields = {
+        "n_leaves": nl,
+        "log_z": np.asarray(sol.log_z, np.float64),
+        "map_log_phi": np.asarray(sol.map_log_phi, np.float64),
+        "map_left": ak.unflatten(ch[..., 0][live].astype(np.int32), k),
+        "map_right": ak.unflatten(ch[..., 1][live].astype(np.int32), k),
+    }
+    if sol.map_log_marginals is not None:
+        fields["map_log_marginals"] = ak.unflatten(np.asarray(sol.map_log_marginals, np.float64)[live], k)
+    return ak.zip(fields, depth_limit=1)
+
+
+def from_awkward(records):
+    """A compact `TrellisSolution` from `to_awkward`'s records (e.g. read back with
+    ``ak.from_parquet`` or from a TTree); `jaxhc.trellis.map_trees` gives its `Tree` s."""
+    from ..trellis.exact import TrellisSolution
+
+    ak = _ak()
+    arr = ak.Array(records)
+    need = ("n_leaves", "log_z", "map_log_phi", "map_left", "map_right")
+    missing = [f for f in need if f not in ak.fields(arr)]
+    if missing:
+        raise ValueError(f"records lack the fields {missing} (expected the output of jaxhc.jets.to_awkward)")
+    nl = ak.to_numpy(arr["n_leaves"]).astype(np.int64)
+    k = np.maximum(nl - 1, 0)
+    if not np.array_equal(ak.to_numpy(ak.num(arr["map_left"], axis=1)), k):
+        raise ValueError("records: map_left must hold n_leaves - 1 children per jet")
+    width = max(int(k.max(initial=0)), int(nl.max(initial=1)) - 1, 0)
+    live = np.arange(width)[None, :] < k[:, None]
+    children = np.full((len(nl), width, 2), -1, np.int32)
+    children[..., 0][live] = ak.to_numpy(ak.flatten(arr["map_left"]))
+    children[..., 1][live] = ak.to_numpy(ak.flatten(arr["map_right"]))
+    lm = None
+    if "map_log_marginals" in ak.fields(arr):
+        lm = np.full((len(nl), width), np.nan)
+        lm[live] = ak.to_numpy(ak.flatten(arr["map_log_marginals"]))
+    return TrellisSolution(
+        ak.to_numpy(arr["log_z"]).astype(np.float64),
+        ak.to_numpy(arr["map_log_phi"]).astype(np.float64),
+        None,
+        None,
+        None,
+        None,
+        None,
+        nl,
+        children,
+        lm,
+    )

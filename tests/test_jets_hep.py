@@ -1,0 +1,141 @@
+"""Jets as awkward arrays (`jaxhc.jets.hep`, the ``hep`` extra): jagged four-vector input
+equal to the padded path, compact batch results equal to the tables they summarise, and
+records that survive parquet and ROOT files (issue 23, parts 1 and 3)."""
+
+import os
+
+import jax
+import numpy as np
+import pytest
+
+ak = pytest.importorskip("awkward", reason="the hep extra (pip install -e '.[hep]')")
+vector = pytest.importorskip("vector")
+
+from jaxhc import trellis  # noqa: E402
+from jaxhc.jets import hep  # noqa: E402
+from jaxhc.models import ginkgo  # noqa: E402
+
+jax.config.update("jax_enable_x64", True)
+
+PARAMS = ginkgo.GinkgoParams(lam=2.0, t_cut=16.0)
+ENERGY = PARAMS.energy("exact")
+
+
+@pytest.fixture(scope="module")
+def jets():
+    sim = ginkgo.simulate(jax.random.PRNGKey(3), PARAMS, 12, min_leaves=2, max_leaves=5)
+    lp, nl = np.asarray(sim.leaves, np.float64), np.asarray(sim.n_leaves)
+    recs = [[dict(E=r[0], px=r[1], py=r[2], pz=r[3]) for r in lp[b, : nl[b]]] for b in range(len(nl))]
+    return lp, nl, ak.Array(recs)
+
+
+def test_awkward_records_equal_the_padded_path(jets):
+    lp, nl, A = jets
+    ref = trellis.solve_batch(ENERGY, lp, nl, tables=True)
+    got = trellis.solve_batch(ENERGY, A, tables=True)
+    for f in ("log_z", "map_log_phi", "log_z_table", "map_table", "backpointer", "n_leaves"):
+        np.testing.assert_array_equal(np.asarray(getattr(got, f)), np.asarray(getattr(ref, f)), err_msg=f)
+    np.testing.assert_array_equal(
+        np.asarray(trellis.log_partition_batch(ENERGY, A)), np.asarray(trellis.log_partition_batch(ENERGY, lp, nl))
+    )
+    prep = trellis.prepare_batch(ENERGY, A)
+    np.testing.assert_array_equal(
+        np.asarray(trellis.log_partition_prepared(ENERGY, prep)),
+        np.asarray(trellis.log_partition_prepared(ENERGY, trellis.prepare_batch(ENERGY, lp, nl))),
+        err_msg="prepare_batch",
+    )
+    one = trellis.solve(ENERGY, A[4])
+    want = trellis.solve(ENERGY, lp[4, : nl[4]])
+    assert float(one.log_z) == float(want.log_z)
+    assert np.array_equal(one.map_tree.children, want.map_tree.children)
+    # n_leaves, when given with awkward input, must agree with the array
+    trellis.solve_batch(ENERGY, A, nl)
+    with pytest.raises(ValueError, match="n_leaves disagrees"):
+        trellis.solve_batch(ENERGY, A, nl + 1)
+
+
+def test_vector_coordinates(jets):
+    """`vector` Momentum4D records in (pt, eta, phi, mass) coordinates: the same jets, up to
+    the rounding of the coordinate change."""
+    lp, nl, A = jets
+    v = vector.zip({"px": A.px, "py": A.py, "pz": A.pz, "E": A.E})
+    ptm = vector.zip({"pt": v.pt, "eta": v.eta, "phi": v.phi, "mass": v.mass})
+    pad, counts = hep.jets_from_awkward(ptm)
+    np.testing.assert_array_equal(counts, nl)
+    np.testing.assert_allclose(
+        pad, np.where(np.arange(lp.shape[1])[None, :, None] < nl[:, None, None], lp, 0.0), rtol=1e-12, atol=1e-9
+    )
+    got = trellis.solve_batch(ENERGY, ptm)
+    ref = trellis.solve_batch(ENERGY, lp, nl)
+    np.testing.assert_allclose(got.log_z, ref.log_z, rtol=1e-10)
+    np.testing.assert_array_equal(got.map_children, ref.map_children)
+
+
+def test_compact_results_summarise_the_tables(jets):
+    lp, nl, A = jets
+    full = trellis.solve_batch(ENERGY, A, marginals=True, tables=True)
+    small = trellis.solve_batch(ENERGY, A, marginals=True)  # default for B > 1: compact
+    assert small.log_z_table is None and small.backpointer is None and small.log_marginals is None
+    np.testing.assert_array_equal(small.log_z, np.asarray(full.log_z))
+    np.testing.assert_array_equal(small.map_log_phi, np.asarray(full.map_log_phi))
+    lm_tab = np.asarray(full.log_marginals)
+    for b, (t_full, t_small) in enumerate(zip(trellis.map_trees(full), trellis.map_trees(small))):
+        n = int(nl[b])
+        assert np.array_equal(t_full.children, t_small.children)
+        # the marginal of each MAP cluster, read from the table by its bitmask
+        masks = [int(sum(1 << i for i in np.flatnonzero(row))) for row in t_full.leaf_sets()[n:]]
+        np.testing.assert_array_equal(small.map_log_marginals[b, : n - 1], lm_tab[b, masks])
+        assert np.all(np.isnan(small.map_log_marginals[b, n - 1 :]))
+        assert np.all(small.map_children[b, n - 1 :] == -1)
+        # a cluster of the MAP tree has marginal probability in (0, 1]; the root's is 1
+        if n > 1:
+            assert small.map_log_marginals[b, n - 2] == pytest.approx(0.0, abs=1e-10)
+            assert np.all(small.map_log_marginals[b, : n - 1] <= 1e-10)
+    # one problem keeps its tables by default; tables=... overrides either way
+    assert trellis.solve_batch(ENERGY, A[:1]).log_z_table is not None
+    assert trellis.solve_batch(ENERGY, A[:1], tables=False).log_z_table is None
+    with pytest.raises(TypeError, match="tables must be"):
+        trellis.solve_batch(ENERGY, A, tables="yes")
+
+
+def test_records_round_trip_through_parquet_and_root(jets, tmp_path):
+    lp, nl, A = jets
+    sol = trellis.solve_batch(ENERGY, A, marginals=True)
+    rec = hep.to_awkward(sol)
+    assert len(rec) == len(nl)
+    np.testing.assert_array_equal(ak.to_numpy(ak.num(rec.map_left, axis=1)), np.maximum(nl - 1, 0))
+    path = os.path.join(tmp_path, "trees.parquet")
+    ak.to_parquet(rec, path)
+    back = hep.from_awkward(ak.from_parquet(path))
+    for f in ("log_z", "map_log_phi", "n_leaves", "map_children"):
+        np.testing.assert_array_equal(getattr(back, f), getattr(sol, f), err_msg=f)
+    np.testing.assert_array_equal(back.map_log_marginals, sol.map_log_marginals)
+    # from tables, too
+    rec2 = hep.to_awkward(trellis.solve_batch(ENERGY, A, tables=True))
+    assert "map_log_marginals" not in ak.fields(rec2)
+    np.testing.assert_array_equal(ak.to_numpy(ak.flatten(rec2.map_left)), ak.to_numpy(ak.flatten(rec.map_left)))
+
+    uproot = pytest.importorskip("uproot")
+    root = os.path.join(tmp_path, "trees.root")
+    with uproot.recreate(root) as f:
+        f["jets"] = {k: rec[k] for k in ak.fields(rec)}
+    with uproot.open(root) as f:
+        back2 = hep.from_awkward(f["jets"].arrays())
+    np.testing.assert_array_equal(back2.map_children, sol.map_children)
+    np.testing.assert_array_equal(back2.log_z, sol.log_z)
+
+
+def test_bad_awkward_input(jets):
+    lp, nl, A = jets
+    with pytest.raises(ValueError, match="jagged array of jets"):
+        trellis.solve_batch(ENERGY, ak.flatten(A))
+    with pytest.raises(ValueError, match="four-vectors"):
+        trellis.solve_batch(ENERGY, ak.Array([[{"a": 1.0, "b": 2.0}]]))
+    with pytest.raises(TypeError, match="n_leaves is required"):
+        trellis.solve_batch(ENERGY, lp)
+    with pytest.raises(ValueError, match="expected the output of jaxhc.jets.to_awkward"):
+        hep.from_awkward(ak.Array([{"log_z": 1.0}]))
+    # FastJet's order (px, py, pz, E) given as records is caught by the energy's checks
+    swapped = ak.zip({"E": A.px, "px": A.py, "py": A.pz, "pz": A.E})
+    with pytest.raises(ValueError, match=r"\(E, px, py, pz\)"):
+        trellis.solve_batch(ENERGY, swapped)
