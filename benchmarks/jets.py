@@ -307,7 +307,9 @@ def worker_reference(args) -> dict:
         if len(lams) == 1:
             energy = _energy(lik, *lams.pop())
             trellis.solve_batch(energy, lp, nl, tables=True)
-            t_b, _ = _time_calls(lambda: trellis.solve_batch(energy, lp, nl, tables=True).log_z, args.min_time, max_calls=20)
+            t_b, _ = _time_calls(
+                lambda: trellis.solve_batch(energy, lp, nl, tables=True).log_z, args.min_time, max_calls=20
+            )
             out[f"batch_{lik}_s_per_jet"] = t_b / len(data)
     return out
 

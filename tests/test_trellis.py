@@ -636,7 +636,9 @@ def test_solve_batch_ginkgo_equals_individual():
     jets = _ginkgo_batch()
     nl = np.array([len(x) for x in jets])
     assert sorted(set(nl.tolist())) == [3, 4, 5, 6, 7]
-    results = [solve_batch(e, _pad(jets, 7, fill, False), nl, devices=[jax.devices()[0]], tables=True) for fill in _FILLS]
+    results = [
+        solve_batch(e, _pad(jets, 7, fill, False), nl, devices=[jax.devices()[0]], tables=True) for fill in _FILLS
+    ]
     for batch in results:
         trees = map_trees(batch)
         for b, x in enumerate(jets):
