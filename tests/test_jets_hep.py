@@ -139,3 +139,24 @@ def test_bad_awkward_input(jets):
     swapped = ak.zip({"E": A.px, "px": A.py, "py": A.pz, "pz": A.E})
     with pytest.raises(ValueError, match=r"\(E, px, py, pz\)"):
         trellis.solve_batch(ENERGY, swapped)
+
+
+def test_awkward_in_jet_studies_and_the_lambda_fit(jets):
+    from jaxhc import fit_lambda
+    from jaxhc.jets import compare_map_methods, kt_tree_numpy
+
+    lp, nl, A = jets
+    b = int(np.argmax(nl))
+    assert np.array_equal(kt_tree_numpy(A[b], p=0).children, kt_tree_numpy(lp[b, : nl[b]], p=0).children)
+    got = compare_map_methods(ENERGY, A, methods=("trellis", "greedy"))
+    want = compare_map_methods(ENERGY, lp, nl, methods=("trellis", "greedy"))
+    np.testing.assert_array_equal(got.n_leaves, want.n_leaves)
+    for m in ("trellis", "greedy"):
+        np.testing.assert_array_equal(got.log_phi[m], want.log_phi[m], err_msg=m)
+    fa = fit_lambda(A, t_cut=16.0, progress_bar=False)
+    fp = fit_lambda(lp, nl, 16.0, progress_bar=False)
+    assert float(fa.lam) == float(fp.lam)
+    with pytest.raises(TypeError, match="t_cut"):
+        fit_lambda(A, 16.0, progress_bar=False)  # t_cut given where n_leaves goes
+    with pytest.raises(TypeError, match="is a scalar"):
+        trellis.solve_batch(ENERGY, A, 5)

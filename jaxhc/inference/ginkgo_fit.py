@@ -120,8 +120,8 @@ class LambdaFit(NamedTuple):
 
 def fit_lambda(
     leaves_padded,
-    n_leaves,
-    t_cut,
+    n_leaves=None,
+    t_cut=None,
     *,
     lam_init: float = 1.0,
     likelihood: str = "exact",
@@ -153,7 +153,8 @@ def fit_lambda(
       leaves_padded: ``[B, N_max, 4]`` four-momenta, jet ``b`` in its first
         ``n_leaves[b]`` rows (the rest never read), or a `PreparedBatch` from `prepare_jets`
         (then ``n_leaves=None``).
-      n_leaves: ``[B]`` number of leaves per jet.
+      n_leaves: ``[B]`` number of leaves per jet (None for a jagged awkward array of jets,
+        `jaxhc.jets.hep`: taken from the array).
       t_cut: the shower's mass-squared cut-off (> 0).
       lam_init: starting ``lambda`` (> 0).
       likelihood: ``"exact"`` (the generator's density; use it for inference) or ``"paper"``.
@@ -182,7 +183,10 @@ def fit_lambda(
     if optimizer is not None and not isinstance(optimizer, optax.GradientTransformation):
         raise TypeError(f"optimizer must be an optax GradientTransformation, got {type(optimizer).__name__}")
     batch = prepare_jets(leaves_padded, n_leaves, tc, likelihood)
-    if not isinstance(leaves_padded, PreparedBatch) and np.all(np.asarray(n_leaves) <= 1):
+    # the root of a one-leaf jet is the subset {0} (bitmask 1)
+    if not isinstance(leaves_padded, PreparedBatch) and np.all(
+        np.asarray(batch.subset_mask)[np.asarray(batch.roots)] <= 1
+    ):
         raise ValueError(
             "n_leaves: every jet has a single leaf, whose likelihood does not depend on lambda "
             "(log Z = 0): there is nothing to fit"
@@ -284,8 +288,8 @@ LambdaPosterior = LambdaSamples
 def sample_lambda(
     key,
     leaves_padded,
-    n_leaves,
-    t_cut,
+    n_leaves=None,
+    t_cut=None,
     *,
     num_warmup: int = 300,
     num_samples: int = 500,

@@ -67,6 +67,10 @@ def _check_kt_args(leaves, p, R, variant):
     R = float(R)
     if not (0.0 < R <= MAX_R):
         raise ValueError(f"R must be in (0, {MAX_R:g}] (FastJet's limit), got {R}")
+    from .hep import is_awkward, jet_from_awkward
+
+    if is_awkward(leaves):  # one jet of four-vector records
+        leaves = jet_from_awkward(leaves)
     try:
         arr = np.asarray(leaves, dtype=np.float64)
     except (TypeError, ValueError):

@@ -185,7 +185,7 @@ def _kt_backend(kt_backend: str) -> str:
 def compare_map_methods(
     energy,
     leaves_padded,
-    n_leaves,
+    n_leaves=None,
     *,
     methods: Sequence[str] = METHODS,
     beam_size: Optional[int] = None,
@@ -229,6 +229,9 @@ def compare_map_methods(
     if not isinstance(energy, Energy):
         raise TypeError(f"energy must be a jaxhc.trellis Energy, got {type(energy).__name__}")
     methods = _check_methods(methods)
+    from ..trellis.batch import awkward_or_padded
+
+    leaves_padded, n_leaves = awkward_or_padded(leaves_padded, n_leaves)
     lp = np.asarray(leaves_padded, dtype=np.float64)
     if lp.ndim < 2 or lp.shape[0] == 0:
         raise ValueError(f"leaves_padded must be [B, N_max, ...] with B >= 1, got shape {lp.shape}")

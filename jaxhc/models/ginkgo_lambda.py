@@ -42,7 +42,9 @@ def prepare_jets(leaves_padded, n_leaves, t_cut, likelihood: str = "exact") -> P
       leaves_padded: ``[B, N_max, 4]`` four-momenta ``(E, px, py, pz)``; jet ``b`` in its
         first ``n_leaves[b]`` rows, the remaining rows never read (zero padding is fine).
         A `jaxhc.trellis.PreparedBatch` is returned as is (then ``n_leaves`` must be None).
-      n_leaves: ``[B]`` integer number of leaves of each jet, in ``[1, N_max]``.
+        Or a jagged awkward array of jets of four-vectors (`jaxhc.jets.hep`).
+      n_leaves: ``[B]`` integer number of leaves of each jet, in ``[1, N_max]`` (None for
+        awkward jets: taken from the array).
       t_cut: mass-squared cut-off of the shower (> 0, finite).
       likelihood: ``"exact"`` or ``"paper"``.
 
@@ -55,6 +57,12 @@ def prepare_jets(leaves_padded, n_leaves, t_cut, likelihood: str = "exact") -> P
         if n_leaves is not None:
             raise ValueError("n_leaves must be None when leaves_padded is a PreparedBatch")
         return leaves_padded
+    from ..jets.hep import is_awkward
+
+    if is_awkward(leaves_padded):  # jagged jets of four-vectors: n_leaves from the array
+        from ..trellis.batch import awkward_or_padded
+
+        leaves_padded, n_leaves = awkward_or_padded(leaves_padded, n_leaves)
     if n_leaves is None:
         raise ValueError("n_leaves is required (the number of leaves of each jet)")
     lp = leaves_padded if isinstance(leaves_padded, jax.core.Tracer) else np.asarray(leaves_padded)

@@ -115,6 +115,11 @@ def awkward_or_padded(leaves_padded, n_leaves):
     from ..jets.hep import is_awkward, jets_from_awkward
 
     if is_awkward(leaves_padded):
+        if n_leaves is not None and np.ndim(n_leaves) == 0:
+            raise TypeError(
+                f"n_leaves={n_leaves!r} is a scalar: with awkward jets leave n_leaves out (None) and pass the "
+                "arguments after it by keyword"
+            )
         lp, counts = jets_from_awkward(leaves_padded, "leaves_padded")
         if n_leaves is not None and not np.array_equal(np.asarray(n_leaves).reshape(-1), counts):
             raise ValueError("n_leaves disagrees with the jagged array's leaf counts (leave it out for awkward input)")
