@@ -118,11 +118,16 @@ def test_records_round_trip_through_parquet_and_root(jets, tmp_path):
     uproot = pytest.importorskip("uproot")
     root = os.path.join(tmp_path, "trees.root")
     with uproot.recreate(root) as f:
-        f["jets"] = {k: rec[k] for k in ak.fields(rec)}
+        f["jets"] = {k: rec[k] for k in ak.fields(rec)}  # an RNTuple (uproot 5.7's default)
+        f.mktree("tree", {k: rec[k].type.content for k in ak.fields(rec)})  # and a TTree
+        f["tree"].extend({k: rec[k] for k in ak.fields(rec)})
     with uproot.open(root) as f:
-        back2 = hep.from_awkward(f["jets"].arrays())
-    np.testing.assert_array_equal(back2.map_children, sol.map_children)
-    np.testing.assert_array_equal(back2.log_z, sol.log_z)
+        assert f.classnames()["tree;1"] == "TTree"
+        for name in ("jets", "tree"):
+            back2 = hep.from_awkward(f[name].arrays())
+            np.testing.assert_array_equal(back2.map_children, sol.map_children)
+            np.testing.assert_array_equal(back2.log_z, sol.log_z)
+            np.testing.assert_array_equal(back2.map_log_marginals, sol.map_log_marginals)
 
 
 def test_bad_awkward_input(jets):
@@ -178,3 +183,45 @@ def test_compact_flat_path_equals_the_tables(jets, monkeypatch, block_pairs):
     np.testing.assert_allclose(small.map_log_phi, np.asarray(full.map_log_phi), rtol=1e-12)
     for t_small, t_full in zip(trellis.map_trees(small), trellis.map_trees(full)):
         assert np.array_equal(t_small.children, t_full.children)
+
+
+def test_cli_jets_reads_parquet_and_root_and_writes_parquet(jets, tmp_path, capsys):
+    """`jaxhc jets --input` with a parquet file (jets under a column) and a ROOT file (jagged
+    branches with a prefix, in pt/eta/phi/mass): the same jets, and the compact results as
+    parquet beside the JSON."""
+    import json
+
+    from jaxhc.cli import main
+
+    uproot = pytest.importorskip("uproot")
+    lp, nl, A = jets
+    pq = os.path.join(tmp_path, "jets.parquet")
+    ak.to_parquet(ak.zip({"jets": A, "id": np.arange(len(nl))}, depth_limit=1), pq)
+    root = os.path.join(tmp_path, "jets.root")
+    v = vector.zip({"px": A.px, "py": A.py, "pz": A.pz, "E": A.E})
+    cols = {"jet_pt": v.pt, "jet_eta": v.eta, "jet_phi": v.phi, "jet_mass": v.mass}
+    with uproot.recreate(root) as f:  # a TTree of jagged branches
+        f.mktree("events", {k: c.type.content for k, c in cols.items()})
+        f["events"].extend(cols)
+    common = ["--min-leaves", "2", "--max-leaves", "5", "--no-fastjet", "--no-progress", "--no-cache"]
+    out_pq, out_root = tmp_path / "o1", tmp_path / "o2"
+    assert main(["jets", "--input", pq, "--field", "jets", "--out", str(out_pq)] + common) == 0
+    assert main(["jets", "--input", root, "--branch", "jet_", "--out", str(out_root)] + common) == 0
+    text = capsys.readouterr().out
+    assert "jets_results.parquet" in text
+    keep = nl >= 2
+    for out, tol in ((out_pq, 0.0), (out_root, 1e-9)):
+        with open(out / "jets_results.json") as f:
+            payload = json.load(f)
+        got = [np.asarray(j["leaves"]) for j in payload["jets"]]
+        assert len(got) == int(keep.sum())
+        for g, b in zip(got, np.flatnonzero(keep)):
+            np.testing.assert_allclose(g, lp[b, : nl[b]], rtol=tol, atol=tol * 100)
+        rec = ak.from_parquet(out / "jets_results.parquet")
+        back = hep.from_awkward(rec)
+        np.testing.assert_allclose(back.log_z, [j["log_z"] for j in payload["jets"]], rtol=1e-12)
+        assert "log_phi_kt" in ak.fields(rec) and "log_phi_trellis" in ak.fields(rec)
+    # a ROOT file without the branches names what it has
+    with pytest.raises(SystemExit):
+        main(["jets", "--input", root, "--out", str(tmp_path / "o3")] + common)
+    assert "jet_pt" in capsys.readouterr().err

@@ -26,18 +26,20 @@ classes against BHC's answer: the bound of the class-respecting tree closest to 
 (`class_respecting_tree`) and the DPM joint ``log p(D, c)`` of the true classes against BHC's
 clusters, so a reader sees whether the model or the greedy search is to blame.
 * ``jaxhc jets [--num-jets B] [--quick] [--min-leaves 5] [--max-leaves 10] [--lam 2]
-  [--t-cut 16] [--likelihood paper|exact] [--seed S] [--input FILE.json] [--out DIR]
-  [--no-progress] [--cache-dir DIR] [--no-compilation-cache] [--no-fastjet]`` - Ginkgo
-  jets (simulated by `jaxhc.models.ginkgo`, or read from a JSON list of objects with
-  ``leaves``): the exact trellis MAP tree and log Z, greedy and beam search, and kt /
+  [--t-cut 16] [--likelihood paper|exact] [--seed S] [--input FILE] [--field F] [--tree T]
+  [--branch PREFIX] [--out DIR] [--no-progress] [--cache-dir DIR] [--no-compilation-cache]
+  [--no-fastjet]`` - Ginkgo jets (simulated by `jaxhc.models.ginkgo`, or read from a JSON list
+  of objects with ``leaves``, a parquet file or a ROOT file of jagged four-vectors): the exact trellis MAP tree and log Z, greedy and beam search, and kt /
   Cambridge-Aachen / anti-kt (FastJet, or the NumPy twin with ``--no-fastjet``), compared by
   log likelihood (Table 1 of the trellis paper; see `jaxhc.jets`).
 
 ``demo`` and ``bhc`` print a summary table and write, per data set, a dendrogram PNG
 (`jaxhc.plot.plot_bhc`) and a Newick file; ``bhc`` also writes a JSON with the tree, the flat
 labels at ``r_k < 0.5`` and the log evidence. ``jets`` prints Table 1 and timings and writes
-``jets_results.json`` (per-jet log likelihoods and trees) and ``jets_logz_vs_map.png`` (log Z
-against the MAP log likelihood coloured by the number of leaves, Fig. 5 of the paper).
+``jets_results.json`` (per-jet log likelihoods and trees), ``jets_logz_vs_map.png`` (log Z
+against the MAP log likelihood coloured by the number of leaves, Fig. 5 of the paper) and,
+with the ``hep`` extra, ``jets_results.parquet`` (`jaxhc.jets.to_awkward`'s compact records
+plus ``log_phi_<method>`` per method).
 Every subcommand turns on JAX's persistent compilation cache
 (`jaxhc.enable_compilation_cache`; ``--cache-dir DIR`` picks the folder,
 ``--no-compilation-cache`` (alias ``--no-cache``) or ``JAXHC_NO_COMPILATION_CACHE=1`` turns it
@@ -232,9 +234,17 @@ def build_parser() -> argparse.ArgumentParser:
     j.add_argument(
         "--input",
         default=None,
-        metavar="FILE.json",
-        help="read jets from a JSON list of objects with 'leaves' ([n, 4] four-momenta E, px, py, pz) "
-        "instead of simulating them",
+        metavar="FILE",
+        help="read jets instead of simulating them: a JSON list of objects with 'leaves' ([n, 4] four-momenta "
+        "E, px, py, pz), a parquet file of jagged four-vectors (records E, px, py, pz or pt, eta, phi, mass) or a "
+        "ROOT file (jagged branches; see --tree, --branch); parquet and ROOT need pip install 'jaxhc[hep]'",
+    )
+    j.add_argument("--field", default=None, help="parquet: the column holding the jets (default: the top level)")
+    j.add_argument("--tree", default=None, help="ROOT: the TTree of the jets (default: the file's only TTree)")
+    j.add_argument(
+        "--branch",
+        default="",
+        help="ROOT: common prefix of the jagged branches E, px, py, pz (or pt, eta, phi, mass), e.g. 'jet_'",
     )
     j.add_argument("--out", default="jaxhc_out", help="output folder (default: ./jaxhc_out)")
     j.add_argument("--no-progress", action="store_true", help="no progress messages or bars")

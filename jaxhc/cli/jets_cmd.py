@@ -27,15 +27,28 @@ JETS_QUICK = {"num_jets": 40, "max_leaves": 7}
 JETS_DEFAULT = {"num_jets": 1000, "max_leaves": 10}
 
 
-def read_jets(path: str):
-    """Reads jets from a JSON list of objects with ``leaves`` (four-momenta ``[n, 4]``).
+_PARQUET = (".parquet", ".pq")
+_ROOT = (".root",)
 
-    Returns a list of float64 arrays; raises `InputError` naming the problem.
+
+def read_jets(path: str, field: Optional[str] = None, tree: Optional[str] = None, branch: str = ""):
+    """Reads jets from a file: a JSON list of objects with ``leaves`` (four-momenta ``[n,
+    4]``); a parquet file of jagged four-vectors (``.parquet`` / ``.pq``: records ``E, px, py,
+    pz`` or ``pt, eta, phi, mass``, at the top level or under the column ``field``); or a ROOT
+    file (``.root``, via uproot: the jagged branches ``branch + "E"``, ``+ "px"``, ``+ "py"``,
+    ``+ "pz"`` or ``+ "pt"``, ``+ "eta"``, ``+ "phi"``, ``+ "mass"`` of the TTree (or RNTuple)
+    ``tree``, default the file's only one). Parquet and ROOT need the ``hep`` extra.
+
+    Returns a list of float64 arrays ``[n, 4]`` (E, px, py, pz); raises `InputError` naming
+    the problem.
     """
     if not os.path.exists(path):
         raise InputError(f"{path}: no such file")
     if os.path.isdir(path):
-        raise InputError(f"{path}: is a directory, expected a JSON file")
+        raise InputError(f"{path}: is a directory, expected a JSON, parquet or ROOT file")
+    ext = os.path.splitext(path)[1].lower()
+    if ext in _PARQUET + _ROOT:
+        return _read_hep_jets(path, ext, field, tree, branch)
     try:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
@@ -50,6 +63,88 @@ def read_jets(path: str):
     except ValueError as e:
         raise InputError(f"{path}: {e}") from None
     return [batch.jet(i) for i in range(len(batch))]
+
+
+def _hep_modules(path):
+    try:
+        import awkward as ak
+    except ImportError:
+        from ..jets.hep import HEP_EXTRA_HINT
+
+        raise InputError(f"{path}: reading parquet and ROOT files needs the 'hep' extra: {HEP_EXTRA_HINT}") from None
+    return ak
+
+
+def _read_hep_jets(path, ext, field, tree, branch):
+    """Parquet / ROOT jets as a list of ``[n, 4]`` arrays (see `read_jets`)."""
+    ak = _hep_modules(path)
+    from ..jets.hep import jets_from_awkward
+
+    try:
+        if ext in _PARQUET:
+            arr = ak.from_parquet(path)
+            if field is not None:
+                if field not in ak.fields(arr):
+                    raise InputError(f"{path}: no column {field!r} (columns: {ak.fields(arr)})")
+                arr = arr[field]
+            elif not {"E", "px", "py", "pz"} <= set(ak.fields(arr)) and len(ak.fields(arr)) == 1:
+                arr = arr[ak.fields(arr)[0]]  # one column: the jets
+        else:
+            import uproot
+
+            with uproot.open(path) as f:
+                trees = [k.split(";")[0] for k, c in f.classnames().items() if c in ("TTree", "ROOT::RNTuple")]
+                name = tree if tree is not None else (trees[0] if len(trees) == 1 else None)
+                if name is None or name not in trees:
+                    raise InputError(
+                        f"{path}: name the TTree with --tree (TTrees: {sorted(set(trees))})"
+                        if tree is None
+                        else f"{path}: no TTree {tree!r} (TTrees: {sorted(set(trees))})"
+                    )
+                t = f[name]
+                have = set(t.keys())
+                for names in (("E", "px", "py", "pz"), ("pt", "eta", "phi", "mass")):
+                    full = [branch + n for n in names]
+                    if set(full) <= have:
+                        cols = t.arrays(full)
+                        arr = ak.zip({n: cols[b] for n, b in zip(names, full)})
+                        if names[0] == "pt":
+                            import vector
+
+                            vector.register_awkward()
+                            arr = ak.with_name(arr, "Momentum4D")
+                        break
+                else:
+                    raise InputError(
+                        f"{path}: TTree {name!r} has no jagged branches {branch}E/{branch}px/{branch}py/{branch}pz "
+                        f"or {branch}pt/{branch}eta/{branch}phi/{branch}mass (branches: {sorted(have)}; --branch "
+                        "gives their common prefix)"
+                    )
+        lp, nl = jets_from_awkward(arr, path)
+    except InputError:
+        raise
+    except (ValueError, TypeError, OSError) as e:
+        raise InputError(f"{path}: {e}") from None
+    return [lp[b, : nl[b]] for b in range(len(nl))]
+
+
+def _write_parquet(path, sol, res, progress):
+    """The compact per-jet results (`jaxhc.jets.to_awkward`) plus each method's log phi, as
+    parquet; skipped with a message without the hep extra."""
+    try:
+        import awkward as ak
+    except ImportError:
+        from ..jets.hep import HEP_EXTRA_HINT
+
+        log(progress, f"[jaxhc jets] no parquet output: it needs the 'hep' extra ({HEP_EXTRA_HINT})")
+        return None
+    from ..jets.hep import to_awkward
+
+    rec = to_awkward(sol)
+    for m in res.methods:
+        rec = ak.with_field(rec, np.asarray(res.log_phi[m], np.float64), f"log_phi_{m}")
+    ak.to_parquet(rec, path)
+    return path
 
 
 def _pad_jets(jets):
@@ -102,7 +197,6 @@ def _rate(count: float, secs: float) -> str:
 
 
 def cmd_jets(args) -> int:
-    import jax
 
     from .. import jets as jetsmod
     from .. import trellis
@@ -123,7 +217,7 @@ def cmd_jets(args) -> int:
     energy = trellis.GinkgoEnergy(args.lam, args.t_cut, likelihood=args.likelihood)
     sim_seconds = None
     if args.input is not None:
-        all_jets = read_jets(args.input)
+        all_jets = read_jets(args.input, args.field, args.tree, args.branch)
         kept = [j for j in all_jets if min_leaves <= len(j) <= max_leaves][:num_jets]
         if not kept:
             raise InputError(f"{args.input}: none of its {len(all_jets)} jets has {min_leaves} to {max_leaves} leaves")
@@ -148,7 +242,7 @@ def cmd_jets(args) -> int:
     res = jetsmod.compare_map_methods(energy, lp, nl, kt_backend=backend, progress_bar=progress)
     # the first trellis call compiles its program (one for the batch; one per size with marginals); time a second, warm one
     t0 = time.perf_counter()
-    jax.block_until_ready(trellis.solve_batch(energy, lp, nl).log_z)
+    sol = trellis.solve_batch(energy, lp, nl, tables=False)
     warm = time.perf_counter() - t0
     rows = jetsmod.table1(res)
     B = len(nl)
@@ -224,8 +318,10 @@ def cmd_jets(args) -> int:
     ax.figure.tight_layout()
     ax.figure.savefig(png, dpi=110)
     plt.close(ax.figure)
-    for p in (js, png):
-        print(f"wrote {p}")
+    pq = _write_parquet(os.path.join(args.out, "jets_results.parquet"), sol, res, progress)
+    for p in (js, png, pq):
+        if p is not None:
+            print(f"wrote {p}")
     tb = next(r for r in rows if (r.a, r.b) == ("trellis", "beam"))
     tg = next(r for r in rows if (r.a, r.b) == ("trellis", "greedy"))
     print(
