@@ -3,6 +3,7 @@ hierarchy, cluster marginals and exact sampling over all binary hierarchies."""
 
 from .batch import (
     PreparedBatch,
+    compact_solution,
     log_partition_batch,
     log_partition_prepared,
     map_trees,
@@ -13,7 +14,9 @@ from .energies import (
     CorrelationEnergy,
     DasguptaEnergy,
     Energy,
+    FourMomentumEnergy,
     GinkgoEnergy,
+    SplitReport,
     UnitEnergy,
     log_phi_of_tree,
 )
@@ -31,6 +34,7 @@ from .exact import (
 )
 from .search import SearchResult, beam, greedy
 from .sparse import SparseSolution, double_factorial, seed_trees_from_beam, sparse_solve
+from .splitting import SplittingEnergy
 
 __all__ = [
     "SearchResult",
@@ -43,13 +47,17 @@ __all__ = [
     "CorrelationEnergy",
     "DasguptaEnergy",
     "Energy",
+    "FourMomentumEnergy",
     "GinkgoEnergy",
+    "SplitReport",
+    "SplittingEnergy",
     "MAX_EXACT_LEAVES",
     "PreparedBatch",
     "SampledTrees",
     "TrellisSolution",
     "UnitEnergy",
     "cluster_marginals",
+    "compact_solution",
     "log_partition",
     "log_partition_batch",
     "log_partition_prepared",

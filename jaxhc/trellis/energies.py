@@ -31,8 +31,10 @@ __all__ = [
     "Energy",
     "DasguptaEnergy",
     "CorrelationEnergy",
+    "FourMomentumEnergy",
     "GinkgoEnergy",
     "UnitEnergy",
+    "SplitReport",
     "all_subset_masks",
     "log_phi_of_tree",
 ]
@@ -83,6 +85,40 @@ class Energy(eqx.Module):
         pad = jnp.repeat(leaves[:1], n_max - n, axis=0)
         return jnp.concatenate([leaves, pad], axis=0)
 
+    def explain(self, leaves, tree) -> list:
+        """Every split of ``tree`` (a `jaxhc.Tree` over ``leaves``) as a `SplitReport`: its
+        ``log psi`` and, for each impossible split (``-inf``), the constraint that failed
+        (`why_impossible`). The splits whose reason is not None are what makes
+        ``log phi(tree) = -inf``."""
+        if any(c.__module__.split(".")[0] == "awkward" for c in type(leaves).__mro__):  # one jet
+            from ..jets.hep import jet_from_awkward
+
+            leaves = jet_from_awkward(leaves)
+        arr = self.validate_leaves(leaves)
+        n = self.n_elements(arr)
+        if tree.n_leaves != n:
+            raise ValueError(f"tree has {tree.n_leaves} leaves but leaves has {n} elements")
+        sets = np.asarray(tree.leaf_sets())
+        feats = self.subset_features(jnp.asarray(arr), jnp.asarray(sets, dtype=jnp.result_type(arr, _float())))
+        feats = jax.tree_util.tree_map(np.asarray, feats)
+        ch = np.asarray(tree.children)
+        out = []
+        for t in range(len(ch)):
+            k, a, b = n + t, int(ch[t, 0]), int(ch[t, 1])
+            take = lambda i: jax.tree_util.tree_map(lambda x: x[i], feats)
+            P, L, R = take(k), take(a), take(b)
+            lp = float(self.log_psi(P, L, R))
+            reason = None
+            if lp == -np.inf:
+                reason = self.why_impossible(P, L, R) or "log psi is -inf (this energy names no reason)"
+            out.append(SplitReport(k, a, b, tuple(int(i) for i in np.flatnonzero(sets[k])), lp, reason))
+        return out
+
+    def why_impossible(self, parent, left, right):
+        """The constraint a split with ``log psi = -inf`` fails, in words (host features of
+        one split); energies with hard constraints override it. None: no reason known."""
+        return None
+
     def validate_batch(self, leaves_padded: np.ndarray, n_leaves: np.ndarray, name: str = "leaves_padded"):
         """`validate_leaves` of every problem of a host batch ``[B, N_max, ...]``; returns the
         batch (float64) with each problem's padding from `pad_leaves`. Energies override it
@@ -93,6 +129,19 @@ class Energy(eqx.Module):
             real = self.validate_leaves(self.crop_leaves(leaves_padded[b], int(n_leaves[b])), name=f"{name}[{b}]")
             out.append(np.asarray(self.pad_leaves(jnp.asarray(real), n_max)))
         return np.stack(out)
+
+
+class SplitReport(NamedTuple):
+    """One split of a tree in `Energy.explain`: inner ``node`` (`jaxhc.Tree` numbering) with
+    children ``left``, ``right``, the ``leaves`` under it, its ``log_psi`` and, when that is
+    ``-inf``, the ``reason`` (else None)."""
+
+    node: int
+    left: int
+    right: int
+    leaves: tuple
+    log_psi: float
+    reason: object
 
 
 class UnitEnergy(Energy):
@@ -201,6 +250,12 @@ def _unphysical(p) -> np.ndarray:
     return e2 - np.sum(p[..., 1:] ** 2, axis=-1) < -MASS2_TOLERANCE * e2
 
 
+_ORDER_HINT = (
+    " (four-momenta are (E, px, py, pz) in GeV; FastJet and `vector` order them (px, py, pz, E): "
+    "pass np.roll(x, 1, axis=-1))"
+)
+
+
 def _overflow_message(name, big) -> str:
     return (
         f"{name}: four-momenta up to {big:.3g} are too large: the squared invariant masses overflow "
@@ -241,7 +296,68 @@ def kallen(a, b, c):
     return a * a + b * b + c * c - 2.0 * (a * b + a * c + b * c)
 
 
-class GinkgoEnergy(Energy):
+class FourMomentumEnergy(Energy):
+    """Base of the energies over jets: leaves are four-momenta ``[N, 4]`` in GeV, ordered
+    ``(E, px, py, pz)``, physical (``E > 0``, ``E >= |p|`` within `MASS2_TOLERANCE`; a
+    FastJet-ordered array, E last, is refused with a message naming the order); padding rows
+    are zero four-momenta. Subclasses: `GinkgoEnergy`, `jaxhc.trellis.SplittingEnergy`."""
+
+    def validate_leaves(self, leaves, name: str = "leaves") -> np.ndarray:
+        arr = super().validate_leaves(leaves, name)
+        if arr.ndim != 2 or arr.shape[1] != 4:
+            raise ValueError(f"{name} must be four-momenta [N, 4] (E, px, py, pz), got shape {arr.shape}")
+        if np.any(arr[:, 0] <= 0):
+            raise ValueError(f"{name}: every energy E (column 0) must be positive{_ORDER_HINT}")
+        # the splitting terms take squares of masses squared (the Kallen function): E^4 of
+        # the whole jet must stay finite
+        with np.errstate(over="ignore"):
+            ok = bool(np.isfinite(np.float64(np.sum(np.abs(arr))) ** 4 * 64.0))
+        if not ok:
+            raise ValueError(_overflow_message(name, float(np.max(np.abs(arr)))))
+        bad = _unphysical(arr)
+        if np.any(bad):
+            raise ValueError(_unphysical_message(name, arr, int(np.argmax(bad))))
+        return arr
+
+    def pad_leaves(self, leaves, n_max: int):
+        """Pads with zero four-momenta (they mark padding: the root is the set of the rows
+        with ``E > 0``)."""
+        n = leaves.shape[0]
+        return jnp.pad(leaves, ((0, n_max - n), (0, 0)))
+
+    def validate_batch(self, leaves_padded: np.ndarray, n_leaves: np.ndarray, name: str = "leaves_padded"):
+        """`validate_leaves` of every jet at once (the same checks and messages, naming the
+        first failing jet); padding rows set to zero four-momenta (`pad_leaves`)."""
+        lp = np.asarray(leaves_padded, dtype=np.float64)
+        if lp.ndim != 3 or lp.shape[2] != 4:
+            if lp.ndim >= 2 and lp.shape[0] > 0:  # the per-jet message, for the first jet
+                b = 0
+                self.validate_leaves(self.crop_leaves(lp[b], int(n_leaves[b])), name=f"{name}[{b}]")
+            raise ValueError(f"{name} must be four-momenta [B, N_max, 4] (E, px, py, pz), got shape {lp.shape}")
+        real = np.arange(lp.shape[1])[None, :] < np.asarray(n_leaves)[:, None]
+
+        def first_bad(bad_rows, msg):
+            bad = np.any(bad_rows & real, axis=1)
+            if np.any(bad):
+                raise ValueError(f"{name}[{int(np.argmax(bad))}]{msg}")
+
+        with np.errstate(invalid="ignore"):
+            first_bad(~np.all(np.isfinite(lp), axis=2), " contains NaN or inf values")
+            first_bad(lp[:, :, 0] <= 0, ": every energy E (column 0) must be positive" + _ORDER_HINT)
+        with np.errstate(over="ignore"):
+            tot = np.sum(np.where(real[:, :, None], np.abs(lp), 0.0), axis=(1, 2))
+            ok = np.isfinite(tot**4 * 64.0)
+        if not np.all(ok):
+            b = int(np.argmin(ok))
+            raise ValueError(_overflow_message(f"{name}[{b}]", float(np.max(np.abs(lp[b][real[b]])))))
+        bad = _unphysical(lp) & real
+        if np.any(bad):
+            b = int(np.argmax(np.any(bad, axis=1)))
+            raise ValueError(_unphysical_message(f"{name}[{b}]", lp[b], int(np.argmax(bad[b]))))
+        return np.where(real[:, :, None], lp, 0.0)
+
+
+class GinkgoEnergy(FourMomentumEnergy):
     """The Ginkgo toy parton shower's 1 -> 2 split likelihood (Eq. 5-6 of the trellis paper).
 
     Leaves: four-momenta ``[N, 4]`` in GeV, ordered (E, px, py, pz) (FastJet's order, E last,
@@ -309,60 +425,6 @@ class GinkgoEnergy(Energy):
                 if a.ndim != 0 or not np.isfinite(a) or a <= 0:
                     raise ValueError(f"{name} must be a positive finite scalar, got {a}")
 
-    def validate_leaves(self, leaves, name: str = "leaves") -> np.ndarray:
-        arr = super().validate_leaves(leaves, name)
-        if arr.ndim != 2 or arr.shape[1] != 4:
-            raise ValueError(f"{name} must be four-momenta [N, 4] (E, px, py, pz), got shape {arr.shape}")
-        if np.any(arr[:, 0] <= 0):
-            raise ValueError(f"{name}: every energy E (column 0) must be positive")
-        # the splitting terms take squares of masses squared (the Kallen function): E^4 of
-        # the whole jet must stay finite
-        with np.errstate(over="ignore"):
-            ok = bool(np.isfinite(np.float64(np.sum(np.abs(arr))) ** 4 * 64.0))
-        if not ok:
-            raise ValueError(_overflow_message(name, float(np.max(np.abs(arr)))))
-        bad = _unphysical(arr)
-        if np.any(bad):
-            raise ValueError(_unphysical_message(name, arr, int(np.argmax(bad))))
-        return arr
-
-    def pad_leaves(self, leaves, n_max: int):
-        """Pads with zero four-momenta (they mark padding: the root is the set of the rows
-        with ``E > 0``)."""
-        n = leaves.shape[0]
-        return jnp.pad(leaves, ((0, n_max - n), (0, 0)))
-
-    def validate_batch(self, leaves_padded: np.ndarray, n_leaves: np.ndarray, name: str = "leaves_padded"):
-        """`validate_leaves` of every jet at once (the same checks and messages, naming the
-        first failing jet); padding rows set to zero four-momenta (`pad_leaves`)."""
-        lp = np.asarray(leaves_padded, dtype=np.float64)
-        if lp.ndim != 3 or lp.shape[2] != 4:
-            if lp.ndim >= 2 and lp.shape[0] > 0:  # the per-jet message, for the first jet
-                b = 0
-                self.validate_leaves(self.crop_leaves(lp[b], int(n_leaves[b])), name=f"{name}[{b}]")
-            raise ValueError(f"{name} must be four-momenta [B, N_max, 4] (E, px, py, pz), got shape {lp.shape}")
-        real = np.arange(lp.shape[1])[None, :] < np.asarray(n_leaves)[:, None]
-
-        def first_bad(bad_rows, msg):
-            bad = np.any(bad_rows & real, axis=1)
-            if np.any(bad):
-                raise ValueError(f"{name}[{int(np.argmax(bad))}]{msg}")
-
-        with np.errstate(invalid="ignore"):
-            first_bad(~np.all(np.isfinite(lp), axis=2), " contains NaN or inf values")
-            first_bad(lp[:, :, 0] <= 0, ": every energy E (column 0) must be positive")
-        with np.errstate(over="ignore"):
-            tot = np.sum(np.where(real[:, :, None], np.abs(lp), 0.0), axis=(1, 2))
-            ok = np.isfinite(tot**4 * 64.0)
-        if not np.all(ok):
-            b = int(np.argmin(ok))
-            raise ValueError(_overflow_message(f"{name}[{b}]", float(np.max(np.abs(lp[b][real[b]])))))
-        bad = _unphysical(lp) & real
-        if np.any(bad):
-            b = int(np.argmax(np.any(bad, axis=1)))
-            raise ValueError(_unphysical_message(f"{name}[{b}]", lp[b], int(np.argmax(bad[b]))))
-        return np.where(real[:, :, None], lp, 0.0)
-
     def _lam_of(self, is_root):
         if not self.separate_root:
             return self.lam
@@ -406,6 +468,40 @@ class GinkgoEnergy(Energy):
         if self.likelihood == "paper":
             return self._log_psi_paper(parent, left, right, lam)
         return self._log_psi_exact(parent, left, right, lam)
+
+    def why_impossible(self, P, L, R):
+        tc = float(self.t_cut)
+        tP, tL, tR = float(P.t), float(L.t), float(R.t)
+        if self.likelihood == "paper":
+            if not (tP > 0 and tP >= tc):
+                return f"the parent's mass^2 t_P = {tP:.6g} is below t_cut = {tc:.6g}: it cannot split"
+            if not float(P.sqrt_t) > max(float(L.sqrt_t), float(R.sqrt_t)):
+                return (
+                    f"the heavier child's mass {max(float(L.sqrt_t), float(R.sqrt_t)):.6g} is not below the parent's "
+                    f"{float(P.sqrt_t):.6g}: no phase space for the lighter one"
+                )
+            return None
+        if not tP > tc:
+            return f"the parent's mass^2 t_P = {tP:.6g} is not above t_cut = {tc:.6g}: it cannot split"
+        for side, F in (("left", L), ("right", R)):
+            if float(F.support) == -np.inf:
+                t = float(F.t)
+                if t > tc:
+                    return (
+                        f"the {side} child has mass^2 {t:.6g} > t_cut = {tc:.6g}: as a leaf it would have split "
+                        "(leaves must lie below the cut-off)"
+                    )
+                return (
+                    f"the {side} child has mass^2 {t:.6g} <= t_cut = {tc:.6g}: as an inner node it could not have "
+                    "split (inner nodes must lie above the cut-off)"
+                )
+        sq = np.sqrt(tP)
+        if np.sqrt(tL) + np.sqrt(tR) >= sq or kallen(tP, tL, tR) <= 0:
+            return (
+                f"the children's masses {np.sqrt(tL):.6g} + {np.sqrt(tR):.6g} reach the parent's {sq:.6g}: "
+                "kinematically impossible (Kallen function <= 0)"
+            )
+        return "neither drawing order fits: each child must be lighter than the mass left after the other one"
 
     def _log_psi_paper(self, P, L, R, lam):
         # leaves carry t = 0, so the larger child's t and sqrt t are plain maxima
