@@ -91,12 +91,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _harness import aot as _aot  # noqa: E402
 from _harness import block as _block
 from _harness import fmt_t as _fmt_t
-from _harness import machine, run_worker, time_calls
+from _harness import machine, result_doc, run_worker, time_calls, write_json
 from _memory import maxrss_mb  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 DEFAULT_OUT = os.path.join(HERE, "results", "jets.json")
+PYTHIA_OUT = os.path.join(HERE, "results", "jets_pythia.json")
 REFERENCE = os.path.join(ROOT, "tests", "data", "ginkgo_jets_reference.json")
 SECTIONS = ("single", "batch", "reference", "table1", "sparse", "sparse_large", "nuts", "cold")
 
@@ -914,6 +915,48 @@ def check_targets(single, batch, reference, nuts) -> dict:
     return out
 
 
+def pythia_main(args) -> int:
+    """``--pythia``: Pythia 8 jets (pp at 13 TeV, pT-hat > 200 GeV, leading anti-kt R = 0.8
+    jet; e+e- -> Z -> q qbar, the more energetic Durham jet), reclustered to N = 6..12
+    exclusive kt subjets, scored by Ginkgo (both likelihoods) and the splitting energy
+    against the kt and C/A trees (`jaxhc.jets.pythia`)."""
+    import jax
+    import numpy as np
+
+    jax.config.update("jax_enable_x64", True)
+    from jaxhc import trellis
+    from jaxhc.jets import pythia
+
+    energies = {
+        "Ginkgo exact (lam 2, t_cut 16)": trellis.GinkgoEnergy(2.0, 16.0, "exact"),
+        "Ginkgo paper (lam 2, t_cut 16)": trellis.GinkgoEnergy(2.0, 16.0, "paper"),
+        "SplittingEnergy (alpha_s 0.118, cutoff 0.1)": trellis.SplittingEnergy(),
+    }
+    n = args.pythia_jets if args.pythia_jets is not None else (30 if args.quick else 300)
+    out = {}
+    for proc in ("pp", "ee"):
+        t0 = time.perf_counter()
+        jets = pythia.generate_jets(proc, n, seed=args.seed + 1, n_subjets=(6, 12))
+        gen = time.perf_counter() - t0
+        rows = pythia.pythia_study(jets, energies)
+        sizes = np.bincount([len(j) for j in jets], minlength=13)[6:].tolist()
+        print(
+            pythia.format_pythia_study(rows, f"\n{proc}: {n} jets, N = 6..12 subjets {sizes}, generated in {gen:.1f} s")
+        )
+        out[proc] = {"generate_s": gen, "sizes_6_to_12": sizes, "rows": [r._asdict() for r in rows]}
+    if args.out is not None or not args.quick:
+        method = (
+            "pythia8mc 8.317.2 with default tunes; final visible particles; pp: Beams:eCM 13000, HardQCD:all, "
+            "PhaseSpace:pTHatMin 200, leading anti-kt R = 0.8 jet; ee: e+e- -> gamma*/Z -> q qbar (u d s c b) at "
+            "91.19 GeV, the more energetic of two exclusive ee-kt jets; the jet's particles reclustered to N "
+            "exclusive ee-kt subjets, N uniform in 6..12; trellis MAP vs kt / C/A (NumPy ee variant); "
+            "'possible' = finite log Z; MAP = kt: identical trees; shared: fraction of the MAP's clusters in "
+            "the kt tree; log P(kt tree) = log phi(kt) - log Z; ms / jet: warm solve_batch"
+        )
+        write_json(args.out or PYTHIA_OUT, result_doc("jets_pythia", method, jets_per_process=n, **out))
+    return 0
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="small sizes everywhere; no JSON unless --out")
@@ -962,6 +1005,13 @@ def main(argv=None):
         help="keep the sections of an existing JSON output that this run does not redo (so a full "
         "run can be split into several shorter ones)",
     )
+    ap.add_argument(
+        "--pythia",
+        action="store_true",
+        help="instead: Pythia 8 pp and e+e- jets, N = 6..12 subjets, Ginkgo and SplittingEnergy vs kt and C/A "
+        f"(needs the pythia extra; JSON default {PYTHIA_OUT})",
+    )
+    ap.add_argument("--pythia-jets", type=int, default=None, help="jets per process (default 300; 30 with --quick)")
     ap.add_argument("--_worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--n", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--likelihood", default=None, help=argparse.SUPPRESS)
@@ -989,6 +1039,8 @@ def main(argv=None):
         if getattr(args, name) is None:
             setattr(args, name, quick if q else full)
 
+    if args.pythia:
+        return pythia_main(args)
     if args._worker:
         fn = {
             "single": worker_single,
