@@ -225,3 +225,11 @@ def test_cli_jets_reads_parquet_and_root_and_writes_parquet(jets, tmp_path, caps
     with pytest.raises(SystemExit):
         main(["jets", "--input", root, "--out", str(tmp_path / "o3")] + common)
     assert "jet_pt" in capsys.readouterr().err
+
+
+def test_missing_extra_names_it(monkeypatch, jets):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "awkward", None)  # as if the hep extra were not installed
+    with pytest.raises(ImportError, match=r"jaxhc\[hep\]"):
+        hep.jets_from_awkward([[{"E": 1.0, "px": 0.0, "py": 0.0, "pz": 0.5}]])

@@ -57,7 +57,7 @@ sparse-trellis study), `jaxhc.jets.arrays` (jet arrays and momentum ranks shared
 every public name is re-exported here.
 """
 
-from . import arrays, hep, kt, sparse_study, studies
+from . import arrays, hep, kt, pythia, sparse_study, studies
 from .arrays import map_rank_trees, momentum_order, to_rank_tree
 from .hep import from_awkward, jets_from_awkward, to_awkward
 from .kt import FASTJET_HINT, MAX_R, kt_tree, kt_tree_numpy
@@ -114,6 +114,7 @@ __all__ = [
     # modules
     "arrays",
     "hep",
+    "pythia",
     "kt",
     "sparse_study",
     "studies",
