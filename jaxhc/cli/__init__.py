@@ -27,7 +27,7 @@ classes against BHC's answer: the bound of the class-respecting tree closest to 
 clusters, so a reader sees whether the model or the greedy search is to blame.
 * ``jaxhc jets [--num-jets B] [--quick] [--min-leaves 5] [--max-leaves 10] [--lam 2]
   [--t-cut 16] [--likelihood paper|exact] [--seed S] [--input FILE] [--field F] [--tree T]
-  [--branch PREFIX] [--out DIR] [--no-progress] [--cache-dir DIR] [--no-compilation-cache]
+  [--branch PREFIX] [--out DIR] [--partition-size K [--resume]] [--no-progress] [--cache-dir DIR] [--no-compilation-cache]
   [--no-fastjet]`` - Ginkgo jets (simulated by `jaxhc.models.ginkgo`, or read from a JSON list
   of objects with ``leaves``, a parquet file or a ROOT file of jagged four-vectors): the exact trellis MAP tree and log Z, greedy and beam search, and kt /
   Cambridge-Aachen / anti-kt (FastJet, or the NumPy twin with ``--no-fastjet``), compared by
@@ -247,6 +247,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="ROOT: common prefix of the jagged branches E, px, py, pz (or pt, eta, phi, mass), e.g. 'jet_'",
     )
     j.add_argument("--out", default="jaxhc_out", help="output folder (default: ./jaxhc_out)")
+    j.add_argument(
+        "--partition-size",
+        type=_positive_int,
+        default=None,
+        metavar="K",
+        help="instead of the comparison: solve every jet with the exact trellis and write one parquet file of "
+        "compact results per K jets under --out, with a manifest (jaxhc.jets.runs; needs the hep extra)",
+    )
+    j.add_argument(
+        "--resume",
+        action="store_true",
+        help="with --partition-size: continue the run in --out, skipping its finished partitions",
+    )
     j.add_argument("--no-progress", action="store_true", help="no progress messages or bars")
     j.add_argument(
         "--cache-dir",

@@ -147,6 +147,34 @@ def _write_parquet(path, sol, res, progress):
     return path
 
 
+def _partitioned(args, energy, lp, nl, source, progress) -> int:
+    """``--partition-size K``: every jet through the exact trellis, one parquet file per K
+    jets under ``--out`` with a manifest (`jaxhc.jets.runs.solve_partitions`); ``--resume``
+    continues a killed run."""
+    _hep_modules(args.out)
+    from ..jets.runs import solve_partitions
+
+    log(progress, f"[jaxhc jets] {len(nl)} jets from {source}: partitions of {args.partition_size} under {args.out}")
+    try:
+        man = solve_partitions(
+            energy,
+            lp,
+            args.out,
+            nl,
+            partition_size=args.partition_size,
+            resume=args.resume,
+            ids=getattr(args, "_jet_ids", None),
+            progress_bar=progress,
+        )
+    except ValueError as e:
+        raise InputError(str(e)) from None
+    print(
+        f"jets done: {man['n_jets']} jets in {len(man['done'])} of {man['n_partitions']} partitions; "
+        f"outputs in {args.out}"
+    )
+    return 0
+
+
 def _pad_jets(jets):
     nl = np.array([len(j) for j in jets], np.int64)
     lp = np.zeros((len(jets), int(nl.max()), 4))
@@ -206,6 +234,8 @@ def cmd_jets(args) -> int:
         enable_compile_cache(args.cache_dir, progress)
     defaults = JETS_QUICK if args.quick else JETS_DEFAULT
     num_jets = args.num_jets if args.num_jets is not None else defaults["num_jets"]
+    if args.partition_size is not None and args.input is not None and args.num_jets is None:
+        num_jets = None  # a partitioned run takes every jet of the file (within the leaf range)
     max_leaves = args.max_leaves if args.max_leaves is not None else defaults["max_leaves"]
     min_leaves = args.min_leaves
     if min_leaves > max_leaves:
@@ -218,7 +248,10 @@ def cmd_jets(args) -> int:
     sim_seconds = None
     if args.input is not None:
         all_jets = read_jets(args.input, args.field, args.tree, args.branch)
-        kept = [j for j in all_jets if min_leaves <= len(j) <= max_leaves][:num_jets]
+        keep_idx = [i for i, j in enumerate(all_jets) if min_leaves <= len(j) <= max_leaves]
+        keep_idx = keep_idx if num_jets is None else keep_idx[:num_jets]
+        kept = [all_jets[i] for i in keep_idx]
+        args._jet_ids = keep_idx  # partitioned runs key their records by the jet's index in the file
         if not kept:
             raise InputError(f"{args.input}: none of its {len(all_jets)} jets has {min_leaves} to {max_leaves} leaves")
         lp, nl = _pad_jets(kept)
@@ -237,6 +270,10 @@ def cmd_jets(args) -> int:
         lp, nl = _simulate_jets(args, num_jets, min_leaves, max_leaves, progress)
         sim_seconds = time.perf_counter() - t0
         source = "jaxhc.models.ginkgo.simulate"
+    if args.partition_size is not None:
+        return _partitioned(args, energy, lp, nl, source, progress)
+    if args.resume:
+        raise InputError("--resume continues a partitioned run: pass it with --partition-size")
     backend = "numpy" if args.no_fastjet else "auto"
     log(progress, f"[jaxhc jets] {len(nl)} jets, likelihood={args.likelihood}: trellis, beam, greedy, kt family ...")
     res = jetsmod.compare_map_methods(energy, lp, nl, kt_backend=backend, progress_bar=progress)

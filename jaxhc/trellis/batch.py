@@ -664,20 +664,18 @@ def _solve_batch_flat_compact(energy, lp, nl, n_max, device) -> TrellisSolution:
     nl = nl.astype(np.int64)
     work = np.cumsum([num_splits(int(n)) for n in nl])
     per = _COMPACT_BLOCK_PAIRS
-    if work[-1] <= per:
-        bounds, bucket = [0, len(nl)], False
-    else:
-        bounds, bucket = list(np.flatnonzero(np.diff(work // per, prepend=-1))) + [len(nl)], True
+    bounds = [0, len(nl)] if work[-1] <= per else list(np.flatnonzero(np.diff(work // per, prepend=-1))) + [len(nl)]
     parts = []
     for a, b in zip(bounds[:-1], bounds[1:]):
-        blp, bnl = lp[a:b], nl[a:b]
-        if bucket:
-            extra = (1 << int(b - a - 1).bit_length()) - (b - a)
-            blp = np.concatenate([blp, np.repeat(lp[a : a + 1], extra, axis=0)])
-            bnl = np.concatenate([bnl, np.ones(extra, np.int64)])
+        # every block padded to bucketed shapes (the batch to a power of two with one-leaf
+        # problems): blocks, and the batches of repeated calls (partitions of a large run, Dask
+        # tasks), share a few compiled programs
+        extra = (1 << int(b - a - 1).bit_length()) - (b - a)
+        blp = np.concatenate([lp[a:b], np.repeat(lp[a : a + 1], extra, axis=0)])
+        bnl = np.concatenate([nl[a:b], np.ones(extra, np.int64)])
         if len(parts) >= 2:  # at most two blocks' layouts alive: this one and the one running
             jax.block_until_ready(parts[-2][3])
-        batch = jax.device_put(_layout_batch(blp, bnl, n_max, True, bucket), device)
+        batch = jax.device_put(_layout_batch(blp, bnl, n_max, True, True), device)
         parts.append((a, b, bnl, _solve_flat_compact(energy, batch)))  # asynchronous
     B = len(nl)
     log_z, map_v = np.zeros(B), np.zeros(B)
