@@ -1,0 +1,182 @@
+"""The exact trellis over many jets on a Dask cluster (issue 24, part 2; the ``dask`` and
+``hep`` extras: ``pip install "jaxhc[dask,hep]"``).
+
+`solve_on_dask` sends partitions of jets to the workers of a ``distributed.Client`` and
+returns one awkward record array per partition (`jaxhc.jets.to_awkward`'s compact per-jet
+results, plus ``jet_id``). `JaxhcWorkerPlugin`, registered by `solve_on_dask` (or by you),
+turns on float64 and JAX's persistent compilation cache in every worker, and counts the
+programs each worker compiles (`worker_compile_counts`). Partitions are padded to shared
+shapes (one leaf count ``n_max`` for all, bucketed batch layouts), so a worker compiles a
+few programs for the whole run, not one per partition.
+
+Works with any cluster a ``Client`` reaches: ``LocalCluster`` on one machine, or e.g.
+``dask_jobqueue.SLURMCluster`` on a batch system (see the README, "Scaling out").
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional, Sequence
+
+import numpy as np
+
+__all__ = ["DASK_EXTRA_HINT", "JaxhcWorkerPlugin", "solve_on_dask", "worker_compile_counts"]
+
+DASK_EXTRA_HINT = 'pip install "jaxhc[dask,hep]" (dask.distributed, awkward)'
+
+_COMPILES = [0]  # per process: programs compiled since the plugin's setup
+
+try:  # the plugin must be a WorkerPlugin for Client.register_plugin
+    from distributed import WorkerPlugin as _WorkerPlugin
+except ImportError:  # pragma: no cover - the extra is installed in CI
+    _WorkerPlugin = object
+
+
+def _distributed():
+    try:
+        import distributed
+    except ImportError as e:
+        raise ImportError(f"running on Dask needs the optional 'dask' extra: {DASK_EXTRA_HINT}") from e
+    return distributed
+
+
+def _count_compile(event, duration, **kw):
+    if event == "/jax/core/compile/backend_compile_duration":
+        _COMPILES[0] += 1
+
+
+class JaxhcWorkerPlugin(_WorkerPlugin):
+    """A ``distributed`` worker plugin: float64 on (``jax_enable_x64``; without it a worker
+    would silently compute in float32), JAX's persistent compilation cache on
+    (`jaxhc.enable_compilation_cache` with ``cache_dir``; ``False``: off), and a count of
+    the programs the worker compiles. Register with ``client.register_plugin(...)``."""
+
+    name = "jaxhc"
+
+    def __init__(self, cache_dir=None):
+        self.cache_dir = cache_dir
+
+    def setup(self, worker=None):
+        import jax
+
+        jax.config.update("jax_enable_x64", True)
+        if self.cache_dir is not False:
+            import jaxhc
+
+            jaxhc.enable_compilation_cache(self.cache_dir)
+        from jax import monitoring
+
+        if not getattr(JaxhcWorkerPlugin, "_listening", False):
+            monitoring.register_event_duration_secs_listener(_count_compile)
+            JaxhcWorkerPlugin._listening = True
+        _COMPILES[0] = 0
+
+
+def _as_padded(part, n_max):
+    """A partition (awkward jets, a list of ``[N, 4]`` arrays, or ``(leaves_padded,
+    n_leaves)``) as ``(leaves [B, n_max, 4], n_leaves)``."""
+    from .runs import _as_padded as as_padded
+
+    if isinstance(part, tuple) and len(part) == 2:
+        lp, nl = as_padded(*part)
+    else:
+        lp, nl = as_padded(part, None)
+    lp = np.asarray(lp, np.float64)
+    nl = np.asarray(nl).astype(np.int64)
+    if n_max is not None:
+        if lp.shape[1] > n_max:
+            if np.any(nl > n_max):
+                raise ValueError(f"a jet has {int(nl.max())} leaves, more than n_max={n_max}")
+            lp = lp[:, :n_max]
+        elif lp.shape[1] < n_max:
+            lp = np.concatenate([lp, np.zeros((lp.shape[0], n_max - lp.shape[1], lp.shape[2]))], axis=1)
+    return lp, nl
+
+
+def _solve_partition(energy, part, n_max, marginals, first_id):
+    """Worker task: one partition through `solve_batch` (compact), as awkward records."""
+    import awkward as ak
+
+    from ..trellis import solve_batch
+    from .hep import to_awkward
+
+    lp, nl = _as_padded(part, n_max)
+    sol = solve_batch(energy, lp, nl, marginals=marginals, tables=False)
+    ids = np.arange(first_id, first_id + len(nl), dtype=np.int64) if first_id is not None else None
+    rec = to_awkward(sol)
+    return ak.with_field(rec, ids, "jet_id") if ids is not None else rec
+
+
+def solve_on_dask(
+    client,
+    energy,
+    partitions: Sequence,
+    *,
+    n_max: Optional[int] = None,
+    marginals: bool = False,
+    cache_dir=None,
+    register_plugin: bool = True,
+    gather: bool = True,
+) -> List:
+    """Solves every jet of every partition with the exact trellis on the Dask cluster of
+    ``client``.
+
+    Args:
+      client: a ``distributed.Client``.
+      energy: a `jaxhc.trellis.Energy` over four-momenta (it is pickled to the workers).
+      partitions: a sequence of partitions, each a jagged awkward array of jets, a list of
+        ``[N, 4]`` arrays or a ``(leaves_padded, n_leaves)`` pair, or ``dask.delayed`` objects
+        producing one (e.g. reading a parquet file on the worker); or a ``dask.bag.Bag`` whose
+        partitions are lists of jets.
+      n_max: the leaf count every partition is padded to, so that all partitions share
+        compiled programs (default: the largest jet when the partitions are concrete; with
+        delayed partitions, pass it).
+      cache_dir: the workers' persistent compilation cache (`jaxhc.enable_compilation_cache`;
+        ``False``: none).
+      register_plugin: register `JaxhcWorkerPlugin` first (float64, cache, compile counts).
+      gather: return the records (default); ``False``: the futures.
+
+    Returns:
+      one awkward record array per partition, in order, with ``jet_id`` (the jet's index over
+      all partitions, when the partition sizes are known on the client).
+    """
+    _distributed()
+    from ..trellis import Energy
+
+    if not isinstance(energy, Energy):
+        raise TypeError(f"energy must be a jaxhc.trellis Energy, got {type(energy).__name__}")
+    if hasattr(partitions, "to_delayed") and hasattr(partitions, "npartitions"):  # a dask bag
+        partitions = partitions.to_delayed()
+    partitions = list(partitions)
+    if not partitions:
+        raise ValueError("partitions must hold at least one partition")
+    delayed = [hasattr(p, "__dask_graph__") for p in partitions]
+    first_ids: List[Optional[int]] = []
+    if not any(delayed):
+        sized = [_as_padded(p, None) for p in partitions]
+        if n_max is None:
+            n_max = max(int(nl.max()) for _, nl in sized)
+        starts = np.concatenate([[0], np.cumsum([len(nl) for _, nl in sized])[:-1]])
+        first_ids = [int(s) for s in starts]
+        partitions = [(lp, nl) for lp, nl in sized]
+    else:
+        if n_max is None:
+            raise ValueError("n_max is required with delayed partitions (the largest number of leaves of a jet)")
+        first_ids = [None] * len(partitions)
+    if register_plugin:
+        client.register_plugin(JaxhcWorkerPlugin(cache_dir))
+    futures = []
+    energy_f = client.scatter(energy, broadcast=True)
+    for part, first in zip(partitions, first_ids):
+        if hasattr(part, "__dask_graph__"):
+            part = client.compute(part)
+        futures.append(client.submit(_solve_partition, energy_f, part, n_max, marginals, first, pure=False))
+    return client.gather(futures) if gather else futures
+
+
+def worker_compile_counts(client) -> dict:
+    """``{worker address: programs compiled}`` since `JaxhcWorkerPlugin` was set up there."""
+    return client.run(_compile_count)
+
+
+def _compile_count() -> int:
+    return _COMPILES[0]

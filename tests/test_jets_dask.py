@@ -1,0 +1,68 @@
+"""The exact trellis on a Dask cluster (`jaxhc.jets.dask`; issue 24, part 2): two worker
+processes give the single-process results, in float64, with a bounded number of compiled
+programs per worker (counted), from concrete or delayed partitions."""
+
+import numpy as np
+import pytest
+
+distributed = pytest.importorskip("distributed", reason="the dask extra (pip install -e '.[dask]')")
+ak = pytest.importorskip("awkward", reason="the hep extra")
+
+import dask  # noqa: E402
+import jax  # noqa: E402
+
+from jaxhc import trellis  # noqa: E402
+from jaxhc.jets import dask as jd  # noqa: E402
+from jaxhc.models import ginkgo  # noqa: E402
+
+jax.config.update("jax_enable_x64", True)
+
+PARAMS = ginkgo.GinkgoParams(lam=2.0, t_cut=16.0)
+
+
+@pytest.fixture(scope="module")
+def client():
+    with (
+        distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster,
+        distributed.Client(cluster) as c,
+    ):
+        yield c
+
+
+def test_dask_equals_one_process(client):
+    sim = ginkgo.simulate(jax.random.PRNGKey(7), PARAMS, 96, min_leaves=3, max_leaves=8)
+    lp, nl = np.asarray(sim.leaves, np.float64), np.asarray(sim.n_leaves)
+    e = PARAMS.energy("exact")
+    parts = [(lp[a : a + 16], nl[a : a + 16]) for a in range(0, 96, 16)]
+    recs = jd.solve_on_dask(client, e, parts, cache_dir=False)
+    got = ak.concatenate(recs)
+    ref = trellis.solve_batch(e, lp, nl)
+    assert ak.to_list(got.jet_id) == list(range(96))
+    # float64 on the workers: the same values as this process to the last bits
+    np.testing.assert_allclose(ak.to_numpy(got.log_z), ref.log_z, rtol=1e-13)
+    np.testing.assert_allclose(ak.to_numpy(got.map_log_phi), ref.map_log_phi, rtol=1e-13)
+    want_left = [list(ch[: n - 1, 0]) for ch, n in zip(ref.map_children, nl)]
+    assert ak.to_list(got.map_left) == want_left
+    first = jd.worker_compile_counts(client)
+    assert len(first) == 2 and sum(first.values()) > 0
+    # partitions share shapes: a second pass over other jets compiles little or nothing
+    sim2 = ginkgo.simulate(jax.random.PRNGKey(8), PARAMS, 96, min_leaves=3, max_leaves=8)
+    parts2 = [(np.asarray(sim2.leaves)[a : a + 16], np.asarray(sim2.n_leaves)[a : a + 16]) for a in range(0, 96, 16)]
+    client.register_plugin(jd.JaxhcWorkerPlugin(False))  # resets the counts
+    jd.solve_on_dask(client, e, parts2, n_max=8, register_plugin=False)
+    second = jd.worker_compile_counts(client)
+    assert sum(second.values()) <= sum(first.values()), (first, second)
+
+
+def test_delayed_partitions_and_bad_input(client):
+    sim = ginkgo.simulate(jax.random.PRNGKey(9), PARAMS, 20, min_leaves=3, max_leaves=6)
+    lp, nl = np.asarray(sim.leaves, np.float64), np.asarray(sim.n_leaves)
+    e = PARAMS.energy("paper")
+    make = dask.delayed(lambda a, b: (lp[a:b], nl[a:b]))
+    recs = jd.solve_on_dask(client, e, [make(0, 10), make(10, 20)], n_max=6, cache_dir=False)
+    got = np.concatenate([ak.to_numpy(r.log_z) for r in recs])
+    np.testing.assert_allclose(got, trellis.solve_batch(e, lp, nl).log_z, rtol=1e-13)
+    with pytest.raises(ValueError, match="n_max is required"):
+        jd.solve_on_dask(client, e, [make(0, 10)])
+    with pytest.raises(TypeError, match="Energy"):
+        jd.solve_on_dask(client, "ginkgo", [(lp, nl)])
