@@ -91,9 +91,29 @@ def _derivatives_jit(u, batch, t_cut, likelihood):
 
 def _derivatives(u, batch, t_cut, likelihood):
     """``(f, f', f'')`` of the mean log Z per jet at ``u = log lambda`` (nested forward mode:
-    one parameter, so forward mode is the cheapest and the curvature comes with it)."""
+    one parameter, so forward mode is the cheapest and the curvature comes with it). After
+    `jax.distributed.initialize` with several processes, each holding its own jets, the mean
+    is over the jets of all processes (local sums gathered across processes), so every
+    process takes the same steps and a fit on P processes equals the single-process fit."""
     dtype = jnp.result_type(float)
-    return _derivatives_jit(jnp.asarray(u, dtype), batch, jnp.asarray(t_cut, dtype), likelihood)
+    out = _derivatives_jit(jnp.asarray(u, dtype), batch, jnp.asarray(t_cut, dtype), likelihood)
+    if jax.process_count() == 1:
+        return out
+    from jax.experimental import multihost_utils
+
+    n = float(batch.batch_size)
+    local = np.array([n] + [n * float(x) for x in out], np.float64)
+    tot = np.sum(np.asarray(multihost_utils.process_allgather(local)).reshape(-1, 4), axis=0)
+    return tuple(tot[1:] / tot[0])
+
+
+def _total_batch_size(batch) -> int:
+    """Jets over all processes (`_derivatives`' denominator)."""
+    if jax.process_count() == 1:
+        return batch.batch_size
+    from jax.experimental import multihost_utils
+
+    return int(np.sum(np.asarray(multihost_utils.process_allgather(np.array([batch.batch_size], np.int64)))))
 
 
 class LambdaFit(NamedTuple):
@@ -183,10 +203,14 @@ def fit_lambda(
     if optimizer is not None and not isinstance(optimizer, optax.GradientTransformation):
         raise TypeError(f"optimizer must be an optax GradientTransformation, got {type(optimizer).__name__}")
     batch = prepare_jets(leaves_padded, n_leaves, tc, likelihood)
-    # the root of a one-leaf jet is the subset {0} (bitmask 1)
-    if not isinstance(leaves_padded, PreparedBatch) and np.all(
-        np.asarray(batch.subset_mask)[np.asarray(batch.roots)] <= 1
-    ):
+    # the root of a one-leaf jet is the subset {0} (bitmask 1); with several processes the
+    # count is global, so that every process raises or none does
+    multi = np.sum(np.asarray(batch.subset_mask)[np.asarray(batch.roots)] > 1)
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        multi = np.sum(np.asarray(multihost_utils.process_allgather(np.array([multi], np.int64))))
+    if not isinstance(leaves_padded, PreparedBatch) and multi == 0:
         raise ValueError(
             "n_leaves: every jet has a single leaf, whose likelihood does not depend on lambda "
             "(log Z = 0): there is nothing to fit"
@@ -240,7 +264,7 @@ def fit_lambda(
         if bar is not None:
             bar.close()
     lam = float(np.exp(u))
-    B = batch.batch_size
+    B = _total_batch_size(batch)
     # d/dlam = f' / lam, d^2/dlam^2 = (f'' - f') / lam^2 (per jet; times B for the sum)
     curv = B * (hess - grad) / lam**2
     stderr = float(1.0 / np.sqrt(-curv)) if curv < 0 else float("nan")

@@ -157,8 +157,9 @@ def solve_batch(
         awkward input).
       marginals: also compute every cluster's marginal (tables over ``2^N_max``; in every
         table, subsets containing padding hold ``-inf`` (backpointer 0)).
-      devices: devices to shard the batch over (default ``jax.devices()``; one device: no
-        sharding).
+      devices: devices to shard the batch over (default ``jax.local_devices()``: after
+        `jax.distributed.initialize` every process solves its own jets on its own devices;
+        one device: no sharding).
       group_by_size: solve each problem at its own ``N`` (far less work than padding
         everything to ``N_max``); ``False`` pads every problem to ``N_max`` (the subsets
         holding padding are evaluated too, then masked), for cross-checks.
@@ -249,7 +250,7 @@ def _solve_batch(energy, leaves_padded, n_leaves, marginals, devices, group_by_s
             "layout='flat' computes log Z and the MAP only; marginals=True needs layout='grouped' (or None)"
         )
     lp, nl, n_max = _validate_batch(energy, leaves_padded, n_leaves)
-    devices = list(jax.devices()) if devices is None else list(devices)
+    devices = list(jax.local_devices()) if devices is None else list(devices)
     B = lp.shape[0]
     if layout is None:
         layout = "flat" if (not marginals and group_by_size and len(devices) == 1) else "grouped"
