@@ -74,7 +74,7 @@ class JaxhcWorkerPlugin(_WorkerPlugin):
 def _as_padded(part, n_max):
     """A partition (awkward jets, a list of ``[N, 4]`` arrays, or ``(leaves_padded,
     n_leaves)``) as ``(leaves [B, n_max, 4], n_leaves)``."""
-    from .runs import _as_padded as as_padded
+    from .hep import as_padded_jets as as_padded
 
     if isinstance(part, tuple) and len(part) == 2:
         lp, nl = as_padded(*part)

@@ -21,14 +21,24 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["HEP_EXTRA_HINT", "is_awkward", "jets_from_awkward", "jet_from_awkward", "to_awkward", "from_awkward"]
+__all__ = [
+    "HEP_EXTRA_HINT",
+    "as_padded_jets",
+    "from_awkward",
+    "is_awkward",
+    "jet_from_awkward",
+    "jets_from_awkward",
+    "require_awkward",
+    "to_awkward",
+]
 
 HEP_EXTRA_HINT = 'pip install "jaxhc[hep]" (awkward, vector, pyarrow, uproot)'
 
 _FIELDS = ("E", "px", "py", "pz")
 
 
-def _ak():
+def require_awkward():
+    """The ``awkward`` module, or an ImportError naming the ``hep`` extra."""
     try:
         import awkward as ak
     except ImportError as e:  # pragma: no cover - the extra is installed in CI
@@ -44,7 +54,7 @@ def is_awkward(x) -> bool:
 
 def _four_components(arr, name):
     """``(E, px, py, pz)`` awkward arrays of a record array of four-vectors."""
-    ak = _ak()
+    ak = require_awkward()
     fields = ak.fields(arr)
     if all(f in fields for f in _FIELDS):
         return tuple(arr[f] for f in _FIELDS)
@@ -67,7 +77,7 @@ def jets_from_awkward(jets, name: str = "jets"):
     """``(leaves_padded [B, N_max, 4], n_leaves [B])`` host arrays (float64 four-momenta in
     the order ``(E, px, py, pz)``, zero padding; int64 counts) from a jagged awkward array of
     jets of four-vectors."""
-    ak = _ak()
+    ak = require_awkward()
     arr = ak.Array(jets)
     if arr.ndim != 2:
         raise ValueError(
@@ -91,7 +101,7 @@ def jets_from_awkward(jets, name: str = "jets"):
 def jet_from_awkward(jet, name: str = "leaves") -> np.ndarray:
     """``[N, 4]`` float64 four-momenta ``(E, px, py, pz)`` of one jet given as an awkward
     array of four-vector records."""
-    ak = _ak()
+    ak = require_awkward()
     arr = ak.Array(jet) if not isinstance(jet, ak.Array) else jet
     if arr.ndim != 1:
         raise ValueError(f"{name}: one jet must be a list of four-vector records, got type {arr.type}")
@@ -107,7 +117,7 @@ def to_awkward(solution):
     of the MAP tree) when the solve computed marginals."""
     from ..trellis.batch import compact_solution
 
-    ak = _ak()
+    ak = require_awkward()
     sol = compact_solution(solution)
     nl = np.asarray(sol.n_leaves).astype(np.int64)
     k = np.maximum(nl - 1, 0)
@@ -130,7 +140,7 @@ def from_awkward(records):
     ``ak.from_parquet`` or from a TTree); `jaxhc.trellis.map_trees` gives its `Tree` s."""
     from ..trellis.exact import TrellisSolution
 
-    ak = _ak()
+    ak = require_awkward()
     arr = ak.Array(records)
     need = ("n_leaves", "log_z", "map_log_phi", "map_left", "map_right")
     missing = [f for f in need if f not in ak.fields(arr)]
@@ -161,3 +171,22 @@ def from_awkward(records):
         children,
         lm,
     )
+
+
+def as_padded_jets(jets, n_leaves=None):
+    """``(leaves_padded [B, N_max, 4], n_leaves [B])`` from a jagged awkward array of jets, a
+    list of ``[N_b, 4]`` arrays (``n_leaves=None``) or a padded array with ``n_leaves``."""
+    if is_awkward(jets):
+        from ..trellis.batch import awkward_or_padded
+
+        return awkward_or_padded(jets, n_leaves)
+    if n_leaves is None:
+        from .arrays import jet_list
+
+        arrs = jet_list(jets, "jets")
+        nl = np.array([len(a) for a in arrs], np.int64)
+        lp = np.zeros((len(arrs), int(nl.max()), 4))
+        for b, a in enumerate(arrs):
+            lp[b, : len(a)] = a
+        return lp, nl
+    return np.asarray(jets, np.float64), np.asarray(n_leaves)

@@ -26,24 +26,6 @@ MANIFEST = "manifest.json"
 _VERSION = 1
 
 
-def _as_padded(jets, n_leaves):
-    from ..trellis.batch import awkward_or_padded
-    from .hep import is_awkward
-
-    if is_awkward(jets):
-        return awkward_or_padded(jets, n_leaves)
-    if n_leaves is None:  # a list of jets [N_b, 4]
-        from .arrays import jet_list
-
-        arrs = jet_list(jets, "jets")
-        nl = np.array([len(a) for a in arrs], np.int64)
-        lp = np.zeros((len(arrs), int(nl.max()), 4))
-        for b, a in enumerate(arrs):
-            lp[b, : len(a)] = a
-        return lp, nl
-    return np.asarray(jets, np.float64), np.asarray(n_leaves)
-
-
 def _energy_key(energy) -> str:
     """The energy's class, static settings and parameter values, as text (equinox's repr
     shows array shapes only)."""
@@ -91,16 +73,16 @@ def solve_partitions(
       progress_bar: a tqdm bar over the partitions.
     """
     from ..trellis import Energy, solve_batch
-    from .hep import _ak, to_awkward
+    from .hep import as_padded_jets, require_awkward, to_awkward
 
-    ak = _ak()
+    ak = require_awkward()
     if not isinstance(energy, Energy):
         raise TypeError(f"energy must be a jaxhc.trellis Energy, got {type(energy).__name__}")
     if isinstance(partition_size, (bool, np.bool_)) or not isinstance(partition_size, (int, np.integer)):
         raise TypeError(f"partition_size must be a positive integer, got {partition_size!r}")
     if partition_size < 1:
         raise ValueError(f"partition_size must be a positive integer, got {partition_size}")
-    lp, nl = _as_padded(jets, n_leaves)
+    lp, nl = as_padded_jets(jets, n_leaves)
     lp, nl = energy.validate_batch(np.asarray(lp, np.float64), np.asarray(nl)), np.asarray(nl).astype(np.int64)
     B = len(nl)
     ids = np.arange(B, dtype=np.int64) if ids is None else np.asarray(ids).astype(np.int64).reshape(-1)
@@ -168,9 +150,9 @@ def solve_partitions(
 def read_partitions(out_dir: str, *, complete: bool = True):
     """All records of a `solve_partitions` run, in jet order (``complete``: every partition
     must be finished)."""
-    from .hep import _ak
+    from .hep import require_awkward
 
-    ak = _ak()
+    ak = require_awkward()
     mpath = os.path.join(out_dir, MANIFEST)
     if not os.path.exists(mpath):
         raise ValueError(f"{out_dir}: no {MANIFEST} (not a jaxhc partitioned run)")
