@@ -165,11 +165,10 @@ def solve_on_dask(
     if register_plugin:
         client.register_plugin(JaxhcWorkerPlugin(cache_dir))
     futures = []
-    energy_f = client.scatter(energy, broadcast=True)
     for part, first in zip(partitions, first_ids):
         if hasattr(part, "__dask_graph__"):
             part = client.compute(part)
-        futures.append(client.submit(_solve_partition, energy_f, part, n_max, marginals, first, pure=False))
+        futures.append(client.submit(_solve_partition, energy, part, n_max, marginals, first, pure=False))
     return client.gather(futures) if gather else futures
 
 
