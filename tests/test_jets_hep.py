@@ -175,7 +175,8 @@ def test_compact_flat_path_equals_the_tables(jets, monkeypatch, block_pairs):
 
     lp, nl, A = jets
     if block_pairs is not None:
-        monkeypatch.setattr(batch_mod, "_COMPACT_BLOCK_PAIRS", block_pairs)
+        monkeypatch.setattr(batch_mod, "_GROUP_BLOCK_PAIRS", block_pairs)
+        monkeypatch.setattr(batch_mod, "_GROUP_MAX_JETS", 2)
     small = trellis.solve_batch(ENERGY, lp, nl)
     full = trellis.solve_batch(ENERGY, lp, nl, tables=True)
     assert small.log_z_table is None and small.map_log_marginals is None

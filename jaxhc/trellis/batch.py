@@ -257,7 +257,7 @@ def _solve_batch(energy, leaves_padded, n_leaves, marginals, devices, group_by_s
     if tables is None:
         tables = B == 1
     if layout == "flat" and group_by_size and not tables:
-        return _solve_batch_flat_compact(energy, lp, nl, n_max, devices[0])
+        return _solve_batch_flat_by_size(energy, lp, nl, n_max, devices[0])
     if layout == "flat":
         log_z, map_v, tz, tb, bp = _solve_batch_flat(energy, lp, nl, n_max, group_by_size, devices[0])
         sol = TrellisSolution(log_z, map_v, None, None, tz, tb, bp, jnp.asarray(nl))
@@ -465,15 +465,16 @@ def _layout_batch(lp, nl, n_max, group_by_size, bucket: bool = False):
         at = _fill_level(cols, live, at, S, L, R, flag, M)
     pairs = tuple(jnp.asarray(c) for c in cols[:4])
     roots = offs + np.left_shift(1, nl) - 1
+    i32 = lambda x: jnp.asarray(np.asarray(x, np.int32))  # cast on the host (on the device it compiles)
     return PreparedBatch(
         jnp.asarray(lp),
-        jnp.asarray(sub_prob, jnp.int32),
-        jnp.asarray(sub_mask, jnp.int32),
-        jnp.asarray(singles, jnp.int32),
+        i32(sub_prob),
+        i32(sub_mask),
+        i32(singles),
         pairs,
-        jnp.asarray(cols[4], jnp.int32),
+        i32(cols[4]),
         jnp.asarray(live),
-        jnp.asarray(roots, jnp.int32),
+        i32(roots),
         T,
         M,
     )
@@ -651,44 +652,60 @@ def _solve_flat_compact(energy, batch: PreparedBatch):
     return log_z[batch.roots], best[batch.roots], bp
 
 
-#: splits per block of the compact flat path (`solve_batch(..., tables=False)`), at most two
-#: blocks alive at a time: 2000 Ginkgo jets of 5..12 leaves peak at about 1.06 GB of process
-#: memory against 1.41 GB with 2^23-split blocks all in flight, and run faster (0.92 vs 1.1 s)
-_COMPACT_BLOCK_PAIRS = 1 << 22
+#: the compact path's blocks hold jets of one size: at most this many splits per block ...
+_GROUP_BLOCK_PAIRS = 1 << 20
+#: ... and at most this many jets (a power of two)
+_GROUP_MAX_JETS = 1024
 
 
-def _solve_batch_flat_compact(energy, lp, nl, n_max, device) -> TrellisSolution:
-    """`solve_batch(..., layout="flat", tables=False)`: the blocks of `_solve_batch_flat`,
-    each returning its per-slot backpointers, from which the host reads every MAP tree (a
-    problem of ``n`` leaves owns the ``2^n`` slots from its offset); no ``[B, 2^N_max]``
-    table is formed."""
+def _group_block_jets(n: int) -> int:
+    """Jets of ``n`` leaves per block of the compact path: a power of two, at most
+    `_GROUP_MAX_JETS`, with at most `_GROUP_BLOCK_PAIRS` splits in all (at least one jet)."""
+    fit = _GROUP_BLOCK_PAIRS // max(num_splits(int(n)), 1)
+    return int(min(_GROUP_MAX_JETS, 1 << max(int(fit).bit_length() - 1, 0)))
+
+
+@lru_cache(maxsize=16)
+def _group_template(n: int, jets: int, n_max: int, tail: tuple, device):
+    """The flat layout of ``jets`` problems of ``n`` elements each (their split indices depend
+    on nothing else), on ``device``; ``tail`` the shape of one element's leaves. Cached: every
+    block of that size, in this call or a later one, reuses it (and its compiled program). A
+    template holds at most `_GROUP_BLOCK_PAIRS` splits (16 bytes each), so the cache stays
+    under about 16 x 17 MB."""
+    lp = np.zeros((jets, n_max) + tail)
+    return jax.device_put(_layout_batch(lp, np.full(jets, n, np.int64), n_max, True, False), device)
+
+
+def _solve_batch_flat_by_size(energy, lp, nl, n_max, device) -> TrellisSolution:
+    """`solve_batch(..., layout="flat", tables=False)`: the jets grouped by size, each group
+    in blocks of `_group_block_jets` jets (the last one filled with copies of a jet of the
+    group), so that every block of a size has the same layout (built once, `_group_template`)
+    and the same compiled program: one program per distinct size over any number of calls.
+    Each block returns per-slot backpointers (jet ``j`` of the block owns slots ``j 2^n ..
+    (j + 1) 2^n``), from which the host reads the MAP trees; no ``[B, 2^N_max]`` table is
+    formed."""
     nl = nl.astype(np.int64)
-    work = np.cumsum([num_splits(int(n)) for n in nl])
-    per = _COMPACT_BLOCK_PAIRS
-    bounds = [0, len(nl)] if work[-1] <= per else list(np.flatnonzero(np.diff(work // per, prepend=-1))) + [len(nl)]
-    parts = []
-    for a, b in zip(bounds[:-1], bounds[1:]):
-        # every block padded to bucketed shapes (the batch to a power of two with one-leaf
-        # problems): blocks, and the batches of repeated calls (partitions of a large run, Dask
-        # tasks), share a few compiled programs
-        extra = (1 << int(b - a - 1).bit_length()) - (b - a)
-        blp = np.concatenate([lp[a:b], np.repeat(lp[a : a + 1], extra, axis=0)])
-        bnl = np.concatenate([nl[a:b], np.ones(extra, np.int64)])
-        if len(parts) >= 2:  # at most two blocks' layouts alive: this one and the one running
-            jax.block_until_ready(parts[-2][3])
-        batch = jax.device_put(_layout_batch(blp, bnl, n_max, True, True), device)
-        parts.append((a, b, bnl, _solve_flat_compact(energy, batch)))  # asynchronous
     B = len(nl)
+    tail = tuple(lp.shape[2:])
+    parts = []
+    for n in np.unique(nl):
+        idx = np.flatnonzero(nl == n)
+        k = _group_block_jets(int(n))
+        template = _group_template(int(n), k, int(n_max), tail, device)
+        for a in range(0, len(idx), k):
+            rows = idx[a : a + k]
+            fill = np.concatenate([rows, np.full(k - len(rows), rows[0])])
+            batch = eqx.tree_at(lambda t: t.leaves, template, lp[fill])  # host leaves: moved by the call
+            parts.append((int(n), rows, _solve_flat_compact(energy, batch)))  # asynchronous
     log_z, map_v = np.zeros(B), np.zeros(B)
     children = np.full((B, max(n_max - 1, 0), 2), -1, np.int32)
-    for a, b, bnl, (lz, mv, bp) in parts:
-        log_z[a:b], map_v[a:b] = np.asarray(lz)[: b - a], np.asarray(mv)[: b - a]
-        bp = np.asarray(bp)
-        offs = np.concatenate([[0], np.cumsum(np.left_shift(1, bnl))[:-1]])
-        for j in range(b - a):
-            n = int(bnl[j])
-            if n > 1:
-                children[a + j, : n - 1] = tree_from_backpointers(bp[offs[j] : offs[j] + (1 << n)], n).children
+    for n, rows, (lz, mv, bp) in parts:
+        m = len(rows)
+        log_z[rows], map_v[rows] = np.asarray(lz)[:m], np.asarray(mv)[:m]
+        if n > 1:
+            bp = np.asarray(bp).reshape(-1, 1 << n)
+            for j in range(m):
+                children[rows[j], : n - 1] = tree_from_backpointers(bp[j], n).children
     return TrellisSolution(log_z, map_v, None, None, None, None, None, nl, children, None)
 
 
