@@ -138,7 +138,7 @@ def to_awkward(solution):
 def from_awkward(records):
     """A compact `TrellisSolution` from `to_awkward`'s records (e.g. read back with
     ``ak.from_parquet`` or from a TTree); `jaxhc.trellis.map_trees` gives its `Tree` s."""
-    from ..trellis.exact import TrellisSolution
+    from ..trellis.batch import compact_result
 
     ak = require_awkward()
     arr = ak.Array(records)
@@ -159,18 +159,7 @@ def from_awkward(records):
     if "map_log_marginals" in ak.fields(arr):
         lm = np.full((len(nl), width), np.nan)
         lm[live] = ak.to_numpy(ak.flatten(arr["map_log_marginals"]))
-    return TrellisSolution(
-        ak.to_numpy(arr["log_z"]).astype(np.float64),
-        ak.to_numpy(arr["map_log_phi"]).astype(np.float64),
-        None,
-        None,
-        None,
-        None,
-        None,
-        nl,
-        children,
-        lm,
-    )
+    return compact_result(ak.to_numpy(arr["log_z"]), ak.to_numpy(arr["map_log_phi"]), nl, children, lm)
 
 
 def as_padded_jets(jets, n_leaves=None):

@@ -33,6 +33,7 @@ from .exact import (
 __all__ = [
     "solve_batch",
     "compact_solution",
+    "compact_result",
     "PreparedBatch",
     "prepare_batch",
     "log_partition_prepared",
@@ -230,17 +231,24 @@ def compact_solution(sol: TrellisSolution) -> TrellisSolution:
         if with_m:
             masks = tree.leaf_sets()[n:].astype(np.int64) @ (np.int64(1) << np.arange(n, dtype=np.int64))
             lm[b, : n - 1] = lm_tab[b, masks]
+    return compact_result(sol.log_z, sol.map_log_phi, nl, children, lm)
+
+
+def compact_result(log_z, map_log_phi, n_leaves, map_children, map_log_marginals=None) -> TrellisSolution:
+    """A compact `TrellisSolution` (the per-subset table fields ``None``) from per-problem
+    host arrays: ``log_z``, ``map_log_phi`` ``[B]``, ``n_leaves`` ``[B]``, ``map_children``
+    ``[B, N_max - 1, 2]`` and optionally ``map_log_marginals`` ``[B, N_max - 1]``."""
     return TrellisSolution(
-        np.asarray(sol.log_z),
-        np.asarray(sol.map_log_phi),
+        np.asarray(log_z, np.float64),
+        np.asarray(map_log_phi, np.float64),
         None,
         None,
         None,
         None,
         None,
-        nl,
-        children,
-        lm,
+        np.asarray(n_leaves),
+        map_children,
+        map_log_marginals,
     )
 
 
@@ -709,7 +717,7 @@ def _solve_batch_flat_by_size(energy, lp, nl, n_max, device) -> TrellisSolution:
             bp = np.asarray(bp).reshape(-1, 1 << n)
             for j in range(m):
                 children[rows[j], : n - 1] = tree_from_backpointers(bp[j], n).children
-    return TrellisSolution(log_z, map_v, None, None, None, None, None, nl, children, None)
+    return compact_result(log_z, map_v, nl, children)
 
 
 def _solve_batch_flat(energy, lp, nl, n_max, group_by_size, device):

@@ -41,9 +41,10 @@ import numpy as np
 from scipy.linalg import solve_triangular
 from scipy.linalg.blas import dger as _dger
 from scipy.linalg.blas import dtrsm as _dtrsm
-from scipy.special import gammaln, multigammaln
+from scipy.special import multigammaln
 
 from ...components import GaussianStats, NormalInverseWishart
+from .terms import merge_log
 
 __all__ = ["GRAM_MIN_D", "use_gram", "bhc_gram"]
 
@@ -99,15 +100,14 @@ def _solve_lower(L, B):
 
 
 class _Terms:
-    """The BHC merge quantities (`jaxhc.inference.bhc.terms.merge_terms`) in NumPy, from the
-    log det of ``P`` of the merged node."""
+    """The NIW log marginal of a node from the log det of its ``P``, and the BHC merge
+    quantities (`merge_log`)."""
 
     def __init__(self, comp, alpha, n):
         d = comp.dim
         k0, nu0 = float(comp.kappa), float(comp.dof)
         k = np.arange(n + 1, dtype=np.float64)
         self.log_alpha = float(np.log(alpha))
-        self.lgam = gammaln(np.maximum(k, 1.0))
         self.nu0 = nu0
         # log_h1(k) = const[k] - (nu0 + k) / 2 log det P   (log|S0| cancels but for -k/2 log|S0|)
         self._const_no_s0 = (
@@ -126,14 +126,9 @@ class _Terms:
         return self.const[k] - 0.5 * (self.nu0 + k) * logdet_p
 
     def merge(self, k, log_h1, log_da, log_pTa, log_db, log_pTb):
-        """``(log_d, log_pT, log_r, log_1mr, logit)`` of merging a and b (broadcast)."""
-        lag = self.log_alpha + self.lgam[k]
-        ldd = log_da + log_db
-        log_d = np.logaddexp(lag, ldd)
-        a = lag - log_d + log_h1
-        b = ldd - log_d + log_pTa + log_pTb
-        log_pT = np.logaddexp(a, b)
-        return log_d, log_pT, a - log_pT, b - log_pT, a - b
+        """``(log_d, log_pT, log_r, log_1mr, logit)`` of merging a and b into ``k`` points
+        (broadcast; `jaxhc.inference.bhc.terms.merge_log`)."""
+        return merge_log(self.log_alpha, k, 0, log_da, log_db, log_pTa, log_pTb, log_h1)
 
 
 def bhc_gram(comp, alpha, X, progress_bar: bool = False):

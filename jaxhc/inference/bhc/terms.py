@@ -11,7 +11,9 @@ from typing import Any, NamedTuple
 import chex
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.scipy.special import gammaln
+from scipy.special import gammaln as _host_gammaln
 
 from ..._internal.validation import check_alpha, check_component
 from ...components import Component
@@ -20,6 +22,7 @@ from ...tree import Tree
 __all__ = [
     "Merge",
     "merge_terms",
+    "merge_log",
     "take",
     "set_at",
     "concat_nodes",
@@ -61,6 +64,19 @@ def merge_terms(
     b = ldd - log_d + log_pTa + log_pTb  # log (1 - pi_k) p(D_i|T_i) p(D_j|T_j)
     log_pT = jnp.logaddexp(a, b)
     return Merge(s, n, log_h1, log_d, log_pT, a - log_pT, b - log_pT, a - b)
+
+
+def merge_log(log_alpha, na, nb, log_da, log_db, log_pa, log_pb, log_h1):
+    """`merge_terms` on the host, from the merged log marginal ``log_h1`` (Eq. 6-8; NumPy,
+    broadcasts; scipy's ``gammaln``): ``(log_d, log_pT, log_r, log_1mr, logit)``. Used by
+    the Gram-matrix search and BHCC's searches."""
+    lag = log_alpha + _host_gammaln(na + nb)
+    ldd = log_da + log_db
+    log_d = np.logaddexp(lag, ldd)
+    x = lag - log_d + log_h1
+    y = ldd - log_d + log_pa + log_pb
+    log_pT = np.logaddexp(x, y)
+    return log_d, log_pT, x - log_pT, y - log_pT, x - y
 
 
 def take(tree, i):

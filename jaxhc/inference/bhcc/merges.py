@@ -7,20 +7,9 @@ from typing import Sequence
 import jax.numpy as jnp
 import numpy as np
 
+from ..bhc.terms import merge_log  # noqa: F401  (re-exported: BHCC's searches call it from here)
 from .columns import ColumnData
-from .hostmath import host_gammaln as _sgammaln
 from .views import ViewSlots
-
-
-def merge_log(log_alpha, na, nb, log_da, log_db, log_pa, log_pb, log_h1):
-    """Eq. 6-8 for merging subtrees a and b (numpy, broadcasts)."""
-    lag = log_alpha + _sgammaln(na + nb)
-    ldd = log_da + log_db
-    log_d = np.logaddexp(lag, ldd)
-    x = lag - log_d + log_h1
-    y = ldd - log_d + log_pa + log_pb
-    log_pT = np.logaddexp(x, y)
-    return log_d, log_pT, x - log_pT, y - log_pT, x - y
 
 
 def greedy_merges(
