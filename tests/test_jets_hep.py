@@ -10,6 +10,12 @@ import pytest
 
 ak = pytest.importorskip("awkward", reason="the hep extra (pip install -e '.[hep]')")
 vector = pytest.importorskip("vector")
+try:
+    import fastjet  # noqa: F401
+
+    HAS_FASTJET = True
+except ImportError:  # the jets extra; CI installs it
+    HAS_FASTJET = False
 
 from jaxhc import trellis  # noqa: E402
 from jaxhc.jets import hep  # noqa: E402
@@ -158,6 +164,16 @@ def test_awkward_in_jet_studies_and_the_lambda_fit(jets):
     np.testing.assert_array_equal(got.n_leaves, want.n_leaves)
     for m in ("trellis", "greedy"):
         np.testing.assert_array_equal(got.log_phi[m], want.log_phi[m], err_msg=m)
+    if HAS_FASTJET:  # the FastJet baseline too
+        from jaxhc.jets import kt_tree
+
+        assert np.array_equal(kt_tree(A[b], p=-1).children, kt_tree(lp[b, : nl[b]], p=-1).children)
+    from jaxhc import sample_lambda
+
+    key = jax.random.key(0)
+    sa = sample_lambda(key, A, t_cut=16.0, num_warmup=10, num_samples=10, progress_bar=False)
+    sp = sample_lambda(key, lp, nl, 16.0, num_warmup=10, num_samples=10, progress_bar=False)
+    np.testing.assert_array_equal(np.asarray(sa.samples), np.asarray(sp.samples))
     fa = fit_lambda(A, t_cut=16.0, progress_bar=False)
     fp = fit_lambda(lp, nl, 16.0, progress_bar=False)
     assert float(fa.lam) == float(fp.lam)

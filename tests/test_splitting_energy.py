@@ -136,3 +136,32 @@ def test_explain_names_the_failed_constraints():
     assert any("leaves must lie below the cut-off" in r for r in seen), seen
     # the splitting energy has no impossible split
     assert all(r.reason is None for r in SplittingEnergy().explain(x, next(iter(all_binary_trees(5)))))
+
+
+def test_n7_against_a_plain_recursion():
+    """N = 7 (10395 trees): log Z and the MAP against the defining recursion over subsets,
+    ``Z(S) = 1/2 sum_{L} psi(S, L, S - L) Z(L) Z(S - L)``, written out in Python (no trellis
+    code: only the energy's features and log psi)."""
+    n = 7
+    x = _massless_jet(n, seed=17)
+    e = SplittingEnergy(alpha_s=0.3, cutoff=0.07)
+    feats = jax.tree_util.tree_map(np.asarray, e.features(jnp.asarray(x)))
+    take = lambda s: jax.tree_util.tree_map(lambda f: f[s], feats)
+    full = (1 << n) - 1
+    log_z, best = {1 << i: 0.0 for i in range(n)}, {1 << i: 0.0 for i in range(n)}
+    for S in sorted(range(1, full + 1), key=lambda s: bin(s).count("1")):
+        if S & (S - 1) == 0:
+            continue
+        zs, bs = [], []
+        L = (S - 1) & S
+        while L:
+            R = S ^ L
+            lp = float(e.log_psi(take(S), take(L), take(R)))
+            zs.append(lp + log_z[L] + log_z[R])
+            bs.append(lp + best[L] + best[R])
+            L = (L - 1) & S
+        log_z[S] = logsumexp(zs) - np.log(2.0)  # each split counted as (L, R) and (R, L)
+        best[S] = max(bs)
+    sol = trellis.solve(e, x)
+    np.testing.assert_allclose(float(sol.log_z), log_z[full], rtol=1e-12)
+    np.testing.assert_allclose(float(sol.map_log_phi), best[full], rtol=1e-12)
