@@ -183,16 +183,18 @@ def test_awkward_in_jet_studies_and_the_lambda_fit(jets):
         trellis.solve_batch(ENERGY, A, 5)
 
 
-@pytest.mark.parametrize("block_pairs", [None, 40], ids=["one-block", "many-blocks"])
-def test_compact_flat_path_equals_the_tables(jets, monkeypatch, block_pairs):
+@pytest.mark.parametrize("limits", ["cpu", "many-blocks", "accelerator"])
+def test_compact_flat_path_equals_the_tables(jets, monkeypatch, limits):
     """The compact flat path reads every MAP tree from per-slot backpointers, block by block
-    (no [B, 2^N_max] tables): the same answers as the tables it replaces."""
+    (no [B, 2^N_max] tables): the same answers as the tables it replaces, with the CPU's
+    block sizes, with blocks of 2 jets, and with an accelerator's large blocks and chunks."""
     from jaxhc.trellis import batch as batch_mod
 
     lp, nl, A = jets
-    if block_pairs is not None:
-        monkeypatch.setattr(batch_mod, "_GROUP_BLOCK_PAIRS", block_pairs)
-        monkeypatch.setattr(batch_mod, "_GROUP_MAX_JETS", 2)
+    if limits == "many-blocks":
+        monkeypatch.setattr(batch_mod, "_GROUP_CPU", (40, 2, batch_mod._GROUP_CPU[2]))
+    elif limits == "accelerator":
+        monkeypatch.setattr(batch_mod, "_group_limits", lambda device: batch_mod._GROUP_ACCEL)
     small = trellis.solve_batch(ENERGY, lp, nl)
     full = trellis.solve_batch(ENERGY, lp, nl, tables=True)
     assert small.log_z_table is None and small.map_log_marginals is None

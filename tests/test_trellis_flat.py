@@ -157,8 +157,10 @@ def test_layout_argument_checks():
 def test_flat_blocks_equal_one_program(jets, monkeypatch):
     """A batch above `_FLAT_BLOCK_PAIRS` splits runs in consecutive blocks padded to bucketed
     shapes (one-element problems, inert chunks, unused slots): every value and table equals
-    the one-program layout exactly (the same chunks of the same problems, in the same
-    order), and the padding never reaches a result."""
+    the one-program layout exactly on a CPU (the same chunks of the same problems, in the
+    same order), and the padding never reaches a result. On a GPU, XLA's scatter-add (the
+    segment sums) adds in an order that can differ between two programs: log Z to the last
+    bit or two there (seen on an H200, 3.6e-15), everything else exactly."""
     from jaxhc.trellis import batch as tb
 
     leaves, nl = jets
@@ -172,7 +174,10 @@ def test_flat_blocks_equal_one_program(jets, monkeypatch):
     for field in ("log_z", "map_log_phi", "log_z_table", "map_table", "backpointer", "n_leaves"):
         a, b = np.asarray(getattr(blocks, field)), np.asarray(getattr(one, field))
         assert a.shape == b.shape and a.dtype == b.dtype, field
-        np.testing.assert_array_equal(a, b, err_msg=field)
+        if field in ("log_z", "log_z_table") and jax.default_backend() != "cpu":
+            np.testing.assert_allclose(a, b, rtol=1e-14, atol=0, err_msg=field)
+        else:
+            np.testing.assert_array_equal(a, b, err_msg=field)
 
 
 def test_bucket_sizes():

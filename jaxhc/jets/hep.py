@@ -115,7 +115,7 @@ def to_awkward(solution):
     ``map_right`` (the children of inner node ``n_leaves + t``, in `jaxhc.Tree` numbering:
     leaves ``0..n-1``), and ``map_log_marginals`` (``log P(cluster in H)`` of each inner node
     of the MAP tree) when the solve computed marginals."""
-    from ..trellis.batch import compact_solution
+    from ..trellis.compact import compact_solution
 
     ak = require_awkward()
     sol = compact_solution(solution)
@@ -138,7 +138,7 @@ def to_awkward(solution):
 def from_awkward(records):
     """A compact `TrellisSolution` from `to_awkward`'s records (e.g. read back with
     ``ak.from_parquet`` or from a TTree); `jaxhc.trellis.map_trees` gives its `Tree` s."""
-    from ..trellis.batch import compact_result
+    from ..trellis.compact import compact_result
 
     ak = require_awkward()
     arr = ak.Array(records)

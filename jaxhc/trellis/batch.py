@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._internal.validation import real_array
-from ..tree import Tree
+from .compact import children_from_backpointers, compact_result, compact_solution, map_trees
 from .energies import Energy
 from .exact import (
     TrellisSolution,
@@ -27,7 +27,6 @@ from .exact import (
     num_splits,
     solve_impl,
     take_rows,
-    tree_from_backpointers,
 )
 
 __all__ = [
@@ -206,52 +205,6 @@ def solve_batch(
     return _solve_batch(energy, leaves_padded, n_leaves, marginals, devices, group_by_size, layout, tables)
 
 
-def compact_solution(sol: TrellisSolution) -> TrellisSolution:
-    """The per-problem answers of a `solve_batch` result with tables (see its ``tables``
-    argument): ``log_z``, ``map_log_phi``, ``n_leaves``, ``map_children`` and, when the
-    result has marginals, ``map_log_marginals``; the table fields ``None``. Host arrays."""
-    if sol.backpointer is None:
-        if sol.map_children is None:
-            raise ValueError("sol holds neither tables nor compact MAP trees (not a solve_batch result)")
-        return sol
-    bp = np.asarray(sol.backpointer)
-    nl = np.asarray(sol.n_leaves).astype(np.int64).reshape(-1)
-    B = len(nl)
-    n_max = int(bp.shape[-1]).bit_length() - 1
-    children = np.full((B, max(n_max - 1, 0), 2), -1, np.int32)
-    with_m = sol.log_marginals is not None
-    lm_tab = np.asarray(sol.log_marginals) if with_m else None
-    lm = np.full((B, max(n_max - 1, 0)), np.nan) if with_m else None
-    for b in range(B):
-        n = int(nl[b])
-        if n < 2:
-            continue
-        tree = tree_from_backpointers(bp[b], n)
-        children[b, : n - 1] = tree.children
-        if with_m:
-            masks = tree.leaf_sets()[n:].astype(np.int64) @ (np.int64(1) << np.arange(n, dtype=np.int64))
-            lm[b, : n - 1] = lm_tab[b, masks]
-    return compact_result(sol.log_z, sol.map_log_phi, nl, children, lm)
-
-
-def compact_result(log_z, map_log_phi, n_leaves, map_children, map_log_marginals=None) -> TrellisSolution:
-    """A compact `TrellisSolution` (the per-subset table fields ``None``) from per-problem
-    host arrays: ``log_z``, ``map_log_phi`` ``[B]``, ``n_leaves`` ``[B]``, ``map_children``
-    ``[B, N_max - 1, 2]`` and optionally ``map_log_marginals`` ``[B, N_max - 1]``."""
-    return TrellisSolution(
-        np.asarray(log_z, np.float64),
-        np.asarray(map_log_phi, np.float64),
-        None,
-        None,
-        None,
-        None,
-        None,
-        np.asarray(n_leaves),
-        map_children,
-        map_log_marginals,
-    )
-
-
 def _solve_batch(energy, leaves_padded, n_leaves, marginals, devices, group_by_size, layout, tables):
     """`solve_batch` after its argument checks (``tables=None``: tables for one problem)."""
     if not (layout is None or (isinstance(layout, str) and layout in ("grouped", "flat"))):
@@ -415,10 +368,11 @@ def _bucket(x: int) -> int:
     return -(-int(x) // step) * step
 
 
-def _layout_batch(lp, nl, n_max, group_by_size, bucket: bool = False):
+def _layout_batch(lp, nl, n_max, group_by_size, bucket: bool = False, max_chunk: int = _MAX_CHUNK_PAIRS):
     """`prepare_batch` after `_validate_batch`. ``bucket``: chunks of `_MAX_CHUNK_PAIRS` pairs,
     the slot and chunk counts padded to `_bucket` (the blocks of `solve_batch`'s flat layout
-    then mostly share one compiled program)."""
+    then mostly share one compiled program). ``max_chunk``: the most pairs per chunk (scan
+    step) otherwise."""
     nl = nl.astype(np.int64)
     n_eff = nl if group_by_size else np.full(len(nl), n_max, np.int64)
     sizes = np.left_shift(1, n_eff)
@@ -461,7 +415,7 @@ def _layout_batch(lp, nl, n_max, group_by_size, bucket: bool = False):
     total = sum(L.size for _, L, _, _ in levels)
     p_max = max((L.shape[1] for _, L, _, _ in levels), default=1)
     target = total / (4 * max(len(levels), 1))  # about 4 chunks per level: little padding
-    M = int(max(p_max, min(_MAX_CHUNK_PAIRS, 1 << max(0, int(np.ceil(np.log2(max(target, 1))))))))
+    M = int(max(p_max, min(max_chunk, 1 << max(0, int(np.ceil(np.log2(max(target, 1))))))))
     if bucket:
         M = max(p_max, _MAX_CHUNK_PAIRS)
     C = sum(-(-len(S) // (M // L.shape[1])) for S, L, _, _ in levels)
@@ -663,28 +617,38 @@ def _solve_flat_compact(energy, batch: PreparedBatch):
     return log_z[batch.roots], best[batch.roots], bp
 
 
-#: the compact path's blocks hold jets of one size: at most this many splits per block ...
-_GROUP_BLOCK_PAIRS = 1 << 20
-#: ... and at most this many jets (a power of two)
-_GROUP_MAX_JETS = 1024
+#: the compact path's blocks hold jets of one size. On a CPU: at most this many splits per
+#: block, at most this many jets (a power of two) and at most this many splits per scan step
+#: (blocks that fit the caches; 2 cores reach their speed there) ...
+_GROUP_CPU = (1 << 20, 1 << 10, _MAX_CHUNK_PAIRS)
+#: ... and on an accelerator (GPU, TPU), where a scan step must hold enough independent work
+#: to fill the device and each block costs a dispatch: 16x larger blocks and chunks
+_GROUP_ACCEL = (1 << 24, 1 << 16, 1 << 20)
 
 
-def _group_block_jets(n: int) -> int:
+def _group_limits(device) -> tuple:
+    """``(splits per block, jets per block, splits per scan step)`` of the compact path."""
+    return _GROUP_CPU if getattr(device, "platform", "cpu") == "cpu" else _GROUP_ACCEL
+
+
+def _group_block_jets(n: int, limits: tuple = _GROUP_CPU) -> int:
     """Jets of ``n`` leaves per block of the compact path: a power of two, at most
-    `_GROUP_MAX_JETS`, with at most `_GROUP_BLOCK_PAIRS` splits in all (at least one jet)."""
-    fit = _GROUP_BLOCK_PAIRS // max(num_splits(int(n)), 1)
-    return int(min(_GROUP_MAX_JETS, 1 << max(int(fit).bit_length() - 1, 0)))
+    ``limits[1]``, with at most ``limits[0]`` splits in all (at least one jet)."""
+    fit = limits[0] // max(num_splits(int(n)), 1)
+    return int(min(limits[1], 1 << max(int(fit).bit_length() - 1, 0)))
 
 
 @lru_cache(maxsize=16)
-def _group_template(n: int, jets: int, n_max: int, tail: tuple, device):
+def _group_template(n: int, jets: int, n_max: int, tail: tuple, device, max_chunk: int = _MAX_CHUNK_PAIRS):
     """The flat layout of ``jets`` problems of ``n`` elements each (their split indices depend
     on nothing else), on ``device``; ``tail`` the shape of one element's leaves. Cached: every
     block of that size, in this call or a later one, reuses it (and its compiled program). A
-    template holds at most `_GROUP_BLOCK_PAIRS` splits (16 bytes each), so the cache stays
-    under about 16 x 17 MB."""
+    template holds at most one block's splits (16 bytes each), so the cache stays under
+    about 16 x 17 MB on a CPU (16 x 270 MB of device memory on an accelerator)."""
     lp = np.zeros((jets, n_max) + tail)
-    return jax.device_put(_layout_batch(lp, np.full(jets, n, np.int64), n_max, True, False), device)
+    return jax.device_put(
+        _layout_batch(lp, np.full(jets, n, np.int64), n_max, True, False, max_chunk=max_chunk), device
+    )
 
 
 def _solve_batch_flat_by_size(energy, lp, nl, n_max, device) -> TrellisSolution:
@@ -699,10 +663,11 @@ def _solve_batch_flat_by_size(energy, lp, nl, n_max, device) -> TrellisSolution:
     B = len(nl)
     tail = tuple(lp.shape[2:])
     parts = []
+    limits = _group_limits(device)
     for n in np.unique(nl):
         idx = np.flatnonzero(nl == n)
-        k = _group_block_jets(int(n))
-        template = _group_template(int(n), k, int(n_max), tail, device)
+        k = _group_block_jets(int(n), limits)
+        template = _group_template(int(n), k, int(n_max), tail, device, limits[2])
         for a in range(0, len(idx), k):
             rows = idx[a : a + k]
             fill = np.concatenate([rows, np.full(k - len(rows), rows[0])])
@@ -714,9 +679,8 @@ def _solve_batch_flat_by_size(energy, lp, nl, n_max, device) -> TrellisSolution:
         m = len(rows)
         log_z[rows], map_v[rows] = np.asarray(lz)[:m], np.asarray(mv)[:m]
         if n > 1:
-            bp = np.asarray(bp).reshape(-1, 1 << n)
-            for j in range(m):
-                children[rows[j], : n - 1] = tree_from_backpointers(bp[j], n).children
+            bp = np.asarray(bp).reshape(-1, 1 << n)[:m]
+            children[rows, : n - 1] = children_from_backpointers(bp, n)
     return compact_result(log_z, map_v, nl, children)
 
 
@@ -754,18 +718,3 @@ def _solve_flat_block(energy, lp, nl, n_max, group_by_size, device, bucket):
     gather = np.where(real, offs[:, None] + s[None, :], batch.num_slots).astype(np.int32)
     batch, gather = jax.device_put((batch, jnp.asarray(gather)), device)
     return _solve_flat(energy, batch, gather)
-
-
-def map_trees(batch: TrellisSolution) -> list:
-    """The MAP `Tree` of every problem of a `solve_batch` result (with tables or compact)."""
-    nl = np.asarray(batch.n_leaves)
-    if batch.backpointer is None and batch.map_children is not None:
-        ch = np.asarray(batch.map_children)
-        return [_tree_of_children(ch[b, : int(nl[b]) - 1]) for b in range(len(nl))]
-    bp = np.asarray(batch.backpointer)
-    return [tree_from_backpointers(bp[b], int(nl[b])) for b in range(len(nl))]
-
-
-def _tree_of_children(children) -> Tree:
-    ch = np.asarray(children, np.int64).reshape(-1, 2)
-    return Tree(ch).validate() if len(ch) else Tree(np.zeros((0, 2), np.int64))

@@ -1,0 +1,144 @@
+"""Compact batch results: the per-problem answers of `jaxhc.trellis.solve_batch` (``log Z``,
+MAP ``log phi``, the MAP trees as child arrays and optionally their clusters' marginals)
+without the ``[B, 2^N_max]`` per-subset tables, and the MAP trees read from backpointer
+tables many problems at a time (`children_from_backpointers`: NumPy over the problems, one
+step per tree node, instead of one Python walk per problem)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..tree import Tree
+from .exact import TrellisSolution, tree_from_backpointers
+
+__all__ = ["compact_solution", "compact_result", "map_trees", "children_from_backpointers", "tree_of_children"]
+
+
+def children_from_backpointers(bp, n: int) -> np.ndarray:
+    """The MAP trees of ``k`` problems of ``n`` elements each, as ``[k, n - 1, 2]`` int32 child
+    arrays, from their backpointer tables ``bp [k, 2^n]`` (the left child's bitmask of every
+    subset's best split; only the entries on each tree's path are read).
+
+    Row for row the same trees as `jaxhc.trellis.exact.tree_from_backpointers` (internal nodes
+    numbered in reverse breadth-first order of the splits, the root last; each pair sorted),
+    computed for all problems at once: a breadth-first queue per problem, advanced one entry
+    per step for ``2n - 1`` steps.
+
+    Raises:
+      ValueError: a backpointer on a tree's path is not a proper non-empty subset of its set.
+    """
+    bp = np.asarray(bp)
+    if bp.ndim != 2 or bp.shape[1] != 1 << n:
+        raise ValueError(f"bp must have shape [k, 2^n] = [k, {1 << n}], got {bp.shape}")
+    k = bp.shape[0]
+    m = n - 1
+    if m <= 0 or k == 0:
+        return np.zeros((k, max(m, 0), 2), np.int32)
+    width = 2 * n - 1  # every tree has 2n - 1 nodes: the queue's length
+    Q = np.zeros((k, width), np.int64)
+    Q[:, 0] = (1 << n) - 1
+    child_at = np.zeros((k, width), np.int64)  # queue position of each entry's left child
+    tail = np.ones(k, np.int64)
+    rows = np.arange(k)
+    for p in range(width):
+        S = Q[:, p]
+        inner = np.flatnonzero(S & (S - 1))
+        if len(inner) == 0:
+            continue
+        s = S[inner]
+        L = bp[inner, s].astype(np.int64)
+        if np.any((L == 0) | (L == s) | (L & ~s != 0)):
+            bad = inner[np.flatnonzero((L == 0) | (L == s) | (L & ~s != 0))[0]]
+            raise ValueError(f"bp: problem {bad} has no valid split on its MAP path (backpointer table corrupt)")
+        t = tail[inner]
+        Q[inner, t] = L
+        Q[inner, t + 1] = s ^ L
+        child_at[inner, p] = t
+        tail[inner] = t + 2
+    inner = (Q & (Q - 1)) != 0
+    split = np.cumsum(inner, axis=1) - 1  # index of each internal entry among the splits (BFS)
+    node = np.where(inner, n + (m - 1 - split), np.log2(np.maximum(Q, 1)).astype(np.int64))
+    # each row holds exactly m internal entries, in queue order
+    pos = np.nonzero(inner)[1].reshape(k, m)
+    cl = child_at[rows[:, None], pos]
+    a, b = node[rows[:, None], cl], node[rows[:, None], cl + 1]
+    out = np.empty((k, m, 2), np.int32)
+    # split t (BFS) is child row m - 1 - t
+    out[:, ::-1, 0] = np.minimum(a, b)
+    out[:, ::-1, 1] = np.maximum(a, b)
+    return out
+
+
+def compact_result(log_z, map_log_phi, n_leaves, map_children, map_log_marginals=None) -> TrellisSolution:
+    """A compact `TrellisSolution` (the per-subset table fields ``None``) from per-problem
+    host arrays: ``log_z``, ``map_log_phi`` ``[B]``, ``n_leaves`` ``[B]``, ``map_children``
+    ``[B, N_max - 1, 2]`` and optionally ``map_log_marginals`` ``[B, N_max - 1]``."""
+    return TrellisSolution(
+        np.asarray(log_z, np.float64),
+        np.asarray(map_log_phi, np.float64),
+        None,
+        None,
+        None,
+        None,
+        None,
+        np.asarray(n_leaves),
+        map_children,
+        map_log_marginals,
+    )
+
+
+def compact_solution(sol: TrellisSolution) -> TrellisSolution:
+    """The per-problem answers of a `solve_batch` result with tables (see its ``tables``
+    argument): ``log_z``, ``map_log_phi``, ``n_leaves``, ``map_children`` and, when the
+    result has marginals, ``map_log_marginals``; the table fields ``None``. Host arrays."""
+    if sol.backpointer is None:
+        if sol.map_children is None:
+            raise ValueError("sol holds neither tables nor compact MAP trees (not a solve_batch result)")
+        return sol
+    bp = np.asarray(sol.backpointer)
+    nl = np.asarray(sol.n_leaves).astype(np.int64).reshape(-1)
+    B = len(nl)
+    n_max = int(bp.shape[-1]).bit_length() - 1
+    children = np.full((B, max(n_max - 1, 0), 2), -1, np.int32)
+    with_m = sol.log_marginals is not None
+    lm_tab = np.asarray(sol.log_marginals) if with_m else None
+    lm = np.full((B, max(n_max - 1, 0)), np.nan) if with_m else None
+    for n in np.unique(nl):
+        n = int(n)
+        if n < 2:
+            continue
+        idx = np.flatnonzero(nl == n)
+        ch = children_from_backpointers(bp[idx, : 1 << n], n)
+        children[idx, : n - 1] = ch
+        if with_m:
+            masks = _cluster_masks(ch, n)
+            lm[idx, : n - 1] = np.take_along_axis(lm_tab[idx], masks, axis=1)
+    return compact_result(sol.log_z, sol.map_log_phi, nl, children, lm)
+
+
+def _cluster_masks(children, n: int) -> np.ndarray:
+    """``[k, n - 1]`` bitmask of every internal node's cluster from child arrays ``[k, n - 1, 2]``
+    (children are numbered before their parents)."""
+    k = children.shape[0]
+    masks = np.zeros((k, 2 * n - 1), np.int64)
+    masks[:, :n] = np.left_shift(np.int64(1), np.arange(n, dtype=np.int64))
+    rows = np.arange(k)
+    for i in range(n - 1):
+        masks[:, n + i] = masks[rows, children[:, i, 0]] | masks[rows, children[:, i, 1]]
+    return masks[:, n:]
+
+
+def map_trees(batch: TrellisSolution) -> list:
+    """The MAP `Tree` of every problem of a `solve_batch` result (with tables or compact)."""
+    nl = np.asarray(batch.n_leaves)
+    if batch.backpointer is None and batch.map_children is not None:
+        ch = np.asarray(batch.map_children)
+        return [tree_of_children(ch[b, : int(nl[b]) - 1]) for b in range(len(nl))]
+    bp = np.asarray(batch.backpointer)
+    return [tree_from_backpointers(bp[b], int(nl[b])) for b in range(len(nl))]
+
+
+def tree_of_children(children) -> Tree:
+    """`Tree` of a child array ``[n - 1, 2]`` (one leaf for an empty array)."""
+    ch = np.asarray(children, np.int64).reshape(-1, 2)
+    return Tree(ch).validate() if len(ch) else Tree(np.zeros((0, 2), np.int64))
