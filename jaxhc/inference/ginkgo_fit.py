@@ -31,6 +31,7 @@ import numpy as np
 import optax
 
 from .._internal.deprecation import renamed_argument
+from .._internal.processes import allgather_sum
 from ..models.ginkgo_lambda import check_lam_prior as _check_prior
 from ..models.ginkgo_lambda import check_likelihood as _check_likelihood
 from ..models.ginkgo_lambda import check_positive as _check_positive
@@ -99,21 +100,14 @@ def _derivatives(u, batch, t_cut, likelihood):
     out = _derivatives_jit(jnp.asarray(u, dtype), batch, jnp.asarray(t_cut, dtype), likelihood)
     if jax.process_count() == 1:
         return out
-    from jax.experimental import multihost_utils
-
     n = float(batch.batch_size)
-    local = np.array([n] + [n * float(x) for x in out], np.float64)
-    tot = np.sum(np.asarray(multihost_utils.process_allgather(local)).reshape(-1, 4), axis=0)
+    tot = allgather_sum(np.array([n] + [n * float(x) for x in out], np.float64))
     return tuple(tot[1:] / tot[0])
 
 
 def _total_batch_size(batch) -> int:
     """Jets over all processes (`_derivatives`' denominator)."""
-    if jax.process_count() == 1:
-        return batch.batch_size
-    from jax.experimental import multihost_utils
-
-    return int(np.sum(np.asarray(multihost_utils.process_allgather(np.array([batch.batch_size], np.int64)))))
+    return int(allgather_sum(np.array([batch.batch_size], np.int64))[0])
 
 
 class LambdaFit(NamedTuple):
@@ -205,11 +199,7 @@ def fit_lambda(
     batch = prepare_jets(leaves_padded, n_leaves, tc, likelihood)
     # the root of a one-leaf jet is the subset {0} (bitmask 1); with several processes the
     # count is global, so that every process raises or none does
-    multi = np.sum(np.asarray(batch.subset_mask)[np.asarray(batch.roots)] > 1)
-    if jax.process_count() > 1:
-        from jax.experimental import multihost_utils
-
-        multi = np.sum(np.asarray(multihost_utils.process_allgather(np.array([multi], np.int64))))
+    multi = int(allgather_sum(np.array([np.sum(np.asarray(batch.subset_mask)[np.asarray(batch.roots)] > 1)]))[0])
     if not isinstance(leaves_padded, PreparedBatch) and multi == 0:
         raise ValueError(
             "n_leaves: every jet has a single leaf, whose likelihood does not depend on lambda "
@@ -327,7 +317,12 @@ def sample_lambda(
 
     The jets are validated and laid out once (`prepare_jets`); NUTS differentiates the
     potential in forward mode (one parameter: cheaper than reverse mode through the
-    trellis) and starts from the prior median. Same key, same samples.
+    trellis) and starts from the prior median. Same key, same samples. After
+    ``jax.distributed.initialize`` with several processes, each passing its own jets (host
+    arrays or its rows of a global ``jax.Array``), the likelihood is summed over all
+    processes' jets at every step, so every process runs the same chains (one after
+    another) and returns the posterior given all jets; call it on every process with the
+    same key and settings.
 
     Args:
       key: a JAX PRNG key.
@@ -353,8 +348,15 @@ def sample_lambda(
     prior = _check_prior(lam_prior)
     batch = prepare_jets(leaves_padded, n_leaves, tc, likelihood)
     _warn_float32()
-    kernel = NUTS(lambda_model, forward_mode_differentiation=True, init_strategy=init_to_median)
-    method = "parallel" if jax.local_device_count() >= num_chains else "sequential"
+    # after jax.distributed.initialize with several processes, each holding its own jets,
+    # the model's likelihood is summed over the processes (`sum_over_processes`), so every
+    # process runs the same chains on all the jets; the chains then run one after another
+    # (chains running at once could exchange their sums in different orders on different
+    # processes)
+    multi = jax.process_count() > 1
+    model = partial(lambda_model, across_processes=True) if multi else lambda_model
+    kernel = NUTS(model, forward_mode_differentiation=True, init_strategy=init_to_median)
+    method = "parallel" if jax.local_device_count() >= num_chains and not multi else "sequential"
     mcmc = MCMC(
         kernel,
         num_warmup=num_warmup,

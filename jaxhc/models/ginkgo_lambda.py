@@ -10,6 +10,7 @@ import numpy as np
 import numpyro
 import numpyro.distributions as dist
 
+from .._internal.processes import process_local, sum_over_processes
 from .._internal.validation import check_alpha
 from ..trellis.batch import PreparedBatch, log_partition_prepared, prepare_batch
 from ..trellis.energies import GinkgoEnergy
@@ -65,6 +66,7 @@ def prepare_jets(leaves_padded, n_leaves, t_cut, likelihood: str = "exact") -> P
         leaves_padded, n_leaves = awkward_or_padded(leaves_padded, n_leaves)
     if n_leaves is None:
         raise ValueError("n_leaves is required (the number of leaves of each jet)")
+    leaves_padded, n_leaves = process_local(leaves_padded, "leaves_padded"), process_local(n_leaves, "n_leaves")
     lp = leaves_padded if isinstance(leaves_padded, jax.core.Tracer) else np.asarray(leaves_padded)
     if isinstance(lp, np.ndarray) and (lp.ndim != 3 or lp.shape[-1] != 4):
         raise ValueError(f"leaves_padded must be four-momenta [B, N_max, 4], got shape {lp.shape}")
@@ -116,7 +118,9 @@ def check_lam_prior(lam_prior):
     return lam_prior
 
 
-def lambda_model(leaves_padded, n_leaves, t_cut, *, lam_prior=None, likelihood: str = "exact"):
+def lambda_model(
+    leaves_padded, n_leaves, t_cut, *, lam_prior=None, likelihood: str = "exact", across_processes: bool = False
+):
     """NumPyro model of ``lambda`` given jets' leaves, trees summed out.
 
     ``lam ~ lam_prior`` (site ``"lam"``; default `default_lam_prior`, ``LogNormal(0, 1)``),
@@ -133,6 +137,11 @@ def lambda_model(leaves_padded, n_leaves, t_cut, *, lam_prior=None, likelihood: 
       t_cut: mass-squared cut-off (> 0).
       lam_prior: a scalar numpyro distribution with support ``lambda > 0``.
       likelihood: ``"exact"`` or ``"paper"``.
+      across_processes: after ``jax.distributed.initialize`` with several processes, each
+        passing its own jets: the factor is ``sum_b log Z_b`` over the jets of *all*
+        processes (exchanged by a host callback at every evaluation, value and forward-mode
+        tangent; `jaxhc.sample_lambda` sets it). Every process must then evaluate the model
+        in lockstep (the same inference on the same keys). No effect with one process.
     """
 
     prior = check_lam_prior(lam_prior)
@@ -146,4 +155,5 @@ def lambda_model(leaves_padded, n_leaves, t_cut, *, lam_prior=None, likelihood: 
         batch = prepare_jets(leaves_padded, n_leaves, tc, likelihood)
     lam = numpyro.sample("lam", prior)
     log_z = log_partition_prepared(GinkgoEnergy(lam, tc, likelihood), batch)
-    numpyro.factor("log_z", jnp.sum(log_z))
+    total = jnp.sum(log_z)
+    numpyro.factor("log_z", sum_over_processes(total) if across_processes else total)

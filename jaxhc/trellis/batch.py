@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._internal.processes import process_local
 from .._internal.validation import real_array
 from .compact import children_from_backpointers, compact_result, compact_solution, map_trees
 from .energies import Energy
@@ -114,6 +115,8 @@ def awkward_or_padded(leaves_padded, n_leaves):
     array when given)."""
     from ..jets.hep import is_awkward, jets_from_awkward
 
+    # a global jax.Array over several processes: this process's jets
+    leaves_padded, n_leaves = process_local(leaves_padded, "leaves_padded"), process_local(n_leaves, "n_leaves")
     if is_awkward(leaves_padded):
         if n_leaves is not None and np.ndim(n_leaves) == 0:
             raise TypeError(
