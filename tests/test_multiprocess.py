@@ -44,10 +44,12 @@ half = slice(30 * pid, 30 * pid + 30)
 glp = jax.make_array_from_process_local_data(shard, lp[half])
 gnl = jax.make_array_from_process_local_data(shard, nl[half])
 gsol = trellis.solve_batch(params.energy("exact"), glp, gnl)
+every = trellis.gather_solutions(sol)  # both processes' jets (25 + 35), on each process
 with open(out, "w") as f:
     json.dump({"lam": fit.lam, "stderr": fit.stderr, "grad": fit.grad, "log_z": np.asarray(sol.log_z).tolist(),
                "processes": jax.process_count(), "samples": np.asarray(post.samples).tolist(),
-               "global_shape": list(glp.shape), "global_log_z": np.asarray(gsol.log_z).tolist()}, f)
+               "global_shape": list(glp.shape), "global_log_z": np.asarray(gsol.log_z).tolist(),
+               "gathered_log_z": every.log_z.tolist(), "gathered_children": every.map_children.tolist()}, f)
 """
 
 
@@ -91,6 +93,11 @@ def test_two_processes_solve_locally_and_fit_globally(tmp_path):
         np.testing.assert_allclose(g["grad"], one.grad, atol=1e-8)
     ref = trellis.solve_batch(params.energy("exact"), lp, nl).log_z
     np.testing.assert_allclose(got[0]["log_z"] + got[1]["log_z"], ref, rtol=1e-12)
+    # gathered: every process holds all 60 jets' answers, in process order
+    full = trellis.solve_batch(params.energy("exact"), lp, nl)
+    for g in got:
+        np.testing.assert_allclose(g["gathered_log_z"], ref, rtol=1e-12)
+        np.testing.assert_array_equal(g["gathered_children"], full.map_children)
     # a global jax.Array as input: every process solved its own 30 rows
     assert [g["global_shape"] for g in got] == [[60, lp.shape[1], 4]] * 2
     np.testing.assert_allclose(got[0]["global_log_z"] + got[1]["global_log_z"], ref, rtol=1e-12)

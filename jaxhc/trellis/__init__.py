@@ -4,6 +4,7 @@ hierarchy, cluster marginals and exact sampling over all binary hierarchies."""
 from .batch import (
     PreparedBatch,
     compact_solution,
+    gather_solutions,
     log_partition_batch,
     log_partition_prepared,
     map_trees,
@@ -58,6 +59,7 @@ __all__ = [
     "UnitEnergy",
     "cluster_marginals",
     "compact_solution",
+    "gather_solutions",
     "log_partition",
     "log_partition_batch",
     "log_partition_prepared",

@@ -19,7 +19,7 @@ import numpy as np
 
 from .._internal.processes import process_local
 from .._internal.validation import real_array
-from .compact import children_from_backpointers, compact_result, compact_solution, map_trees
+from .compact import children_from_backpointers, compact_result, compact_solution, gather_solutions, map_trees
 from .energies import Energy
 from .exact import (
     TrellisSolution,
@@ -34,6 +34,7 @@ __all__ = [
     "solve_batch",
     "compact_solution",
     "compact_result",
+    "gather_solutions",
     "PreparedBatch",
     "prepare_batch",
     "log_partition_prepared",

@@ -11,7 +11,14 @@ import numpy as np
 from ..tree import Tree
 from .exact import TrellisSolution, tree_from_backpointers
 
-__all__ = ["compact_solution", "compact_result", "map_trees", "children_from_backpointers", "tree_of_children"]
+__all__ = [
+    "compact_solution",
+    "compact_result",
+    "gather_solutions",
+    "map_trees",
+    "children_from_backpointers",
+    "tree_of_children",
+]
 
 
 def children_from_backpointers(bp, n: int) -> np.ndarray:
@@ -114,6 +121,45 @@ def compact_solution(sol: TrellisSolution) -> TrellisSolution:
             masks = _cluster_masks(ch, n)
             lm[idx, : n - 1] = np.take_along_axis(lm_tab[idx], masks, axis=1)
     return compact_result(sol.log_z, sol.map_log_phi, nl, children, lm)
+
+
+def gather_solutions(sol: TrellisSolution) -> TrellisSolution:
+    """The compact answers of every process's jets, on every process: after
+    ``jax.distributed.initialize`` with several processes, each holding the `solve_batch`
+    result of its own jets, the rows of process 0, then process 1, ... (as `compact_solution`:
+    host arrays, MAP trees as child arrays padded to the largest jet of any process). Every
+    process must call it. One process: `compact_solution` of ``sol``."""
+    import jax
+
+    c = compact_solution(sol)
+    if jax.process_count() == 1:
+        return c
+    from jax.experimental import multihost_utils
+
+    B, m = len(c.log_z), int(np.asarray(c.map_children).shape[1])
+    with_m = c.map_log_marginals is not None
+    shapes = np.asarray(multihost_utils.process_allgather(np.array([B, m, with_m], np.int64))).reshape(-1, 3)
+    if len(set(shapes[:, 2].tolist())) > 1:
+        raise ValueError("sol: some processes' results have marginals and others not")
+    b_max, m_max = int(shapes[:, 0].max()), int(shapes[:, 1].max())
+
+    def padded(x, fill, dtype):
+        x = np.asarray(x, dtype)
+        out = np.full((b_max,) + ((m_max,) + x.shape[2:] if x.ndim > 1 else ()), fill, dtype)
+        out[tuple(slice(0, k) for k in x.shape)] = x
+        return out
+
+    fields = [
+        padded(c.log_z, np.nan, np.float64),
+        padded(c.map_log_phi, np.nan, np.float64),
+        padded(c.n_leaves, 0, np.int64),
+        padded(c.map_children, -1, np.int32),
+    ]
+    if with_m:
+        fields.append(padded(c.map_log_marginals, np.nan, np.float64))
+    got = [np.asarray(multihost_utils.process_allgather(f)) for f in fields]
+    rows = [np.concatenate([g[p, : shapes[p, 0]] for p in range(len(shapes))]) for g in got]
+    return compact_result(*rows[:4], rows[4] if with_m else None)
 
 
 def _cluster_masks(children, n: int) -> np.ndarray:
