@@ -126,7 +126,11 @@ def solve_on_dask(
       partitions: a sequence of partitions, each a jagged awkward array of jets, a list of
         ``[N, 4]`` arrays or a ``(leaves_padded, n_leaves)`` pair, or ``dask.delayed`` objects
         producing one (e.g. reading a parquet file on the worker); or a ``dask.bag.Bag`` whose
-        partitions are lists of jets.
+        partitions are lists of jets; or a ``dask_awkward.Array`` of jets (its partitions are
+        read on the workers through ``to_delayed``, never through ``map_partitions``, so no
+        typetracer pass is involved; pass ``n_max``). dask-awkward pins an older dask than
+        the ``dask`` extra installs, so it is not part of the extra: checked with dask
+        2025.3.1 and dask-awkward 2026.2.1 (identical log Z to `solve_batch`).
       n_max: the leaf count every partition is padded to, so that all partitions share
         compiled programs (default: the largest jet when the partitions are concrete; with
         delayed partitions, pass it).
@@ -144,7 +148,7 @@ def solve_on_dask(
 
     if not isinstance(energy, Energy):
         raise TypeError(f"energy must be a jaxhc.trellis Energy, got {type(energy).__name__}")
-    if hasattr(partitions, "to_delayed") and hasattr(partitions, "npartitions"):  # a dask bag
+    if hasattr(partitions, "to_delayed") and hasattr(partitions, "npartitions"):  # a dask bag / dask-awkward
         partitions = partitions.to_delayed()
     partitions = list(partitions)
     if not partitions:
