@@ -54,14 +54,19 @@ def test_dask_equals_one_process(client):
     assert sum(second.values()) <= sum(first.values()), (first, second)
 
 
-def test_delayed_partitions_and_bad_input(client):
+def test_delayed_partitions_and_bad_input(client, capsys):
     sim = ginkgo.simulate(jax.random.PRNGKey(9), PARAMS, 20, min_leaves=3, max_leaves=6)
     lp, nl = np.asarray(sim.leaves, np.float64), np.asarray(sim.n_leaves)
     e = PARAMS.energy("paper")
     make = dask.delayed(lambda a, b: (lp[a:b], nl[a:b]))
+    capsys.readouterr()
     recs = jd.solve_on_dask(client, e, [make(0, 10), make(10, 20)], n_max=6, cache_dir=False)
+    assert "partitions" in capsys.readouterr().err  # the progress bar over partitions
     got = np.concatenate([ak.to_numpy(r.log_z) for r in recs])
     np.testing.assert_allclose(got, trellis.solve_batch(e, lp, nl).log_z, rtol=1e-13)
+    capsys.readouterr()
+    jd.solve_on_dask(client, e, [make(0, 10)], n_max=6, register_plugin=False, progress_bar=False)
+    assert "partitions" not in capsys.readouterr().err
     with pytest.raises(ValueError, match="n_max is required"):
         jd.solve_on_dask(client, e, [make(0, 10)])
     with pytest.raises(TypeError, match="Energy"):

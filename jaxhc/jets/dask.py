@@ -116,6 +116,7 @@ def solve_on_dask(
     cache_dir=None,
     register_plugin: bool = True,
     gather: bool = True,
+    progress_bar: bool = True,
 ) -> List:
     """Solves every jet of every partition with the exact trellis on the Dask cluster of
     ``client``.
@@ -138,6 +139,8 @@ def solve_on_dask(
         ``False``: none).
       register_plugin: register `JaxhcWorkerPlugin` first (float64, cache, compile counts).
       gather: return the records (default); ``False``: the futures.
+      progress_bar: with ``gather``, a tqdm bar over the partitions as they finish (on the
+        client; the Dask dashboard shows the workers' side).
 
     Returns:
       one awkward record array per partition, in order, with ``jet_id`` (the jet's index over
@@ -173,7 +176,16 @@ def solve_on_dask(
         if hasattr(part, "__dask_graph__"):
             part = client.compute(part)
         futures.append(client.submit(_solve_partition, energy, part, n_max, marginals, first, pure=False))
-    return client.gather(futures) if gather else futures
+    if not gather:
+        return futures
+    if progress_bar:
+        from distributed import as_completed
+        from tqdm.auto import tqdm
+
+        with tqdm(total=len(futures), desc="partitions", unit="part", leave=False) as bar:
+            for _ in as_completed(futures):
+                bar.update(1)
+    return client.gather(futures)
 
 
 def worker_compile_counts(client) -> dict:
