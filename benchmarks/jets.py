@@ -1018,6 +1018,17 @@ def main(argv=None):
         f"(needs the pythia extra; JSON default {PYTHIA_OUT})",
     )
     ap.add_argument("--pythia-jets", type=int, default=None, help="jets per process (default 300; 30 with --quick)")
+    ap.add_argument(
+        "--scale",
+        action="store_true",
+        help="instead: jets at scale, one process vs Dask vs 2 JAX processes, killed and resumed (runs "
+        "benchmarks/jets_scale.py; --quick: 10 000 jets)",
+    )
+    ap.add_argument(
+        "--gpu",
+        action="store_true",
+        help="instead: solve_batch on the accelerator vs 2 CPU cores (runs benchmarks/jets_gpu.py; --quick: 2000 jets)",
+    )
     ap.add_argument("--_worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--n", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--likelihood", default=None, help=argparse.SUPPRESS)
@@ -1047,6 +1058,11 @@ def main(argv=None):
 
     if args.pythia:
         return pythia_main(args)
+    if args.scale or args.gpu:
+        import importlib
+
+        mod = importlib.import_module("jets_scale" if args.scale else "jets_gpu")
+        return mod.main(["--quick"] if q else [])
     if args._worker:
         fn = {
             "single": worker_single,

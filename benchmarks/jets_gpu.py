@@ -188,6 +188,9 @@ def main(argv=None) -> int:
         "devices": [str(d) for d in jax.devices()],
     }
     env_cpu = dict(os.environ, JAX_PLATFORMS="cpu")
+    if not accel and not args.cpu_baseline:
+        print("no accelerator here (jax.default_backend() is 'cpu'): nothing to time; --cpu-baseline times the CPU")
+        return 0
     if accel:
         res["accelerator"] = run_worker(
             __file__, "accel", common + ["--save", os.path.join(tmp, "accel"), "--repeats", str(args.repeats)], 1800
