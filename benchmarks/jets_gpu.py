@@ -161,6 +161,9 @@ def main(argv=None) -> int:
     from jaxhc.models import ginkgo
 
     accel = jax.default_backend() != "cpu"
+    if not accel and not args.cpu_baseline:
+        print("no accelerator here (jax.default_backend() is 'cpu'): nothing to time; --cpu-baseline times the CPU")
+        return 0
     t0 = time.perf_counter()
     with jax.default_device(jax.devices("cpu")[0]):
         sim = ginkgo.simulate(
@@ -188,9 +191,6 @@ def main(argv=None) -> int:
         "devices": [str(d) for d in jax.devices()],
     }
     env_cpu = dict(os.environ, JAX_PLATFORMS="cpu")
-    if not accel and not args.cpu_baseline:
-        print("no accelerator here (jax.default_backend() is 'cpu'): nothing to time; --cpu-baseline times the CPU")
-        return 0
     if accel:
         res["accelerator"] = run_worker(
             __file__, "accel", common + ["--save", os.path.join(tmp, "accel"), "--repeats", str(args.repeats)], 1800
