@@ -33,6 +33,7 @@ from jax.scipy.special import gammaln
 
 from ..._internal.validation import check_alpha, check_component
 from ...components import Component, GaussianStats
+from ...components.base import staged_elimination
 from ...tree import Tree
 from .gram import bhc_gram, use_gram
 from .terms import (  # the fixed-tree functions are re-exported from here
@@ -119,7 +120,8 @@ def _loop_parts(comp, log_alpha, n, dtype, keep_matrix, evidence_only):
 
     def row(i, stats, cnt, log_d, log_pT, active):
         si = take(stats, i)
-        m = merge_terms(comp, log_alpha, si, cnt[i], log_d[i], log_pT[i], stats, cnt, log_d, log_pT, cache, lgam)
+        with staged_elimination():
+            m = merge_terms(comp, log_alpha, si, cnt[i], log_d[i], log_pT[i], stats, cnt, log_d, log_pT, cache, lgam)
         ok = active & active[i] & (idx != i)
         return jnp.where(ok, m.logit, neg_inf)
 
@@ -163,7 +165,8 @@ def _loop_parts(comp, log_alpha, n, dtype, keep_matrix, evidence_only):
         partners = jax.tree_util.tree_map(
             lambda x: jnp.where(at_a.reshape((n,) + (1,) * (x.ndim - 1)), jnp.zeros((), x.dtype), x), stats
         )
-        lh = comp.log_marginal(comp.merge(merged, partners), cache)
+        with staged_elimination():  # n log-determinants a merge: see components.base
+            lh = comp.log_marginal(comp.merge(merged, partners), cache)
         m = merge_terms(
             comp,
             log_alpha,
