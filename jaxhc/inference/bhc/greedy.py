@@ -581,8 +581,15 @@ def _leaves_are_points(comp, leaf_stats) -> bool:
     return bool(np.all(np.asarray(leaf_stats.n) <= 1))
 
 
-def _row_batch(leaf_stats, n):
-    per_row = sum(int(np.prod(x.shape[1:])) for x in jax.tree_util.tree_leaves(leaf_stats)) * n
+def _row_batch(leaf_stats, n, points: bool = False):
+    """Rows of the initial pair matrix per step: about ``2^22`` numbers of temporaries. A row
+    of general statistics merges every slot's statistics (``n`` times their size); a row of
+    single points (``points``, the O(d) pair formula) touches ``n`` coordinate vectors only,
+    so far more rows fit (n = 4000, d = 10: 9 -> 94 rows a step, the pair matrix 1.2 -> 0.8 s)."""
+    if points:
+        per_row = (int(np.prod(leaf_stats.mean.shape[1:])) + 1) * n
+    else:
+        per_row = sum(int(np.prod(x.shape[1:])) for x in jax.tree_util.tree_leaves(leaf_stats)) * n
     return int(max(1, min(n, (1 << 22) // max(per_row, 1))))
 
 
@@ -680,7 +687,7 @@ def bhc_from_stats(
             log_alpha,
             leaf_stats,
             n,
-            _row_batch(leaf_stats, n_max),
+            _row_batch(leaf_stats, n_max, points),
             bool(progress_bar),
             points=points,
             leaf_lh=leaf_lh,
@@ -691,7 +698,7 @@ def bhc_from_stats(
             log_alpha,
             leaf_stats,
             jnp.asarray(n, jnp.int32),
-            row_batch=_row_batch(leaf_stats, n_max),
+            row_batch=_row_batch(leaf_stats, n_max, points),
             points=points,
             leaf_log_h1=leaf_lh,
         )
