@@ -128,3 +128,24 @@ def test_greedy_with_point_pairs_equals_plain_search():
     res = jaxhc.bhc(X, comp, 1.0)
     np.testing.assert_array_equal(np.asarray(res.tree.children), np.asarray(plain[0]))
     np.testing.assert_allclose(float(res.log_evidence), float(plain[4][-1]), rtol=0, atol=1e-9)
+
+
+def test_chunked_search_with_compacted_slots_equals_one_call(monkeypatch):
+    """The chunked driver halves its slots as clusters merge (`_compact_slots`, here from
+    600 slots down to 75): the same merges and values as the one-call search on all slots."""
+    from jaxhc.inference.bhc import greedy
+
+    rng = np.random.default_rng(11)
+    X = np.concatenate([rng.normal(size=(150, 3)) + 6 * rng.normal(size=3) for _ in range(4)])
+    comp = jaxhc.NormalInverseWishart.from_data(X)
+    stats = comp.leaf_stats(jnp.asarray(X))
+    one = greedy.bhc_from_stats(comp, 1.0, stats, chunked=False)
+    monkeypatch.setattr(greedy, "_COMPACT_MIN_SLOTS", 64)
+    seen = []
+    real = greedy._compact_slots
+    monkeypatch.setattr(greedy, "_compact_slots", lambda st, keep, m: seen.append(m) or real(st, keep, m))
+    chunked = greedy.bhc_from_stats(comp, 1.0, stats, chunked=True)
+    assert seen == [300, 150, 75]
+    assert np.array_equal(one.tree.children, chunked.tree.children)
+    np.testing.assert_array_equal(one.log_r, chunked.log_r)
+    np.testing.assert_array_equal(np.asarray(one.log_evidence), np.asarray(chunked.log_evidence))

@@ -38,6 +38,7 @@ from ...tree import Tree
 from .gram import bhc_gram, use_gram
 from .terms import (  # the fixed-tree functions are re-exported from here
     TreeTerms,
+    check_finite_scores,
     merge_terms,
     node_stats_of_tree,
     take,
@@ -108,15 +109,17 @@ def _top2(x):
     return jnp.stack([v1, v2], -1), jnp.stack([i, j], -1)
 
 
-def _loop_parts(comp, log_alpha, n, dtype, keep_matrix, evidence_only):
+def _loop_parts(comp, log_alpha, n, dtype, keep_matrix, evidence_only, n_points=None):
     """The pieces of the greedy search over ``n`` slots: ``row(i, stats, cnt, log_d, log_pT,
     active)`` (the pair log-odds of slot ``i`` against every slot) and ``body(t, state)``
     (merge ``t``). Shared by the one-call search `bhc_core` and the chunked driver
-    `_bhc_chunked`."""
+    `_bhc_chunked`. ``n_points``: the points of the whole problem (node ids, count tables;
+    default ``n``), more than ``n`` once the chunked driver has compacted the slots."""
+    n_points = n if n_points is None else n_points
     idx = jnp.arange(n)
     neg_inf = jnp.array(-jnp.inf, dtype)
-    cache = comp.count_cache(n)
-    lgam = gammaln(jnp.arange(n + 1, dtype=dtype))
+    cache = comp.count_cache(n_points)
+    lgam = gammaln(jnp.arange(n_points + 1, dtype=dtype))
 
     def row(i, stats, cnt, log_d, log_pT, active):
         si = take(stats, i)
@@ -190,7 +193,7 @@ def _loop_parts(comp, log_alpha, n, dtype, keep_matrix, evidence_only):
         cnt = jnp.where(at_a, m.n, st.cnt)
         log_d = jnp.where(at_a, m.log_d, st.log_d)
         log_pT = jnp.where(at_a, m.log_pT, st.log_pT)
-        node = jnp.where(at_a, n + t, st.node)
+        node = jnp.where(at_a, n_points + t, st.node)
         active = st.active & ~at_b
         mr = merge_terms(comp, log_alpha, merged, m.n, m.log_d, m.log_pT, stats, cnt, log_d, log_pT, cache, lgam, lh)
         r = jnp.where(active & ~at_a, mr.logit, neg_inf)
@@ -387,8 +390,39 @@ def _start_chunked(comp, log_alpha, leaf_stats, n_valid, S, leaf_lh=None):
 @partial(jax.jit, donate_argnames=("state",))
 def _merges_chunk(comp, log_alpha, state, n_valid, t0, t1):
     n = state.cnt.shape[0]
-    _, body = _loop_parts(comp, log_alpha, n, state.cnt.dtype, True, False)
+    # the slots may be fewer than the points (`_compact_slots`); the outputs have a row per merge
+    _, body = _loop_parts(comp, log_alpha, n, state.cnt.dtype, True, False, n_points=state.children.shape[0] + 1)
     return jax.lax.fori_loop(t0, t1, body, state)
+
+
+@partial(jax.jit, static_argnames=("m",))
+def _compact_slots(state: _State, keep, m: int) -> _State:
+    """The search state on ``m`` slots: the slots ``keep [m]`` (every active slot, in their
+    order, then inactive ones as filler), so every later merge scores ``m`` slots instead
+    of all. The order of the active slots is kept, so argmax ties and the merged node's
+    slot (the smaller one) fall as before: the same merges, the same values."""
+    n = state.cnt.shape[0]
+    new_of = jnp.zeros((n,), jnp.int32).at[keep].set(jnp.arange(m, dtype=jnp.int32))
+    per_slot = lambda x: x[keep]
+    active = state.active[keep] & (jnp.arange(m) < jnp.sum(state.active))
+    return state._replace(
+        stats=jax.tree_util.tree_map(per_slot, state.stats),
+        cnt=state.cnt[keep],
+        log_d=state.log_d[keep],
+        log_pT=state.log_pT[keep],
+        node=state.node[keep],
+        active=active,
+        S=jnp.where(active[:, None] & active[None, :], state.S[keep][:, keep], -jnp.inf),
+        best_val=jnp.where(active, state.best_val[keep], -jnp.inf),
+        best_idx=new_of[state.best_idx[keep]],
+        second=state.second[keep],
+        stale=state.stale[keep] & active,
+    )
+
+
+#: the chunked search halves its slots when the active clusters fit in half of them, down to
+#: this many slots (each slot count compiles its merge program once)
+_COMPACT_MIN_SLOTS = 1024
 
 
 def _bhc_chunked(
@@ -443,7 +477,16 @@ def _bhc_chunked(
         state = _start_chunked(comp, log_alpha, leaf_stats, nv, S, leaf_lh)
         t, step = 0, 1
         while t < n_valid - 1:
+            slots = state.cnt.shape[0]
+            if n_valid - t <= slots // 2 and slots // 2 >= _COMPACT_MIN_SLOTS:
+                # after t merges n_valid - t clusters are active: keep them (and fillers)
+                active = np.asarray(state.active)
+                keep = np.concatenate([np.flatnonzero(active), np.flatnonzero(~active)])[: slots // 2]
+                state = _compact_slots(state, jnp.asarray(keep, jnp.int32), slots // 2)
             t1 = min(n_valid - 1, t + step)
+            slots = state.cnt.shape[0]
+            if slots // 2 >= _COMPACT_MIN_SLOTS and t < n_valid - slots // 2:
+                t1 = min(t1, n_valid - slots // 2)  # stop where the next compaction applies
             tic = time.perf_counter()
             state = _merges_chunk(comp, log_alpha, state, nv, jnp.int32(t), jnp.int32(t1))
             jax.block_until_ready(state.best_val)
@@ -591,46 +634,6 @@ def _row_batch(leaf_stats, n, points: bool = False):
     else:
         per_row = sum(int(np.prod(x.shape[1:])) for x in jax.tree_util.tree_leaves(leaf_stats)) * n
     return int(max(1, min(n, (1 << 22) // max(per_row, 1))))
-
-
-def check_finite_scores(comp, leaf_stats, n, leaf_log_h1=None, merge_terms=()):
-    """Raises a ``ValueError`` naming the likely cause when a leaf log marginal or a merge
-    score is not finite: BHC's merge scores are differences of log marginals, and a NaN
-    there would make the greedy search meaningless. For the Gaussian families the cause is
-    almost always a prior whose scale does not fit the data's (data in other units than the
-    prior was fitted on): the message gives both scales."""
-    bad = None
-    if leaf_log_h1 is not None:
-        v = np.asarray(leaf_log_h1)
-        if not np.all(np.isfinite(v)):
-            bad = f"the log marginal likelihood of {int(np.sum(~np.isfinite(v)))} of the {n} single points"
-    for v in merge_terms:
-        v = np.asarray(v)
-        if bad is None and np.any(np.isnan(v) | (v == np.inf)):
-            bad = f"{int(np.sum(np.isnan(v) | (v == np.inf)))} of the {n - 1} merge scores"
-    if bad is None:
-        return
-    family = type(comp).__name__
-    scale = comp.prior_scale()
-    mean = getattr(leaf_stats, "mean", None)
-    if scale is not None and mean is not None:
-        with np.errstate(over="ignore", invalid="ignore"):
-            m = np.asarray(mean)[:n]
-            data_sd = np.nanstd(m, axis=0) if n > 1 else np.zeros(m.shape[-1])
-            dev = np.nanmax(np.abs(m - np.asarray(comp.mean)), axis=0)
-            ratio = float(np.max(np.maximum(data_sd, dev) / scale))
-        raise ValueError(
-            f"bhc: {bad} is not finite (NaN or inf): the {family} prior does not fit the data's scale. "
-            f"The data's largest per-feature standard deviation is {float(np.max(data_sd)):.3g} and its largest "
-            f"distance from the prior mean {float(np.max(dev)):.3g}, against a prior within-cluster scale of "
-            f"{float(np.min(scale)):.3g} to {float(np.max(scale)):.3g} ({family}.prior_scale()), a ratio up to "
-            f"{ratio:.3g}: the log marginals lose every digit of precision. Fit the prior to these data "
-            f"({family}.from_data(X)) or rescale X (e.g. standardise its columns)."
-        )
-    raise ValueError(
-        f"bhc: {bad} is not finite (NaN or inf) under {family}: check the data for extreme values "
-        f"(e.g. counts near 1e300 overflow) and the component's hyperparameters."
-    )
 
 
 # searches whose estimated work (`_work_estimate`) is above this run in host-driven chunks

@@ -30,6 +30,7 @@ __all__ = [
     "node_stats_of_tree",
     "tree_node_terms",
     "tree_log_evidence",
+    "check_finite_scores",
 ]
 
 
@@ -188,3 +189,43 @@ def tree_log_evidence(X, tree: Tree, component: Component, alpha: float = 1.0) -
 def _tree_terms(comp, alpha, leaf_stats, children):
     """`node_stats_of_tree` then `tree_node_terms` as one compiled program (per family and n)."""
     return tree_node_terms(comp, alpha, node_stats_of_tree(comp, leaf_stats, children), children)
+
+
+def check_finite_scores(comp, leaf_stats, n, leaf_log_h1=None, merge_terms=()):
+    """Raises a ``ValueError`` naming the likely cause when a leaf log marginal or a merge
+    score is not finite: BHC's merge scores are differences of log marginals, and a NaN
+    there would make the greedy search meaningless. For the Gaussian families the cause is
+    almost always a prior whose scale does not fit the data's (data in other units than the
+    prior was fitted on): the message gives both scales."""
+    bad = None
+    if leaf_log_h1 is not None:
+        v = np.asarray(leaf_log_h1)
+        if not np.all(np.isfinite(v)):
+            bad = f"the log marginal likelihood of {int(np.sum(~np.isfinite(v)))} of the {n} single points"
+    for v in merge_terms:
+        v = np.asarray(v)
+        if bad is None and np.any(np.isnan(v) | (v == np.inf)):
+            bad = f"{int(np.sum(np.isnan(v) | (v == np.inf)))} of the {n - 1} merge scores"
+    if bad is None:
+        return
+    family = type(comp).__name__
+    scale = comp.prior_scale()
+    mean = getattr(leaf_stats, "mean", None)
+    if scale is not None and mean is not None:
+        with np.errstate(over="ignore", invalid="ignore"):
+            m = np.asarray(mean)[:n]
+            data_sd = np.nanstd(m, axis=0) if n > 1 else np.zeros(m.shape[-1])
+            dev = np.nanmax(np.abs(m - np.asarray(comp.mean)), axis=0)
+            ratio = float(np.max(np.maximum(data_sd, dev) / scale))
+        raise ValueError(
+            f"bhc: {bad} is not finite (NaN or inf): the {family} prior does not fit the data's scale. "
+            f"The data's largest per-feature standard deviation is {float(np.max(data_sd)):.3g} and its largest "
+            f"distance from the prior mean {float(np.max(dev)):.3g}, against a prior within-cluster scale of "
+            f"{float(np.min(scale)):.3g} to {float(np.max(scale)):.3g} ({family}.prior_scale()), a ratio up to "
+            f"{ratio:.3g}: the log marginals lose every digit of precision. Fit the prior to these data "
+            f"({family}.from_data(X)) or rescale X (e.g. standardise its columns)."
+        )
+    raise ValueError(
+        f"bhc: {bad} is not finite (NaN or inf) under {family}: check the data for extreme values "
+        f"(e.g. counts near 1e300 overflow) and the component's hyperparameters."
+    )
