@@ -45,11 +45,13 @@ glp = jax.make_array_from_process_local_data(shard, lp[half])
 gnl = jax.make_array_from_process_local_data(shard, nl[half])
 gsol = trellis.solve_batch(params.energy("exact"), glp, gnl)
 every = trellis.gather_solutions(sol)  # both processes' jets (25 + 35), on each process
+from jaxhc._internal import processes
+kv = processes._kv_client() is not None and processes._SEQ[0] > 0  # NUTS exchanged through the host store
 with open(out, "w") as f:
     json.dump({"lam": fit.lam, "stderr": fit.stderr, "grad": fit.grad, "log_z": np.asarray(sol.log_z).tolist(),
                "processes": jax.process_count(), "samples": np.asarray(post.samples).tolist(),
                "global_shape": list(glp.shape), "global_log_z": np.asarray(gsol.log_z).tolist(),
-               "gathered_log_z": every.log_z.tolist(), "gathered_children": every.map_children.tolist()}, f)
+               "gathered_log_z": every.log_z.tolist(), "kv": kv, "gathered_children": every.map_children.tolist()}, f)
 """
 
 
@@ -104,6 +106,7 @@ def test_two_processes_solve_locally_and_fit_globally(tmp_path):
     # NUTS over lambda with the likelihood summed over both processes: the same chain on
     # both, and the single-process chain on all 60 jets (the sums differ by rounding only)
     assert got[0]["samples"] == got[1]["samples"]
+    assert all(g["kv"] for g in got)
     post = sample_lambda(jax.random.PRNGKey(3), lp, nl, 16.0, num_warmup=60, num_samples=60, progress_bar=False)
     np.testing.assert_allclose(got[0]["samples"], np.asarray(post.samples), rtol=1e-8)
 

@@ -1,7 +1,9 @@
 """JAX's multi-controller runtime (`jax.distributed.initialize`): each process's own rows of a
 global array, sums over processes on the host, and a differentiable sum over processes inside
 traced code (`sum_over_processes`, what `jaxhc.sample_lambda` uses so that NUTS on every
-process sees the likelihood of all processes' jets)."""
+process sees the likelihood of all processes' jets; its values travel through the
+coordination service's key-value store on the host, so a GPU held by the running
+computation is never waited on)."""
 
 from __future__ import annotations
 
@@ -49,11 +51,55 @@ def allgather_sum(x) -> np.ndarray:
     return np.sum(np.asarray(multihost_utils.process_allgather(x)), axis=0).astype(x.dtype)
 
 
+#: how long a process waits for the others' values in `sum_over_processes` (they run in
+#: lockstep, so a long wait means one of them stopped or took another path)
+EXCHANGE_TIMEOUT_S = 600.0
+_SEQ = [0]
+
+
+def _kv_client():
+    """The coordination service's client of `jax.distributed` (a key-value store on the
+    host), or None where this JAX has none."""
+    try:
+        from jax._src import distributed
+
+        return distributed.global_state.client
+    except (ImportError, AttributeError):  # pragma: no cover - other JAX versions
+        return None
+
+
 def _exchange(x):
-    # called from inside a running computation (a host callback): JAX refuses to start a
-    # cross-process collective on that thread (it is still inside the outer program's
-    # dispatch), so the exchange runs on a thread of its own while this one waits
-    return _POOL.submit(allgather_sum, np.asarray(x)).result()
+    """`allgather_sum` from inside a running computation (a host callback). Through the
+    coordination service's key-value store where there is one: host memory only, so it
+    cannot wait on a device that the blocked computation holds (a GPU stream). Each call
+    is numbered; every process runs the same calls in the same order, writes its value under
+    its number and sums everyone's in process order (the same sum, bit for bit, on all)."""
+    x = np.array(x, order="C")  # (np.ascontiguousarray would make a scalar 1-d)
+    client = _kv_client()
+    if client is None:  # pragma: no cover - other JAX versions
+        # JAX refuses to start a collective on the callback's own thread: a thread of its own
+        return _POOL.submit(allgather_sum, x).result()
+    seq = _SEQ[0]
+    _SEQ[0] += 1
+    me, P = jax.process_index(), jax.process_count()
+    client.key_value_set_bytes(f"jaxhc/sum/{seq}/{me}", x.tobytes())
+    total = np.zeros_like(x)
+    for p in range(P):
+        try:
+            raw = client.blocking_key_value_get_bytes(f"jaxhc/sum/{seq}/{p}", int(EXCHANGE_TIMEOUT_S * 1000))
+        except Exception as e:  # the service reports a timeout as a generic runtime error
+            raise RuntimeError(
+                f"sum_over_processes: process {p} did not send its value {seq} within {EXCHANGE_TIMEOUT_S:.0f} s; "
+                "every process must evaluate the model the same number of times, in the same order "
+                "(the same inference, keys and settings on all of them)"
+            ) from e
+        total = total + np.frombuffer(raw, x.dtype).reshape(x.shape)
+    if seq >= 2:  # every process has read value seq - 2 before writing seq - 1
+        try:
+            client.key_value_delete(f"jaxhc/sum/{seq - 2}/{me}")
+        except Exception:  # pragma: no cover - best effort
+            pass
+    return total.astype(x.dtype)
 
 
 def _exchange_after(_previous, x):
