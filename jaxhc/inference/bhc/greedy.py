@@ -34,8 +34,8 @@ from jax.scipy.special import gammaln
 from ..._internal.validation import check_alpha, check_component
 from ...components import Component, GaussianStats
 from ...components.base import staged_elimination
-from ...tree import Tree
 from .gram import bhc_gram, use_gram
+from .result import BHCResult, assemble_result
 from .terms import (  # the fixed-tree functions are re-exported from here
     TreeTerms,
     check_finite_scores,
@@ -421,8 +421,23 @@ def _compact_slots(state: _State, keep, m: int) -> _State:
 
 
 #: the chunked search halves its slots when the active clusters fit in half of them, down to
-#: this many slots (each slot count compiles its merge program once)
+#: this many slots, where the saving pays for compiling the smaller program (each slot
+#: count compiles its merge program once: ~4 s at d = 10; the saving is about half a merge
+#: for each remaining merge: at n = 4000 the first halving saves ~1.8 s, at n = 10 000 ~11 s)
 _COMPACT_MIN_SLOTS = 1024
+#: slot counts whose merge program this process has compiled, by problem structure ...
+_COMPILED_SLOTS: set = set()
+#: ... and the compile time measured for that structure (first chunk minus one merge)
+_COMPILE_SECONDS: dict = {}
+#: the compile time assumed before one was measured
+_COMPILE_GUESS_S = 4.0
+
+
+def _program_key(comp, state) -> tuple:
+    """What, besides the slot count, decides `_merges_chunk`'s compiled program: the
+    component's structure and the per-slot shapes and types of the state."""
+    leaves, treedef = jax.tree_util.tree_flatten((comp, state))
+    return (str(treedef),) + tuple((tuple(np.shape(x)[1:]), str(getattr(x, "dtype", type(x)))) for x in leaves)
 
 
 def _bhc_chunked(
@@ -476,13 +491,21 @@ def _bhc_chunked(
             S = jnp.concatenate([S, jnp.full((n - n_valid, n), -jnp.inf, S.dtype)], axis=0)
         state = _start_chunked(comp, log_alpha, leaf_stats, nv, S, leaf_lh)
         t, step = 0, 1
+        key = _program_key(comp, state)
+        first_s = per_merge = None
         while t < n_valid - 1:
             slots = state.cnt.shape[0]
             if n_valid - t <= slots // 2 and slots // 2 >= _COMPACT_MIN_SLOTS:
-                # after t merges n_valid - t clusters are active: keep them (and fillers)
-                active = np.asarray(state.active)
-                keep = np.concatenate([np.flatnonzero(active), np.flatnonzero(~active)])[: slots // 2]
-                state = _compact_slots(state, jnp.asarray(keep, jnp.int32), slots // 2)
+                # after t merges n_valid - t clusters are active: keep them (and fillers) on
+                # half the slots, where that saves more than compiling the smaller program
+                # costs (free once compiled in this process): each remaining merge then
+                # costs about half
+                m = slots // 2
+                saving = (n_valid - t) * (per_merge or 0.0) / 2
+                if (m, key) in _COMPILED_SLOTS or saving > _COMPILE_SECONDS.get(key, _COMPILE_GUESS_S):
+                    active = np.asarray(state.active)
+                    keep = np.concatenate([np.flatnonzero(active), np.flatnonzero(~active)])[:m]
+                    state = _compact_slots(state, jnp.asarray(keep, jnp.int32), m)
             t1 = min(n_valid - 1, t + step)
             slots = state.cnt.shape[0]
             if slots // 2 >= _COMPACT_MIN_SLOTS and t < n_valid - slots // 2:
@@ -491,6 +514,13 @@ def _bhc_chunked(
             state = _merges_chunk(comp, log_alpha, state, nv, jnp.int32(t), jnp.int32(t1))
             jax.block_until_ready(state.best_val)
             el = time.perf_counter() - tic
+            if first_s is None:
+                first_s = el  # one merge, plus compiling the program unless it was compiled
+            elif per_merge is None or state.cnt.shape[0] == slots:
+                per_merge = el / max(t1 - t, 1)
+                if (slots, key) not in _COMPILED_SLOTS and first_s - per_merge > 0.2:
+                    _COMPILE_SECONDS[key] = first_s - per_merge  # measured compile time
+            _COMPILED_SLOTS.add((state.cnt.shape[0], key))
             if bar is not None:
                 bar.update(t1 - t)
             # aim at chunk_seconds a call (the first call includes compilation: grow slowly)
@@ -510,109 +540,6 @@ def _bhc_chunked(
         state.out_log_r,
         state.out_log_1mr,
         leaf_log_h1,
-    )
-
-
-# ------------------------------------------------------------------------------------------
-# result type
-# ------------------------------------------------------------------------------------------
-class BHCResult(NamedTuple):
-    """The output of `bhc` (and `rbhc`).
-
-    Fields (``n`` points, nodes ``0 .. 2n-2`` as in `jaxhc.tree.Tree`):
-      tree: the hierarchy; ``tree.heights`` is the merge order, ``tree.values["log_r"]``.
-      log_evidence: ``log p(D | T)`` at the root.
-      log_r: ``[n-1]`` log posterior of the merged hypothesis of every inner node (merge order).
-      dpm_lower_bound: ``log p(D|T) + log d_root + log Gamma(alpha) - log Gamma(n + alpha)``,
-        a lower bound on the DPM log marginal likelihood (Corollary of Theorem 1).
-      log_d, log_pT, log_h1, log_1mr: ``[2n-1]`` per node (leaves: ``log_r = 0``).
-      node_stats: sufficient statistics of every node, leading axis ``2n-1`` (NumPy arrays
-        when the search ran on the host: `NormalInverseWishart` at ``d >= GRAM_MIN_D``).
-      component, alpha: the model the tree was built with.
-    """
-
-    tree: Tree
-    log_evidence: jax.Array
-    log_r: jax.Array
-    dpm_lower_bound: jax.Array
-    log_d: jax.Array
-    log_pT: jax.Array
-    log_h1: jax.Array
-    log_1mr: jax.Array
-    node_stats: Any
-    component: Component
-    alpha: jax.Array
-
-    @property
-    def n_points(self) -> int:
-        return self.tree.n_leaves
-
-    def cut(self, threshold: float = 0.5) -> np.ndarray:
-        """Flat labels ``[n]``: descend from the root, splitting nodes with ``r_k < threshold``."""
-        if not (0.0 <= float(threshold) <= 1.0):
-            raise ValueError(f"threshold must be a probability in [0, 1], got {threshold}")
-        return self.tree.cut(threshold, scores=np.exp(np.asarray(self.log_r)))
-
-    def n_clusters(self, threshold: float = 0.5) -> int:
-        return int(np.max(self.cut(threshold)) + 1)
-
-    def log_weights(self) -> np.ndarray:
-        """``log w_k [2n-1]``, the weights of the predictive mixture; they sum to 1.
-
-        ``w_k = r_k prod_{i in path(root .. parent(k))} (1 - r_i) n_{c(i)} / n_i`` where
-        ``c(i)`` is the child of ``i`` on the path: with probability ``1 - r_i`` the data of
-        node ``i`` are split as in its subtrees, and a new point joins the side with
-        ``n_c`` of the ``n_i`` points with probability ``n_c / n_i`` (the DPM's
-        rich-get-richer rule). Without the ``n_c / n_i`` factors (the form printed in the
-        paper) the weights sum to more than 1.
-        """
-        n = self.tree.n_leaves
-        par = self.tree.parents()
-        size = self.tree.sizes().astype(float)
-        log_r = np.concatenate([np.zeros(n), np.asarray(self.log_r)])
-        l1 = np.asarray(self.log_1mr)
-        acc = np.zeros(2 * n - 1)
-        for k in range(2 * n - 3, -1, -1):
-            p = par[k]
-            acc[k] = acc[p] + l1[p] + np.log(size[k] / size[p])
-        return log_r + acc
-
-
-def _gather_nodes_host(leaf, inner):
-    # `_gather_nodes` on the host: eager jnp slicing and concatenation compile per shape
-    return jax.tree_util.tree_map(
-        lambda a, b: jnp.asarray(np.concatenate([np.asarray(a), np.asarray(b)], axis=0)), leaf, inner
-    )
-
-
-def assemble_result(
-    comp, alpha, n, leaf_stats, leaf_log_h1, children, out_stats, log_h1, log_d, log_pT, log_r, log_1mr, node_stats=None
-):
-    """Host-side assembly of a BHCResult from per-merge outputs (ids in 0..2n-2);
-    ``node_stats``, when given, are the statistics of all nodes (leaves first) and replace
-    ``leaf_stats`` and ``out_stats``."""
-    dtype = np.asarray(log_h1).dtype if n > 1 else np.float64
-    log_alpha = np.log(alpha)
-    node_log_h1 = np.concatenate([np.asarray(leaf_log_h1), np.asarray(log_h1)])
-    node_log_d = np.concatenate([np.full(n, log_alpha), np.asarray(log_d)])
-    node_log_pT = np.concatenate([np.asarray(leaf_log_h1), np.asarray(log_pT)])
-    node_log_1mr = np.concatenate([np.full(n, -np.inf), np.asarray(log_1mr)])
-    log_r = np.asarray(log_r, dtype=dtype)
-    tree = Tree(np.asarray(children, np.int64), heights=np.arange(1, n, dtype=float), values={"log_r": log_r})
-    log_ev = node_log_pT[-1]
-    bound = log_ev + node_log_d[-1] + gammaln(alpha) - gammaln(n + alpha)
-    return BHCResult(
-        tree,
-        jnp.asarray(log_ev),
-        jnp.asarray(log_r),
-        jnp.asarray(bound),
-        jnp.asarray(node_log_d),
-        jnp.asarray(node_log_pT),
-        jnp.asarray(node_log_h1),
-        jnp.asarray(node_log_1mr),
-        _gather_nodes_host(leaf_stats, out_stats) if node_stats is None else node_stats,
-        comp,
-        jnp.asarray(alpha),
     )
 
 
