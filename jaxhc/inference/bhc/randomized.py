@@ -49,6 +49,7 @@ from .greedy import (
     node_stats_of_tree,
     tree_node_terms,
 )
+from .result import result_from_nodes
 
 __all__ = ["rbhc", "AUTO_BALANCE_NATS"]
 
@@ -419,24 +420,18 @@ def rbhc(
         node_log_r,
         node_log_1mr,
     )
-    ch = np.asarray(children, np.int64).reshape(-1, 2)
-    log_r = node_log_r[n:]
-    tree = Tree(ch, heights=np.arange(1, n, dtype=float), values={"log_r": log_r}).validate()
-    ev = node_log_pT[-1]
-    bound = ev + node_log_d[-1] + gammaln(alpha) - gammaln(n + alpha)
     node_stats = jax.tree_util.tree_map(lambda a, b: jnp.asarray(np.concatenate([a, b], axis=0)), leaf_np, inner_stats)
-    return BHCResult(
-        tree,
-        jnp.asarray(ev),
-        jnp.asarray(log_r),
-        jnp.asarray(bound),
-        jnp.asarray(node_log_d),
-        jnp.asarray(node_log_pT),
-        jnp.asarray(node_log_h1),
-        jnp.asarray(node_log_1mr),
-        node_stats,
+    return result_from_nodes(
         component,
-        jnp.asarray(alpha),
+        alpha,
+        children,
+        node_log_r[n:],
+        node_log_h1,
+        node_log_d,
+        node_log_pT,
+        node_log_1mr,
+        node_stats,
+        validate=True,
     )
 
 

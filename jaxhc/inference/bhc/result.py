@@ -13,7 +13,7 @@ from jax.scipy.special import gammaln
 from ...components import Component
 from ...tree import Tree
 
-__all__ = ["BHCResult", "assemble_result"]
+__all__ = ["BHCResult", "assemble_result", "result_from_nodes"]
 
 
 class BHCResult(NamedTuple):
@@ -98,9 +98,24 @@ def assemble_result(
     node_log_pT = np.concatenate([np.asarray(leaf_log_h1), np.asarray(log_pT)])
     node_log_1mr = np.concatenate([np.full(n, -np.inf), np.asarray(log_1mr)])
     log_r = np.asarray(log_r, dtype=dtype)
-    tree = Tree(np.asarray(children, np.int64), heights=np.arange(1, n, dtype=float), values={"log_r": log_r})
-    log_ev = node_log_pT[-1]
-    bound = log_ev + node_log_d[-1] + gammaln(alpha) - gammaln(n + alpha)
+    stats = _gather_nodes_host(leaf_stats, out_stats) if node_stats is None else node_stats
+    return result_from_nodes(comp, alpha, children, log_r, node_log_h1, node_log_d, node_log_pT, node_log_1mr, stats)
+
+
+def result_from_nodes(
+    comp, alpha, children, log_r, node_log_h1, node_log_d, node_log_pT, node_log_1mr, node_stats, validate=False
+):
+    """A BHCResult from per-node arrays ``[2n-1]`` (leaves first), the inner nodes'
+    ``log_r [n-1]`` and ``children [n-1, 2]`` in merge order (``validate``: check the tree)."""
+    n = len(node_log_pT) // 2 + 1
+    log_r = np.asarray(log_r)
+    tree = Tree(
+        np.asarray(children, np.int64).reshape(-1, 2), heights=np.arange(1, n, dtype=float), values={"log_r": log_r}
+    )
+    if validate:
+        tree = tree.validate()
+    log_ev = np.asarray(node_log_pT)[-1]
+    bound = log_ev + np.asarray(node_log_d)[-1] + gammaln(alpha) - gammaln(n + alpha)
     return BHCResult(
         tree,
         jnp.asarray(log_ev),
@@ -110,7 +125,7 @@ def assemble_result(
         jnp.asarray(node_log_pT),
         jnp.asarray(node_log_h1),
         jnp.asarray(node_log_1mr),
-        _gather_nodes_host(leaf_stats, out_stats) if node_stats is None else node_stats,
+        node_stats,
         comp,
         jnp.asarray(alpha),
     )
