@@ -75,6 +75,10 @@ def test_one_column_is_bhc():
     a = bhcc_predictive_cell(res, [1, 4], [0, 0], vals)
     np.testing.assert_allclose(a, jaxhc.bhc_predictive_cell(ref, [1, 4], [0, 0], vals), rtol=1e-9)
     np.testing.assert_allclose(np.exp(a).sum(axis=1), 1.0, rtol=1e-9)
+    # the view's row result carries the user's family: BHC's own functions apply to it
+    assert isinstance(view.rows.component, jaxhc.BetaBinomial)
+    np.testing.assert_allclose(jaxhc.bhc_predictive_cell(view.rows, [1, 4], [0, 0], vals), a, rtol=1e-9)
+    np.testing.assert_allclose(jaxhc.bhc_predictive(view.rows, Xn), jaxhc.bhc_predictive(ref, Xn), rtol=1e-9)
 
 
 def test_view_evidence_matches_bhc_on_the_view():

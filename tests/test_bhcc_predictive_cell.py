@@ -48,13 +48,13 @@ def test_pruned_cell_predictive_equals_the_full_sum(fitted, monkeypatch, prune, 
 def test_pruning_leaves_nodes_out(fitted, monkeypatch):
     """With a tight prune, fewer views are computed than live nodes on the queried paths."""
     seen = []
-    orig = predictive._result_queries
+    orig = predictive._row_trees
 
-    def spy(res, nodes, mode, per_node_queries):
-        seen.append(len(nodes))
-        return orig(res, nodes, mode, per_node_queries)
+    def spy(cd, col_lists, alpha):
+        seen.append(len(col_lists))
+        return orig(cd, col_lists, alpha)
 
-    monkeypatch.setattr(predictive, "_result_queries", spy)
+    monkeypatch.setattr(predictive, "_row_trees", spy)
     rows, cols = np.array([0, 1]), np.array([0, 0])
     monkeypatch.setattr(predictive, "CELL_PRUNE_NATS", np.inf)
     jaxhc.bhcc_predictive_cell(fitted, rows, cols, [1.0, 0.0])
@@ -63,3 +63,17 @@ def test_pruning_leaves_nodes_out(fitted, monkeypatch):
     monkeypatch.setattr(predictive, "CELL_CERTIFY_NATS", 0.0)
     jaxhc.bhcc_predictive_cell(fitted, rows, cols, [1.0, 0.0])
     assert seen[-1] < n_all
+
+
+def test_normal_cell_predictive_is_a_density():
+    """The Normal family's cell predictive (a mixture of Normals over both paths) integrates
+    to one over the value, per cell, including an observed cell predicted given itself."""
+    rng = np.random.default_rng(4)
+    X = np.concatenate([rng.normal(0, 1, (10, 3)), rng.normal(4, 1, (10, 3))])
+    X[2, 1] = np.nan
+    res = jaxhc.bhcc(X, jaxhc.IndependentNormal(0.0, 4.0, 1.0), 1.0)
+    grid = np.linspace(-15.0, 20.0, 7001)
+    lp = jaxhc.bhcc_predictive_cell(res, [2, 15, 0], [1, 2, 0], np.tile(grid, (3, 1)))
+    np.testing.assert_allclose(np.trapezoid(np.exp(lp), grid, axis=1), 1.0, atol=1e-6)
+    # a cell of the second block is predicted near the second block's mean
+    assert grid[np.argmax(lp[1])] > 2.0

@@ -134,15 +134,27 @@ class ColumnData(eqx.Module):
             leaf = IndepNormalStats(*(x[:, cols] for x in self.s))
         return comp, leaf
 
+    def _gamma_table(self, k, m, col):
+        """``log Gamma(p + m)`` of the Beta prior's ``p = a, b, a + b`` (``k = 0, 1, 2``) of
+        column ``col`` at integer counts ``m`` (table lookups, broadcast)."""
+        table = self.tables[k]
+        i = jnp.round(m).astype(jnp.int32)
+        if table.ndim == 1:
+            return jnp.take(table, i, mode="clip")
+        return jnp.take(table.reshape(-1), i * table.shape[1] + col, mode="clip")
+
     def cell_log_predictive(self, col, v, node_stats, pos):
         """``log p(X_ij = v | node data)`` of column ``col`` (position ``pos`` in the view's
         padded statistics ``node_stats``, leading axes broadcast)."""
         if self.beta:
-            a, b, t = self.p1[col], self.p2[col], self.p3[col]
+            t = self.p3[col]
             sc = node_stats.succ[..., pos]
             fc = node_stats.fail[..., pos]
             logc = gammaln(t + 1) - gammaln(v + 1) - gammaln(t - v + 1)
-            return logc + betaln(a + sc + v, b + fc + t - v) - betaln(a + sc, b + fc)
+            # integer counts: log Beta from the log Gamma tables (ga[m] = log Gamma(a + m), ...)
+            g = lambda k, m: self._gamma_table(k, m, col)
+            post = g(0, sc + v) + g(1, fc + t - v) - g(2, sc + fc + t)
+            return logc + post - (g(0, sc) + g(1, fc) - g(2, sc + fc))
         m0, t2, s2 = self.p1[col], self.p2[col], self.p3[col]
         n, sx = node_stats.n[..., pos], node_stats.sx[..., pos]
         prec = 1.0 / t2 + n / s2

@@ -11,9 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import gammaln, logsumexp
 
-from ...components import (
-    IndependentNormal,
-)
+from ...components import CountStats, IndependentNormal, IndepNormalStats
 from .columns import ColumnData, check_real_table, column_model, validate_inputs
 from .result import BHCCResult
 from .views import VIEW_CHUNK, grouped_views, pad_views, views_full
@@ -55,13 +53,9 @@ def _node_stats(leaf, out_stats):
 @partial(jax.jit, static_argnames=("mode",))
 def _views_predict(cd: ColumnData, cols, outs, log_alpha, q_view, q_a, q_b, mode: str):
     """Per query ``q`` (view ``q_view[q]`` of the batch ``cols [B, W]`` with row-BHC outputs
-    ``outs`` from `views_full`), per mode:
-
-    - ``"cell"``: ``log sum_{m in path(i)} w_m p(X_ij = v | D_m)`` with ``q_a = (i, pos)``
-      int ``[Q, 2]`` and ``q_b`` = values ``[Q, K]`` (column index ``cols[view, pos]``);
-    - ``"row"``: the BHC predictive ``log p(x | view)`` of padded rows ``q_a [Q, W]``.
-
-    The row-tree weights of every view are computed once, then gathered per query.
+    ``outs`` from `views_full`): the BHC predictive ``log p(x | view)`` of padded rows
+    ``q_a [Q, W]`` (``mode="row"``; ``q_b`` is unused). The row-tree weights of every view
+    are computed once, then gathered per query. (Cells go through `_path_mix`.)
     """
     I = cd.n_rows
     children, out_stats, log_h1, log_d, log_pT, log_r, log_1mr, leaf_h1 = outs
@@ -69,14 +63,6 @@ def _views_predict(cd: ColumnData, cols, outs, log_alpha, q_view, q_a, q_b, mode
 
     def per_query(v, qa, qb):
         c = cols[v]
-        if mode == "cell":
-            i, pos = qa[0], qa[1]
-            col = c[pos]
-            leaf_col = type(out_stats)(*(x[:, col] for x in cd.s))
-            inner_col = jax.tree_util.tree_map(lambda x: x[v][:, pos] if x.ndim == 3 else x[v], out_stats)
-            ns = jax.tree_util.tree_map(lambda x, y: jnp.concatenate([x, y])[..., None], leaf_col, inner_col)
-            lp = cd.cell_log_predictive(col, qb[:, None], ns, 0)  # [K, 2I-1]
-            return logsumexp(jnp.where(mem[v][:, i][None, :], lw[v][None, :] + lp, -jnp.inf), axis=-1)
         comp, leaf = cd.view(c)
         ns = _node_stats(leaf, jax.tree_util.tree_map(lambda x: x[v], out_stats))
         sx = cd.stats_of(qa[None, :], c)
@@ -141,7 +127,7 @@ def views_column_predict(cd: ColumnData, cols, outs, log_alpha, Y, ycol, sign=1.
     return jax.vmap(one)(children, log_h1, log_d, log_pT, leaf_h1)
 
 
-QUERY_CHUNK = {"cell": 1024, "row": 256, "column": 512}
+QUERY_CHUNK = {"row": 256, "column": 512}
 
 
 def node_queries(cd: ColumnData, col_lists, alpha, mode, per_node_queries):
@@ -364,9 +350,10 @@ def bhcc_predictive_cell(result: BHCCResult, rows, cols, values) -> np.ndarray:
     if not np.all(np.isfinite(vals2)):
         raise ValueError("values must be finite (the candidate values of each cell)")
     Q, K = vals2.shape
-    if Q * K:  # each candidate in its column's domain (e.g. 0 / 1 for BetaBernoulli)
-        Xq = np.full((Q * K, J), np.nan)
-        Xq[np.arange(Q * K), np.repeat(cols, K)] = vals2.reshape(-1)
+    if Q * K:  # each distinct (column, candidate) in its column's domain (e.g. 0 / 1 for BetaBernoulli)
+        pairs = np.unique(np.stack([np.repeat(cols, K).astype(float), vals2.reshape(-1)], axis=1), axis=0)
+        Xq = np.full((len(pairs), J), np.nan)
+        Xq[np.arange(len(pairs)), pairs[:, 0].astype(np.int64)] = pairs[:, 1]
         validate_inputs(Xq, result.component, "values")
     lw = result.log_omega()
     nodes = _live_nodes(result, lw)
@@ -406,20 +393,130 @@ CELL_CERTIFY_NATS = 35.0
 
 def _cell_pass(result, nodes, rows, cols, vals2, sets, lw, active):
     """``log sum_{k in nodes on the path of cols[q]} omega_k p(X_{rows[q], cols[q]} = v | view k)``
-    for the queries with ``active[q]`` (``-inf`` elsewhere)."""
-    qs, which = [], []
-    for k in nodes:
-        members = np.flatnonzero(sets[k])
-        sel = np.flatnonzero(sets[k][cols] & active)
-        pos = np.searchsorted(members, cols[sel])
-        qs.append((np.stack([rows[sel], pos], axis=1).astype(np.int32).reshape(-1, 2), vals2[sel]))
-        which.append(sel)
-    nonempty = [i for i, w in enumerate(which) if len(w)]
+    for the queries with ``active[q]`` (``-inf`` elsewhere).
+
+    Each (view, cell) pair is one query: the row tree of view ``k`` (`_row_trees`), the
+    nodes on the path from row ``i``'s leaf to the root with their weights ``r_m prod_{above}
+    (1 - r)``, and the statistics of column ``j`` at those nodes, gathered on the host; one
+    compiled program then evaluates every query's predictive at its path's nodes only
+    (`_path_mix`)."""
     acc = np.full(vals2.shape, -np.inf)
-    if not nonempty:
+    col_lists, sels = [], []
+    for k in nodes:
+        sel = np.flatnonzero(sets[k][cols] & active)
+        if len(sel):
+            col_lists.append(np.flatnonzero(sets[k]))
+            sels.append((int(k), sel))
+    if not sels:
         return acc
-    outs = _result_queries(result, nodes[nonempty], "cell", [qs[i] for i in nonempty])
-    for i, o in zip(nonempty, outs):
-        k = nodes[i]
-        acc[which[i]] = np.logaddexp(acc[which[i]], lw[k] + o)
+    cd = column_model(result.component, result.X)
+    trees = _row_trees(cd, col_lists, result.alpha)
+    q_node, q_col, q_w, q_stats = [], [], [], []
+    for (k, sel), members, (paths, path_w, stats) in zip(sels, col_lists, trees):
+        pos = np.searchsorted(members, cols[sel])
+        p = paths[rows[sel]]  # [n, D] node ids (-1 past the root)
+        q_w.append(path_w[rows[sel]])
+        q_stats.append([f[np.maximum(p, 0), pos[:, None]] for f in stats])
+        q_node.append(np.full(len(sel), k))
+        q_col.append(cols[sel])
+    D = max(w.shape[1] for w in q_w)
+    D = 1 << int(np.ceil(np.log2(D)))
+    padD = lambda a, fill: np.concatenate([a, np.full((a.shape[0], D - a.shape[1]), fill, a.dtype)], axis=1)
+    w = np.concatenate([padD(x, -np.inf) for x in q_w])
+    st = [np.concatenate([padD(x[f], 0.0) for x in q_stats]) for f in range(len(q_stats[0]))]
+    qi = np.concatenate([s for _, s in sels])
+    qc = np.concatenate(q_col).astype(np.int32)
+    out = _mix_chunks(cd, qc, vals2[qi], st, w)
+    node = np.concatenate(q_node)
+    terms = lw[node][:, None] + out  # [n_queries, K]
+    # log-sum the terms of each query cell (several views per cell)
+    order = np.argsort(qi, kind="stable")
+    qs, terms = qi[order], terms[order]
+    starts = np.flatnonzero(np.r_[True, qs[1:] != qs[:-1]])
+    top = np.maximum.reduceat(terms, starts, axis=0)
+    safe = np.where(np.isfinite(top), top, 0.0)
+    ssum = np.add.reduceat(np.exp(terms - np.repeat(safe, np.diff(np.r_[starts, len(qs)]), axis=0)), starts, axis=0)
+    with np.errstate(divide="ignore"):
+        acc[qs[starts]] = np.where(np.isfinite(top), safe + np.log(ssum), top)
     return acc
+
+
+# cell queries per call of `_path_mix` (padded, so one program per path length D)
+CELL_QUERY_CHUNK = 1024
+
+
+def _mix_chunks(cd, qc, vals, stats, w):
+    Q = len(qc)
+    Qp = -(-Q // CELL_QUERY_CHUNK) * CELL_QUERY_CHUNK
+    pad = lambda a: np.concatenate([a, np.repeat(a[:1], Qp - Q, axis=0)])
+    qc, vals, w = pad(qc), pad(vals), pad(w)
+    stats = [pad(f) for f in stats]
+    outs = []
+    for s0 in range(0, Qp, CELL_QUERY_CHUNK):
+        sl = slice(s0, s0 + CELL_QUERY_CHUNK)
+        outs.append(
+            _path_mix(
+                cd,
+                jnp.asarray(qc[sl]),
+                jnp.asarray(vals[sl]),
+                tuple(jnp.asarray(f[sl]) for f in stats),
+                jnp.asarray(w[sl]),
+            )
+        )
+    return np.concatenate([np.asarray(o) for o in outs])[:Q]
+
+
+@jax.jit
+def _path_mix(cd: ColumnData, qc, vals, stats, w):
+    """``log sum_d exp(w[q, d]) p(X_{., qc[q]} = vals[q, k] | stats[q, d])`` ``[Q, K]``: the
+    cell predictive of each query mixed over the nodes of its row path (``w = -inf`` pads)."""
+    ns = (CountStats if cd.beta else IndepNormalStats)(*(f[..., None, None] for f in stats))
+    lp = cd.cell_log_predictive(qc[:, None, None], vals[:, None, :], ns, 0)  # [Q, D, K]
+    return logsumexp(jnp.where(jnp.isfinite(w)[..., None], w[..., None] + lp, -jnp.inf), axis=1)
+
+
+def _row_trees(cd: ColumnData, col_lists, alpha) -> list:
+    """Per view (column ids of ``cd``): ``(paths [I, D], path_w [I, D], stats)``: the node ids
+    on the path from each row's leaf up to the root of the view's row BHC tree (``-1`` past
+    the root), their log weights ``r_m prod_{above m} (1 - r)`` (``-inf`` past the root), and
+    each statistics field of the view's columns at every tree node ``[2I-1, W]`` (fields
+    without a column axis: zeros)."""
+    I = cd.n_rows
+    log_alpha = jnp.log(jnp.asarray(alpha, jnp.result_type(float)))
+    out = [None] * len(col_lists)
+    B = VIEW_CHUNK
+    for idx, W in grouped_views(col_lists):
+        for s0 in range(0, len(idx), B):
+            sub = idx[s0 : s0 + B]
+            cols = pad_views([col_lists[i] for i in sub], W, cd.n_cols, B)
+            children, out_stats, _, _, _, log_r, log_1mr, _ = views_full(cd, jnp.asarray(cols), log_alpha)
+            children, log_r, log_1mr = np.asarray(children), np.asarray(log_r), np.asarray(log_1mr)
+            full = []
+            for lf, inner in zip(cd.s, out_stats):  # leaf fields [I, J + 1]
+                inner = np.asarray(inner)
+                if inner.ndim == 3:  # [B, I-1, W]
+                    full.append(np.concatenate([np.moveaxis(np.asarray(lf)[:, cols], 1, 0), inner], axis=1))
+                else:
+                    full.append(np.zeros((len(cols), 2 * I - 1, W)))
+            Bn = len(sub)
+            par = np.full((Bn, 2 * I - 1), -1)
+            for r in range(Bn):
+                par[r, children[r].reshape(-1)] = np.repeat(np.arange(I, 2 * I - 1), 2)
+            lr_full = np.concatenate([np.zeros((Bn, I)), log_r[:Bn]], axis=1)
+            l1_full = np.concatenate([np.full((Bn, I), -np.inf), log_1mr[:Bn]], axis=1)
+            above = np.zeros((Bn, 2 * I - 1))
+            rb = np.arange(Bn)
+            for k in range(2 * I - 3, -1, -1):  # parents have larger ids than their children
+                pk = par[:, k]
+                above[:, k] = above[rb, pk] + l1_full[rb, pk]
+            node_w = lr_full + above
+            depth = [np.arange(I)[None, :].repeat(Bn, 0)]
+            while np.any(depth[-1] >= 0):
+                cur = depth[-1]
+                depth.append(np.where(cur >= 0, par[rb[:, None], np.maximum(cur, 0)], -1))
+            paths = np.stack(depth[:-1], axis=-1)  # [Bn, I, D]
+            pw = np.where(paths >= 0, node_w[rb[:, None, None], np.maximum(paths, 0)], -np.inf)
+            for r, i in enumerate(sub):
+                w = len(col_lists[i])
+                out[i] = (paths[r], pw[r], [f[r][:, :w] for f in full])
+    return out

@@ -110,7 +110,7 @@ class BHCCResult(NamedTuple):
     def view_of(self, columns: Sequence[int]) -> BHCCView:
         """A `BHCCView` (row BHC) of any set of columns."""
         cols = np.asarray(columns, np.int64)
-        (rows,) = _view_rows(column_model(self.component, self.X), [cols], self.alpha)
+        (rows,) = _view_rows(column_model(self.component, self.X), [cols], self.alpha, self.component)
         sets = self.tree.leaf_sets()
         hit = np.flatnonzero(np.all(sets == np.isin(np.arange(self.n_columns), cols)[None, :], axis=1))
         node = int(hit[0]) if len(hit) else -1
@@ -118,9 +118,12 @@ class BHCCResult(NamedTuple):
         return BHCCView(cols, node, log_r, rows)
 
 
-def _view_rows(cd: "ColumnData", col_lists, alpha) -> list:
+def _view_rows(cd: "ColumnData", col_lists, alpha, component: Component) -> list:
     """The row `BHCResult` of each view in ``col_lists``, run padded (programs shared with
-    the predictive passes) and sliced to the view's own columns."""
+    the predictive passes) and sliced to the view's own columns. Its component is the
+    user's ``component`` restricted to the view's columns (the Beta families run on
+    `ColumnData`'s lookup-table form of the same marginals, with the same statistics), so
+    the BHC functions (predictives, cuts) apply to it."""
     log_alpha = jnp.log(jnp.asarray(alpha, jnp.result_type(float)))
     out = [None] * len(col_lists)
     B = VIEW_CHUNK
@@ -133,6 +136,8 @@ def _view_rows(cd: "ColumnData", col_lists, alpha) -> list:
                 w = len(col_lists[i])
                 c = jnp.asarray(np.asarray(col_lists[i], np.int32))
                 comp, leaf = cd.view(c)
+                if cd.beta:
+                    comp = component.restrict_columns(col_lists[i])
                 o = jax.tree_util.tree_map(lambda x: x[r], outs)
                 out_stats = type(o[1])(*(x[:, :w] if x.ndim == 2 else x for x in o[1]))
                 out[i] = _rows_result(comp, alpha, leaf, (o[0], out_stats) + tuple(o[2:]))
@@ -162,7 +167,7 @@ def _views_of(X, component, alpha, tree, log_r_nodes) -> tuple:
     labels = tree.cut(0.5, scores=np.exp(log_r_nodes[tree.n_leaves :]))
     sets = tree.leaf_sets()
     groups = [np.flatnonzero(labels == g) for g in range(int(labels.max()) + 1)]
-    rows = _view_rows(column_model(component, X), groups, alpha)
+    rows = _view_rows(column_model(component, X), groups, alpha, component)
     views = []
     for cols, rr in zip(groups, rows):
         member = np.isin(np.arange(tree.n_leaves), cols)
