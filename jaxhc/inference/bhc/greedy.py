@@ -118,7 +118,7 @@ def _top2(x):
 _SLOT_TILE = 256
 
 
-def _slot_log_marginals(comp, cache, x, slots):
+def _slot_log_marginals(comp, cache, x, slots, active=None):
     """``log p(D_x + D_s)`` ``[n]`` of the statistics ``x`` merged with each slot ``s`` of
     ``slots`` (leading axis ``n``): from ``2 * _SLOT_TILE`` slots on, equal tiles of at most
     `_SLOT_TILE` slots in a loop where ``n`` splits so (`tiled_slots`), else in one batch (staged: see
@@ -130,8 +130,16 @@ def _slot_log_marginals(comp, cache, x, slots):
         with staged_elimination():
             return f(slots)
     # a reshape of the slot arrays into k equal tiles (no copy; `tiled_slots` pads n so)
-    tiles = jax.tree_util.tree_map(lambda a: a.reshape((k, n // k) + a.shape[1:]), slots)
-    return jax.lax.map(f, tiles).reshape(n)
+    T = n // k
+    tiles = jax.tree_util.tree_map(lambda a: a.reshape((k, T) + a.shape[1:]), slots)
+    if active is None:
+        return jax.lax.map(f, tiles).reshape(n)
+    # tiles without an active slot are skipped (-inf): merged clusters keep the smaller slot,
+    # so the high tiles empty first
+    dtype = jax.eval_shape(f, jax.tree_util.tree_map(lambda a: a[0], tiles)).dtype
+    skip = lambda s: jnp.full((T,), -jnp.inf, dtype)
+    tile = lambda st: jax.lax.cond(jnp.any(st[1]), f, skip, st[0])
+    return jax.lax.map(tile, (tiles, active.reshape(k, T))).reshape(n)
 
 
 def tiled_slots(n: int) -> int:
@@ -157,7 +165,7 @@ def _loop_parts(comp, log_alpha, n, dtype, keep_matrix, evidence_only, n_points=
 
     def row(i, stats, cnt, log_d, log_pT, active):
         si = take(stats, i)
-        lh = _slot_log_marginals(comp, cache, si, stats)
+        lh = _slot_log_marginals(comp, cache, si, stats, active)
         m = merge_terms(
             comp, log_alpha, si, cnt[i], log_d[i], log_pT[i], stats, cnt, log_d, log_pT, cache, lgam, log_h1=lh
         )
@@ -204,7 +212,7 @@ def _loop_parts(comp, log_alpha, n, dtype, keep_matrix, evidence_only, n_points=
         partners = jax.tree_util.tree_map(
             lambda x: jnp.where(at_a.reshape((n,) + (1,) * (x.ndim - 1)), jnp.zeros((), x.dtype), x), stats
         )
-        lh = _slot_log_marginals(comp, cache, merged, partners)
+        lh = _slot_log_marginals(comp, cache, merged, partners, st.active)
         m = merge_terms(
             comp,
             log_alpha,
@@ -528,23 +536,35 @@ def _bhc_chunked(
         t, step = 0, 1
         key = _program_key(comp, state)
         first_s = per_merge = None
+        front = state.cnt.shape[0]  # the slots that may hold active clusters
         while t < n_valid - 1:
             slots = state.cnt.shape[0]
-            if n_valid - t <= slots // 2 and slots // 2 >= _COMPACT_MIN_SLOTS:
-                # after t merges n_valid - t clusters are active: keep them (and fillers) on
-                # half the slots, where that saves more than compiling the smaller program
-                # costs (free once compiled in this process): each remaining merge then
-                # costs about half
-                m = tiled_slots(slots // 2)
-                saving = (n_valid - t) * (per_merge or 0.0) / 2
-                if (m, key) in _COMPILED_SLOTS or saving > _COMPILE_SECONDS.get(key, _COMPILE_GUESS_S):
-                    active = np.asarray(state.active)
-                    keep = np.concatenate([np.flatnonzero(active), np.flatnonzero(~active)])[:m]
-                    state = _compact_slots(state, jnp.asarray(keep, jnp.int32), m)
+            act = n_valid - t  # clusters active after t merges
+            # in place: the active slots (in their order) to the front, so the tiles behind
+            # them are skipped (`_slot_log_marginals`); the same program
+            move = act <= front // 2 and front // 2 >= _SLOT_TILE and slots >= 2 * _SLOT_TILE
+            m = slots
+            if act <= slots // 2 and slots // 2 >= _COMPACT_MIN_SLOTS:
+                # onto half the slots where that saves more than compiling the smaller
+                # program costs (free once compiled in this process): each remaining merge
+                # then moves about half the data
+                half = tiled_slots(slots // 2)
+                saving = act * (per_merge or 0.0) / 2
+                if (half, key) in _COMPILED_SLOTS or saving > _COMPILE_SECONDS.get(key, _COMPILE_GUESS_S):
+                    m = half
+            if m < slots or move:
+                active = np.asarray(state.active)
+                keep = np.concatenate([np.flatnonzero(active), np.flatnonzero(~active)])[:m]
+                state = _compact_slots(state, jnp.asarray(keep, jnp.int32), m)
+                front = act
             t1 = min(n_valid - 1, t + step)
             slots = state.cnt.shape[0]
-            if slots // 2 >= _COMPACT_MIN_SLOTS and t < n_valid - slots // 2:
-                t1 = min(t1, n_valid - slots // 2)  # stop where the next compaction applies
+            for nxt in (
+                slots // 2 if slots // 2 >= _COMPACT_MIN_SLOTS else 0,
+                front // 2 if front // 2 >= _SLOT_TILE and slots >= 2 * _SLOT_TILE else 0,
+            ):
+                if nxt and t < n_valid - nxt:
+                    t1 = min(t1, n_valid - nxt)  # stop where the next compaction applies
             tic = time.perf_counter()
             state = _merges_chunk(comp, log_alpha, state, nv, jnp.int32(t), jnp.int32(t1))
             jax.block_until_ready(state.best_val)
