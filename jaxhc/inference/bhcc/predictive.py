@@ -14,7 +14,7 @@ from jax.scipy.special import gammaln, logsumexp
 from ...components import CountStats, IndependentNormal, IndepNormalStats
 from .columns import ColumnData, check_real_table, column_model, validate_inputs
 from .result import BHCCResult
-from .views import VIEW_CHUNK, grouped_views, pad_views, views_full
+from .views import VIEW_CHUNK, grouped_views, pad_views, views_full, views_full_batches
 
 
 def _row_weights(children, log_r, log_1mr, I, size_weighted):
@@ -482,41 +482,36 @@ def _row_trees(cd: ColumnData, col_lists, alpha) -> list:
     each statistics field of the view's columns at every tree node ``[2I-1, W]`` (fields
     without a column axis: zeros)."""
     I = cd.n_rows
-    log_alpha = jnp.log(jnp.asarray(alpha, jnp.result_type(float)))
     out = [None] * len(col_lists)
-    B = VIEW_CHUNK
-    for idx, W in grouped_views(col_lists):
-        for s0 in range(0, len(idx), B):
-            sub = idx[s0 : s0 + B]
-            cols = pad_views([col_lists[i] for i in sub], W, cd.n_cols, B)
-            children, out_stats, _, _, _, log_r, log_1mr, _ = views_full(cd, jnp.asarray(cols), log_alpha)
-            children, log_r, log_1mr = np.asarray(children), np.asarray(log_r), np.asarray(log_1mr)
-            full = []
-            for lf, inner in zip(cd.s, out_stats):  # leaf fields [I, J + 1]
-                inner = np.asarray(inner)
-                if inner.ndim == 3:  # [B, I-1, W]
-                    full.append(np.concatenate([np.moveaxis(np.asarray(lf)[:, cols], 1, 0), inner], axis=1))
-                else:
-                    full.append(np.zeros((len(cols), 2 * I - 1, W)))
-            Bn = len(sub)
-            par = np.full((Bn, 2 * I - 1), -1)
-            for r in range(Bn):
-                par[r, children[r].reshape(-1)] = np.repeat(np.arange(I, 2 * I - 1), 2)
-            lr_full = np.concatenate([np.zeros((Bn, I)), log_r[:Bn]], axis=1)
-            l1_full = np.concatenate([np.full((Bn, I), -np.inf), log_1mr[:Bn]], axis=1)
-            above = np.zeros((Bn, 2 * I - 1))
-            rb = np.arange(Bn)
-            for k in range(2 * I - 3, -1, -1):  # parents have larger ids than their children
-                pk = par[:, k]
-                above[:, k] = above[rb, pk] + l1_full[rb, pk]
-            node_w = lr_full + above
-            depth = [np.arange(I)[None, :].repeat(Bn, 0)]
-            while np.any(depth[-1] >= 0):
-                cur = depth[-1]
-                depth.append(np.where(cur >= 0, par[rb[:, None], np.maximum(cur, 0)], -1))
-            paths = np.stack(depth[:-1], axis=-1)  # [Bn, I, D]
-            pw = np.where(paths >= 0, node_w[rb[:, None, None], np.maximum(paths, 0)], -np.inf)
-            for r, i in enumerate(sub):
-                w = len(col_lists[i])
-                out[i] = (paths[r], pw[r], [f[r][:, :w] for f in full])
+    for sub, cols, outs in views_full_batches(cd, col_lists, alpha):
+        children, out_stats, _, _, _, log_r, log_1mr, _ = outs
+        children, log_r, log_1mr = np.asarray(children), np.asarray(log_r), np.asarray(log_1mr)
+        full = []
+        for lf, inner in zip(cd.s, out_stats):  # leaf fields [I, J + 1]
+            inner = np.asarray(inner)
+            if inner.ndim == 3:  # [B, I-1, W]
+                full.append(np.concatenate([np.moveaxis(np.asarray(lf)[:, cols], 1, 0), inner], axis=1))
+            else:
+                full.append(np.zeros((len(cols), 2 * I - 1, cols.shape[1])))
+        Bn = len(sub)
+        par = np.full((Bn, 2 * I - 1), -1)
+        for r in range(Bn):
+            par[r, children[r].reshape(-1)] = np.repeat(np.arange(I, 2 * I - 1), 2)
+        lr_full = np.concatenate([np.zeros((Bn, I)), log_r[:Bn]], axis=1)
+        l1_full = np.concatenate([np.full((Bn, I), -np.inf), log_1mr[:Bn]], axis=1)
+        above = np.zeros((Bn, 2 * I - 1))
+        rb = np.arange(Bn)
+        for k in range(2 * I - 3, -1, -1):  # parents have larger ids than their children
+            pk = par[:, k]
+            above[:, k] = above[rb, pk] + l1_full[rb, pk]
+        node_w = lr_full + above
+        depth = [np.arange(I)[None, :].repeat(Bn, 0)]
+        while np.any(depth[-1] >= 0):
+            cur = depth[-1]
+            depth.append(np.where(cur >= 0, par[rb[:, None], np.maximum(cur, 0)], -1))
+        paths = np.stack(depth[:-1], axis=-1)  # [Bn, I, D]
+        pw = np.where(paths >= 0, node_w[rb[:, None, None], np.maximum(paths, 0)], -np.inf)
+        for r, i in enumerate(sub):
+            w = len(col_lists[i])
+            out[i] = (paths[r], pw[r], [f[r][:, :w] for f in full])
     return out

@@ -13,7 +13,7 @@ from ...tree import Tree
 from ..bhc.greedy import BHCResult, assemble_result
 from .columns import ColumnData, column_model
 from .hostmath import host_gammaln as _sgammaln
-from .views import VIEW_CHUNK, grouped_views, pad_views, views_full
+from .views import views_full_batches
 
 
 class BHCCView(NamedTuple):
@@ -124,23 +124,17 @@ def _view_rows(cd: "ColumnData", col_lists, alpha, component: Component) -> list
     user's ``component`` restricted to the view's columns (the Beta families run on
     `ColumnData`'s lookup-table form of the same marginals, with the same statistics), so
     the BHC functions (predictives, cuts) apply to it."""
-    log_alpha = jnp.log(jnp.asarray(alpha, jnp.result_type(float)))
     out = [None] * len(col_lists)
-    B = VIEW_CHUNK
-    for idx, W in grouped_views(col_lists):
-        for s0 in range(0, len(idx), B):
-            sub = idx[s0 : s0 + B]
-            cols = pad_views([col_lists[i] for i in sub], W, cd.n_cols, B)
-            outs = views_full(cd, jnp.asarray(cols), log_alpha)
-            for r, i in enumerate(sub):
-                w = len(col_lists[i])
-                c = jnp.asarray(np.asarray(col_lists[i], np.int32))
-                comp, leaf = cd.view(c)
-                if cd.beta:
-                    comp = component.restrict_columns(col_lists[i])
-                o = jax.tree_util.tree_map(lambda x: x[r], outs)
-                out_stats = type(o[1])(*(x[:, :w] if x.ndim == 2 else x for x in o[1]))
-                out[i] = _rows_result(comp, alpha, leaf, (o[0], out_stats) + tuple(o[2:]))
+    for sub, _, outs in views_full_batches(cd, col_lists, alpha):
+        for r, i in enumerate(sub):
+            w = len(col_lists[i])
+            c = jnp.asarray(np.asarray(col_lists[i], np.int32))
+            comp, leaf = cd.view(c)
+            if cd.beta:
+                comp = component.restrict_columns(col_lists[i])
+            o = jax.tree_util.tree_map(lambda x: x[r], outs)
+            out_stats = type(o[1])(*(x[:, :w] if x.ndim == 2 else x for x in o[1]))
+            out[i] = _rows_result(comp, alpha, leaf, (o[0], out_stats) + tuple(o[2:]))
     return out
 
 

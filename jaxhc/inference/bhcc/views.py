@@ -167,3 +167,15 @@ def views_full(cd: ColumnData, cols, log_alpha):
 
 
 VIEW_CHUNK = 16
+
+
+def views_full_batches(cd: ColumnData, col_lists, alpha):
+    """Yields ``(sub, cols, outs)`` for the views ``col_lists`` (column ids of ``cd``): the
+    indices ``sub`` of up to `VIEW_CHUNK` views of one padded width, their padded columns
+    ``cols [VIEW_CHUNK, W]`` (host array) and `views_full`'s outputs for them."""
+    log_alpha = jnp.log(jnp.asarray(alpha, jnp.result_type(float)))
+    for idx, W in grouped_views(col_lists):
+        for s0 in range(0, len(idx), VIEW_CHUNK):
+            sub = idx[s0 : s0 + VIEW_CHUNK]
+            cols = pad_views([col_lists[i] for i in sub], W, cd.n_cols, VIEW_CHUNK)
+            yield sub, cols, views_full(cd, jnp.asarray(cols), log_alpha)
