@@ -272,6 +272,48 @@ def test_merge_equals_stats_of_union(family, seed):
     _assert_stats_close(_take(leaves, int(perm[0])), _take(_prefix_stats(comp, X[perm]), 1))
 
 
+@merge_params
+def test_merged_log_marginal_equals_log_marginal_of_merge(family, seed):
+    """``merged_log_marginal(s1, s2)`` (fused for the NIW) equals ``log_marginal(merge(s1,
+    s2))``: one cluster against a batch of clusters, empty ones included, with and without
+    the count cache, under jit (as BHC's merge rows call it)."""
+    c = make_case(family, seed, n=8)
+    comp, X = c.comp, jnp.asarray(c.X)
+    x = comp.stats(X[:3])
+    # a batch: leaves, a pair, a triple and the empty cluster
+    parts = [X[i : i + 1] for i in range(3, 8)] + [X[3:5], X[5:8], X[:0]]
+    batch = _stack([comp.stats(p) for p in parts])
+    cache = comp.count_cache(X.shape[0])
+    for cc in (None, cache):
+        if cc is None:
+            want = jax.jit(lambda a, b: comp.log_marginal(comp.merge(a, b)))
+        else:
+            want = jax.jit(lambda a, b: comp.log_marginal(comp.merge(a, b), cc))
+        got = jax.jit(lambda a, b: comp.merged_log_marginal(a, b, cc))
+        np.testing.assert_allclose(got(x, batch), want(x, batch), rtol=1e-13, atol=1e-12)
+        np.testing.assert_allclose(got(batch, x), want(batch, x), rtol=1e-13, atol=1e-12)
+    # the merged clusters' own reference values (raw data)
+    lm = jax.jit(lambda a, b: comp.merged_log_marginal(a, b))(x, batch)
+    for k, p in enumerate(parts):
+        np.testing.assert_allclose(lm[k], c.ref(np.concatenate([c.X[:3], np.asarray(p)])), rtol=1e-9, atol=1e-9)
+
+
+def test_niw_merged_log_marginal_large_d_and_d10():
+    """The NIW's fused form at d = 10 (the largest unrolled size) and its fallback at d = 12
+    equal the log marginal of the merged statistics and the raw-data reference."""
+    for d in (10, 12):
+        rng = np.random.default_rng(d)
+        m0, S0 = rng.normal(size=d), _spd(rng, d)
+        comp = NormalInverseWishart(m0, 0.8, d + 1.5, S0)
+        X = rng.normal(size=(9, d))
+        x = comp.stats(jnp.asarray(X[:4]))
+        batch = _stack([comp.stats(jnp.asarray(X[4:6])), comp.stats(jnp.asarray(X[6:9])), comp.empty_stats()])
+        got = np.asarray(jax.jit(lambda a, b: comp.merged_log_marginal(a, b))(x, batch))
+        np.testing.assert_allclose(got, jax.jit(lambda a, b: comp.log_marginal(comp.merge(a, b)))(x, batch), rtol=1e-13)
+        for k, rows in enumerate([X[:6], np.concatenate([X[:4], X[6:9]]), X[:4]]):
+            np.testing.assert_allclose(got[k], ref.niw_log_marginal(rows, m0, 0.8, d + 1.5, S0), rtol=1e-9)
+
+
 _FOLD_SCRIPT = """
 import jax, numpy as np
 jax.config.update("jax_enable_x64", True)

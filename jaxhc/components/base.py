@@ -164,6 +164,13 @@ class Component(eqx.Module):
         messages that compare the prior's scale with the data's."""
         return None
 
+    def merged_log_marginal(self, s1, s2, cache=None):
+        """``log_marginal(merge(s1, s2))`` (broadcasts over leading axes). Families may
+        override it with a form that never builds the merged statistics (same operations,
+        same values); BHC's merge rows call it for one cluster against every slot."""
+        s = self.merge(s1, s2)
+        return self.log_marginal(s) if cache is None else self.log_marginal(s, cache)
+
     def count_cache(self, n_max: int):
         """Optional lookup tables indexed by point counts ``0 .. n_max`` that make
         ``log_marginal(s, cache)`` cheaper (lgamma terms depend only on counts). ``None``

@@ -194,28 +194,49 @@ class NormalInverseWishart(Component):
 
     def log_marginal(self, s: GaussianStats, cache=None):
         """NIW log marginal likelihood (formula in DESIGN.md; Murphy 2007, Eq. 266)."""
+        return self._log_marginal(s.n, s.mean, lambda i, j: s.scatter[..., i, j], s.scatter, cache)
+
+    def merged_log_marginal(self, s1: GaussianStats, s2: GaussianStats, cache=None):
+        """``log_marginal(merge(s1, s2))`` by the same floating-point operations, without
+        forming the merged ``[..., d, d]`` scatter for ``d <= 10``: each lower-triangle entry
+        of the posterior scale is built where the elimination reads it. In BHC's merge rows
+        (one cluster against ~4000 slots, d = 10) this is ~25% faster a merge."""
+        if self.dim > UNROLLED_MAX_D:
+            return self.log_marginal(self.merge(s1, s2), cache)
+        n = s1.n + s2.n
+        safe = jnp.where(n > 0, n, 1.0)
+        mean = (s1.n / safe)[..., None] * s1.mean + (s2.n / safe)[..., None] * s2.mean
+        diff = s1.mean - s2.mean
+        coef = s1.n * s2.n / safe
+        # the entries of `_gauss_merge`'s scatter, in its order of operations
+        scatter = lambda i, j: (s1.scatter[..., i, j] + s2.scatter[..., i, j]) + coef * diff[..., i] * diff[..., j]
+        return self._log_marginal(n, mean, scatter, None, cache)
+
+    def _log_marginal(self, n, mean, scatter_entry, scatter, cache):
+        """The NIW log marginal of ``n`` points with this ``mean``; the scatter as a function
+        of a lower-triangle entry ``(i, j)`` (used for ``d <= 10``) and as an array (else)."""
         d = self.dim
         k0, nu0 = self.kappa, self.dof
-        kn = k0 + s.n
-        nun = nu0 + s.n
+        kn = k0 + n
+        nun = nu0 + n
         if cache is None:
             mgl, log_kn = multigammaln(0.5 * nun, d), jnp.log(kn)
         else:
-            mgl, log_kn = lookup_table(cache["mgl"], s.n), lookup_table(cache["log_kn"], s.n)
-        diff = s.mean - self.mean
-        coef = k0 * s.n / kn
+            mgl, log_kn = lookup_table(cache["mgl"], n), lookup_table(cache["log_kn"], n)
+        diff = mean - self.mean
+        coef = k0 * n / kn
         if d <= UNROLLED_MAX_D:
             # the posterior scale S_n entry by entry (lower triangle only), eliminated in
             # unrolled vectorised code: no [..., d, d] array is formed
             scale = self.scale
             logdet_n = logdet_pd_entries(
-                lambda i, j: scale[i, j] + s.scatter[..., i, j] + coef * diff[..., i] * diff[..., j], d
+                lambda i, j: scale[i, j] + scatter_entry(i, j) + coef * diff[..., i] * diff[..., j], d
             )
         else:
-            Sn = self.scale + s.scatter + coef[..., None, None] * diff[..., :, None] * diff[..., None, :]
+            Sn = self.scale + scatter + coef[..., None, None] * diff[..., :, None] * diff[..., None, :]
             logdet_n = logdet_pd(Sn)
         return (
-            -0.5 * s.n * d * LOG_PI
+            -0.5 * n * d * LOG_PI
             + mgl
             - multigammaln(0.5 * nu0, d)
             + 0.5 * nu0 * logdet_pd(self.scale)
