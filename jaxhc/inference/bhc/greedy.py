@@ -120,28 +120,42 @@ def _top2(x):
 _SLOT_TILE = 256
 
 
-def _slot_log_marginals(comp, cache, x, slots, active=None):
+def _slot_log_marginals(comp, cache, x, slots, active=None, empty=None):
     """``log p(D_x + D_s)`` ``[n]`` of the statistics ``x`` merged with each slot ``s`` of
-    ``slots`` (leading axis ``n``): from ``2 * _SLOT_TILE`` slots on, equal tiles of at most
-    `_SLOT_TILE` slots in a loop where ``n`` splits so (`tiled_slots`), else in one batch (staged: see
-    `components.base.staged_elimination`)."""
+    ``slots`` (leading axis ``n``), slot ``empty`` (an index, optional) read as the empty
+    set: from ``2 * _SLOT_TILE`` slots on, equal tiles of at most `_SLOT_TILE` slots in a
+    loop where ``n`` splits so (`tiled_slots`), tiles without an ``active`` slot skipped
+    (-inf); else in one batch (staged: see `components.base.staged_elimination`)."""
     n = jax.tree_util.tree_leaves(slots)[0].shape[0]
-    f = lambda s: comp.merged_log_marginal(x, s, cache)
+
+    def f(s, lo=0):
+        if empty is not None:
+            m = jax.tree_util.tree_leaves(s)[0].shape[0]
+            at = jnp.arange(m) + lo == empty
+            s = jax.tree_util.tree_map(
+                lambda y: jnp.where(at.reshape((m,) + (1,) * (y.ndim - 1)), jnp.zeros((), y.dtype), y), s
+            )
+        return comp.merged_log_marginal(x, s, cache)
+
     k = -(-n // _SLOT_TILE)
     if n < 2 * _SLOT_TILE or n % k:
         with staged_elimination():
             return f(slots)
-    # a reshape of the slot arrays into k equal tiles (no copy; `tiled_slots` pads n so)
+    # k equal tiles (`tiled_slots` pads n so), each sliced (and its slot `empty` zeroed) where
+    # it is read, so XLA copies only the live tiles, once (zeroing slot `empty` in all slots
+    # first cost a copy of every slot: ~0.15 ms a merge at n = 4000, d = 10)
     T = n // k
-    tiles = jax.tree_util.tree_map(lambda a: a.reshape((k, T) + a.shape[1:]), slots)
+
+    def tile(i):
+        return f(jax.tree_util.tree_map(lambda a: jax.lax.dynamic_slice_in_dim(a, i * T, T), slots), i * T)
+
     if active is None:
-        return jax.lax.map(f, tiles).reshape(n)
-    # tiles without an active slot are skipped (-inf): merged clusters keep the smaller slot,
-    # so the high tiles empty first
-    dtype = jax.eval_shape(f, jax.tree_util.tree_map(lambda a: a[0], tiles)).dtype
-    skip = lambda s: jnp.full((T,), -jnp.inf, dtype)
-    tile = lambda st: jax.lax.cond(jnp.any(st[1]), f, skip, st[0])
-    return jax.lax.map(tile, (tiles, active.reshape(k, T))).reshape(n)
+        return jax.lax.map(tile, jnp.arange(k)).reshape(n)
+    # merged clusters keep the smaller slot, so the high tiles empty first
+    dtype = jax.eval_shape(tile, 0).dtype
+    skip = lambda i: jnp.full((T,), -jnp.inf, dtype)
+    live = jnp.any(active.reshape(k, T), axis=1)
+    return jax.lax.map(lambda i: jax.lax.cond(live[i], tile, skip, i), jnp.arange(k)).reshape(n)
 
 
 def tiled_slots(n: int) -> int:
@@ -210,13 +224,9 @@ def _loop_parts(comp, log_alpha, n, dtype, keep_matrix, evidence_only, n_points=
         # whole [n, ...] array every merge: most of a merge's time at d = 10)
         stats = _put(st.stats, a, merged)
         # one batch of log marginals gives the new row and the merged node's own (slot a
-        # pairs the node with the empty set). Measured at n = 4000, d = 10: cheaper than a
-        # separate scalar log marginal (hundreds of tiny ops: +0.7 ms a merge) or than
-        # zeroing slot a inside each tile (+0.5 ms), despite copying the slots
-        partners = jax.tree_util.tree_map(
-            lambda x: jnp.where(at_a.reshape((n,) + (1,) * (x.ndim - 1)), jnp.zeros((), x.dtype), x), stats
-        )
-        lh = _slot_log_marginals(comp, cache, merged, partners, st.active)
+        # read as the empty set). Measured at n = 4000, d = 10: a separate scalar log
+        # marginal instead costs ~0.7 ms a merge (hundreds of tiny ops)
+        lh = _slot_log_marginals(comp, cache, merged, stats, st.active, empty=a)
         m = merge_terms(
             comp,
             log_alpha,
