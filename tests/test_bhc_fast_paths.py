@@ -11,6 +11,7 @@ import pytest
 import jaxhc
 from jaxhc.components.base import logdet_pd_entries
 from jaxhc.inference.bhc.greedy import bhc_core
+from jaxhc.inference.bhc.terms import take
 
 jax.config.update("jax_enable_x64", True)
 
@@ -150,6 +151,32 @@ def test_point_pair_log_marginal_matches_direct_formula(d):
         + d / 2 * (np.log(k0) - np.log(k0 + 2))
     )
     np.testing.assert_allclose(fast[1, 3], ref, rtol=1e-12, atol=1e-9)
+    # with the count cache (the prior's log-determinant read from it): the same values
+    cached = np.asarray(comp.point_pair_log_marginal(w[:, None], w[None], comp.count_cache(2)))
+    np.testing.assert_allclose(cached, fast, rtol=1e-13, atol=1e-12)
+    # single points: `point_log_marginal` against the d x d formula and the numpy marginal
+    direct1 = np.asarray(comp.log_marginal(leaf))
+    for cache in (None, comp.count_cache(1)):
+        np.testing.assert_allclose(np.asarray(comp.point_log_marginal(leaf, cache)), direct1, rtol=1e-12, atol=1e-9)
+    S1 = S0 + k0 / (k0 + 1) * np.outer(X[2] - m0, X[2] - m0)
+    ref1 = (
+        -d / 2 * np.log(np.pi)
+        + multigammaln((nu0 + 1) / 2, d)
+        - multigammaln(nu0 / 2, d)
+        + nu0 / 2 * np.linalg.slogdet(S0)[1]
+        - (nu0 + 1) / 2 * np.linalg.slogdet(S1)[1]
+        + d / 2 * (np.log(k0) - np.log(k0 + 1))
+    )
+    np.testing.assert_allclose(float(comp.point_log_marginal(take(leaf, 2))), ref1, rtol=1e-12, atol=1e-9)
+    # empty statistics give 0, as `log_marginal`; a point far outside the prior's scale gives
+    # NaN exactly where `log_marginal`'s elimination loses a pivot (here 1e10 prior scales)
+    empty = comp.stats(jnp.zeros((0, d)))
+    assert float(comp.point_log_marginal(empty)) == 0.0 == float(comp.log_marginal(empty))
+    far = comp.leaf_stats(jnp.asarray(np.stack([X[0], X[1] * 1e10, X[2] * 1e3])))
+    got, want = np.asarray(comp.point_log_marginal(far)), np.asarray(comp.log_marginal(far))
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    assert np.isnan(got[1]) and np.isfinite(got[[0, 2]]).all()
+    np.testing.assert_allclose(got[[0, 2]], want[[0, 2]], rtol=1e-9)  # 1e3: the elimination loses digits
 
 
 def test_greedy_with_point_pairs_equals_plain_search():

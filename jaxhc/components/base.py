@@ -320,6 +320,16 @@ def logdet_pd(A):
     return jnp.where(lost, jnp.nan, out)
 
 
+def logdet_pd_loop(A):
+    """`logdet_pd` (the same NaN rule) by the elimination in a ``fori_loop``: a small
+    program, for single matrices and checks (the unrolled elimination is ~500 operations
+    at d = 10, ~0.3 s of compilation each time it is traced)."""
+    tol = _PIVOT_TOL * jnp.finfo(A.dtype).eps
+    out, piv = logdet_elimination_loop(A)
+    lost = jnp.any(~(piv > tol * jnp.diagonal(A, axis1=-2, axis2=-1)), axis=-1)
+    return jnp.where(lost, jnp.nan, out)
+
+
 # `logdet_pd` eliminates matrices up to this size in unrolled code (`logdet_pd_entries`)
 UNROLLED_MAX_D = 10
 
