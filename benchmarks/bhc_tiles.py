@@ -47,6 +47,7 @@ def main(argv=None):
 
     import jaxhc
     from jaxhc.inference.bhc import greedy
+    from jaxhc.inference.bhc import slots as slot_rows
 
     tiles = [int(t) for t in args.tiles.split(",")]
     rows = []
@@ -65,7 +66,7 @@ def main(argv=None):
         ev = {}
         for _ in range(args.rounds):
             for t in tiles:
-                greedy._SLOT_TILE = t
+                slot_rows.SLOT_TILE = t
                 jax.clear_caches()
                 greedy._COMPILED_SLOTS.clear()
                 greedy._COMPILE_SECONDS.clear()

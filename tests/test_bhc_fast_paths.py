@@ -77,12 +77,12 @@ def test_greedy_search_staged_or_not_gives_one_tree(monkeypatch):
 
 
 def test_tiled_slots_split_into_equal_tiles():
-    from jaxhc.inference.bhc import greedy
+    from jaxhc.inference.bhc import slots as slot_rows
 
-    T = greedy._SLOT_TILE
+    T = slot_rows.SLOT_TILE
     for n in [1, 2, T, 2 * T - 1, 2 * T, 2 * T + 1, 1000, 4000, 4001, 10**5 + 3]:
-        m = greedy.tiled_slots(n)
-        assert m >= n and greedy.tiled_slots(m) == m
+        m = slot_rows.tiled_slots(n)
+        assert m >= n and slot_rows.tiled_slots(m) == m
         if n < 2 * T:
             assert m == n
             continue
@@ -92,24 +92,25 @@ def test_tiled_slots_split_into_equal_tiles():
 
 @pytest.mark.parametrize("chunked", [False, True])
 def test_tiled_merge_rows_give_one_tree(monkeypatch, chunked):
-    """From 2 x `_SLOT_TILE` slots the merge rows run tile by tile (n = 530: 3 tiles of 177
+    """From 2 x `SLOT_TILE` slots the merge rows run tile by tile (n = 530: 3 tiles of 177
     slots, one filler slot added): the same tree and values as the rows in one batch, in
     the one-call search and in the chunked driver."""
     from jaxhc.inference.bhc import greedy
+    from jaxhc.inference.bhc import slots as slot_rows
 
     rng = np.random.default_rng(11)
     X = np.concatenate([rng.normal(size=(265, 3)) + 4 * rng.normal(size=3) for _ in range(2)])
     comp = jaxhc.NormalInverseWishart.from_data(X)
     leaf = comp.leaf_stats(jnp.asarray(X))
-    assert greedy.tiled_slots(530) == 531
+    assert slot_rows.tiled_slots(530) == 531
     maps = []
     real_map = jax.lax.map
     monkeypatch.setattr(jax.lax, "map", lambda f, xs, **kw: maps.append(f.__qualname__) or real_map(f, xs, **kw))
     jax.clear_caches()
     a = greedy.bhc_from_stats(comp, 1.0, leaf, chunked=chunked)
-    tiled = lambda: [q for q in maps if q.startswith("_slot_log_marginals")]
+    tiled = lambda: [q for q in maps if q.startswith("slot_log_marginals")]
     assert tiled()  # the tiled rows were traced
-    monkeypatch.setattr(greedy, "_SLOT_TILE", 10**6)
+    monkeypatch.setattr(slot_rows, "SLOT_TILE", 10**6)
     jax.clear_caches()
     maps.clear()
     b = greedy.bhc_from_stats(comp, 1.0, leaf, chunked=chunked)

@@ -375,7 +375,7 @@ def logdet_pd_entries(entry, d: int):
 #: after every pivot) from this many matrices on: measured on BHC's merge rows (n = 4000,
 #: d = 10: 3.5 -> 1.8 ms a merge; n = 500: 0.33 -> 0.16 s a search); RBHC's 64-point blocks
 #: stay unstaged (staging everything lengthened RBHC's compilation by ~10 s). Since the
-#: greedy loop runs rows of 512 slots or more in cache-sized tiles (`_slot_log_marginals`,
+#: greedy loop runs rows of 512 slots or more in cache-sized tiles (`bhc.slots.slot_log_marginals`,
 #: unstaged), staging serves its rows of 256-511 slots and slot counts that do not tile
 _STAGED_MIN_BATCH = 256
 _STAGED = contextvars.ContextVar("jaxhc_staged_elimination", default=False)

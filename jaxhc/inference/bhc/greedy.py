@@ -33,7 +33,7 @@ from jax.scipy.special import gammaln
 
 from ..._internal.validation import check_alpha, check_component
 from ...components import Component, GaussianStats
-from ...components.base import staged_elimination
+from . import slots as slot_rows
 from .gram import bhc_gram, use_gram
 from .result import BHCResult, assemble_result
 from .terms import (  # the fixed-tree functions are re-exported from here
@@ -89,85 +89,6 @@ def _put(tree, i, val):
     )
 
 
-def _argmax(x):
-    """First index of the maximum along the last axis (as ``jnp.argmax``; a max reduction
-    and a min over indices, several times faster than XLA's argmax on CPU)."""
-    io = jnp.arange(x.shape[-1])
-    # a NaN maximum matches nothing: clip to a valid index, so loops driven by it terminate
-    # (callers check the scores for NaN afterwards)
-    i = jnp.min(jnp.where(x == jnp.max(x, axis=-1, keepdims=True), io, x.shape[-1]), axis=-1)
-    return jnp.minimum(i, x.shape[-1] - 1)
-
-
-def _top2(x):
-    """``(values [..., 2], indices [..., 2])`` of the two largest entries along the last axis,
-    ties to the lower index (as ``lax.top_k(x, 2)``, without its sort)."""
-    io = jnp.arange(x.shape[-1])
-    i = _argmax(x)
-    y = jnp.where(io == i[..., None], -jnp.inf, x)
-    j = _argmax(y)
-    v1 = jnp.max(x, axis=-1)
-    v2 = jnp.max(y, axis=-1)
-    return jnp.stack([v1, v2], -1), jnp.stack([i, j], -1)
-
-
-#: the greedy loop's rows of slot log marginals run in tiles of at most this many slots
-#: (from two tiles on): a tile's intermediates (the posterior entries and the
-#: elimination's trailing entries, ~55 batch vectors at d = 10) stay in the core's cache.
-#: Measured (benchmarks/bhc_tiles.py): NIW d = 10, n = 1000 0.70 -> 0.44 s, n = 2000 2.19 ->
-#: 1.67 s, compile ~1 s shorter, n = 4000 unchanged in fresh processes (~7 s); 50 binary
-#: columns, n = 2000: 11.4 -> 1.9 s
-_SLOT_TILE = 256
-
-
-def _slot_log_marginals(comp, cache, x, slots, dtype, active=None, empty=None):
-    """``log p(D_x + D_s)`` ``[n]`` of the statistics ``x`` merged with each slot ``s`` of
-    ``slots`` (leading axis ``n``), slot ``empty`` (an index, optional) read as the empty
-    set: from ``2 * _SLOT_TILE`` slots on, equal tiles of at most `_SLOT_TILE` slots in a
-    loop where ``n`` splits so (`tiled_slots`), tiles without an ``active`` slot skipped
-    (-inf); else in one batch (staged: see `components.base.staged_elimination`). Values
-    in ``dtype`` (given, so the family's log marginal is traced once, not again for its
-    type: ~0.3 s of tracing at d = 10)."""
-    n = jax.tree_util.tree_leaves(slots)[0].shape[0]
-
-    def f(s, lo=0):
-        if empty is not None:
-            m = jax.tree_util.tree_leaves(s)[0].shape[0]
-            at = jnp.arange(m) + lo == empty
-            s = jax.tree_util.tree_map(
-                lambda y: jnp.where(at.reshape((m,) + (1,) * (y.ndim - 1)), jnp.zeros((), y.dtype), y), s
-            )
-        return comp.merged_log_marginal(x, s, cache).astype(dtype)
-
-    k = -(-n // _SLOT_TILE)
-    if n < 2 * _SLOT_TILE or n % k:
-        with staged_elimination():
-            return f(slots)
-    # k equal tiles (`tiled_slots` pads n so), each sliced (and its slot `empty` zeroed) where
-    # it is read, so XLA copies only the live tiles, once (zeroing slot `empty` in all slots
-    # first cost a copy of every slot: ~0.15 ms a merge at n = 4000, d = 10)
-    T = n // k
-
-    def tile(i):
-        return f(jax.tree_util.tree_map(lambda a: jax.lax.dynamic_slice_in_dim(a, i * T, T), slots), i * T)
-
-    if active is None:
-        return jax.lax.map(tile, jnp.arange(k)).reshape(n)
-    # merged clusters keep the smaller slot, so the high tiles empty first
-    skip = lambda i: jnp.full((T,), -jnp.inf, dtype)
-    live = jnp.any(active.reshape(k, T), axis=1)
-    return jax.lax.map(lambda i: jax.lax.cond(live[i], tile, skip, i), jnp.arange(k)).reshape(n)
-
-
-def tiled_slots(n: int) -> int:
-    """The smallest slot count ``>= n`` that `_slot_log_marginals` splits into equal tiles
-    of at most `_SLOT_TILE` (at most one slot per tile more than ``n``)."""
-    if n < 2 * _SLOT_TILE:
-        return n
-    k = -(-n // _SLOT_TILE)
-    return k * -(-n // k)
-
-
 def _loop_parts(comp, log_alpha, n, dtype, keep_matrix, evidence_only, n_points=None):
     """The pieces of the greedy search over ``n`` slots: ``row(i, stats, cnt, log_d, log_pT,
     active)`` (the pair log-odds of slot ``i`` against every slot) and ``body(t, state)``
@@ -182,7 +103,7 @@ def _loop_parts(comp, log_alpha, n, dtype, keep_matrix, evidence_only, n_points=
 
     def row(i, stats, cnt, log_d, log_pT, active):
         si = take(stats, i)
-        lh = _slot_log_marginals(comp, cache, si, stats, dtype, active)
+        lh = slot_rows.slot_log_marginals(comp, cache, si, stats, dtype, active)
         m = merge_terms(
             comp, log_alpha, si, cnt[i], log_d[i], log_pT[i], stats, cnt, log_d, log_pT, cache, lgam, log_h1=lh
         )
@@ -190,7 +111,7 @@ def _loop_parts(comp, log_alpha, n, dtype, keep_matrix, evidence_only, n_points=
         return jnp.where(ok, m.logit, neg_inf)
 
     def exact_row(k, vals, bv, bi, sec, stl):
-        t2, t2i = _top2(vals)
+        t2, t2i = slot_rows.top2(vals)
         at_k = idx == k
         return (
             jnp.where(at_k, t2[0], bv),
@@ -205,17 +126,17 @@ def _loop_parts(comp, log_alpha, n, dtype, keep_matrix, evidence_only, n_points=
         # stale row exact, so there are at most n of them; the counter makes that bound
         # explicit (NaN scores cannot make the loop spin).
         def cond(c):
-            return c[3][_argmax(c[0])] & (c[4] < n)
+            return c[3][slot_rows.argmax_first(c[0])] & (c[4] < n)
 
         def rescan(c):
-            k = _argmax(c[0])
+            k = slot_rows.argmax_first(c[0])
             vals = _row_of(st, k) if keep_matrix else row(k, st.stats, st.cnt, st.log_d, st.log_pT, st.active)
             return (*exact_row(k, vals, *c[:4]), c[4] + 1)
 
         best_val, best_idx, second, stale, _ = jax.lax.while_loop(
             cond, rescan, (st.best_val, st.best_idx, st.second, st.stale, jnp.int32(0))
         )
-        i = _argmax(best_val)
+        i = slot_rows.argmax_first(best_val)
         j = best_idx[i]
         a, b = jnp.minimum(i, j), jnp.maximum(i, j)
         sa, sb = take(st.stats, a), take(st.stats, b)
@@ -227,7 +148,7 @@ def _loop_parts(comp, log_alpha, n, dtype, keep_matrix, evidence_only, n_points=
         # one batch of log marginals gives the new row and the merged node's own (slot a
         # read as the empty set). Measured at n = 4000, d = 10: a separate scalar log
         # marginal instead costs ~0.7 ms a merge (hundreds of tiny ops)
-        lh = _slot_log_marginals(comp, cache, merged, stats, dtype, st.active, empty=a)
+        lh = slot_rows.slot_log_marginals(comp, cache, merged, stats, dtype, st.active, empty=a)
         m = merge_terms(
             comp,
             log_alpha,
@@ -324,7 +245,7 @@ def _initial_state(comp, log_alpha, leaf_stats, n_valid, S, keep_matrix, evidenc
     neg_inf = jnp.array(-jnp.inf, dtype)
     ok = active[:, None] & active[None, :] & (idx[:, None] != idx[None, :])
     S = jnp.where(ok, S.astype(dtype), neg_inf)
-    top2, top2_idx = _top2(S) if n >= 2 else (jnp.full((n, 2), neg_inf), jnp.zeros((n, 2), jnp.int32))
+    top2, top2_idx = slot_rows.top2(S) if n >= 2 else (jnp.full((n, 2), neg_inf), jnp.zeros((n, 2), jnp.int32))
     n_out = 0 if evidence_only else max(n - 1, 0)
     empty_stats = jax.tree_util.tree_map(lambda x: jnp.zeros((n_out,) + x.shape[1:], x.dtype), leaf_stats)
     zeros = jnp.zeros((n_out,), dtype)
@@ -444,12 +365,47 @@ def bhc_core(
 
 @partial(jax.jit, static_argnames=("row_batch", "points"))
 def _rows_chunk(comp, log_alpha, leaf_stats, n_valid, rows, row_batch=1, points=False, leaf_lh=None):
-    return _pair_rows(comp, log_alpha, leaf_stats, n_valid, rows, row_batch, points, leaf_lh)
+    """Pair log-odds of ``rows`` against every slot, with each row's two best (`_top2`)."""
+    S = _pair_rows(comp, log_alpha, leaf_stats, n_valid, rows, row_batch, points, leaf_lh)
+    return S, *slot_rows.top2(S)
 
 
-@jax.jit
-def _start_chunked(comp, log_alpha, leaf_stats, n_valid, S, leaf_lh=None):
-    return _initial_state(comp, log_alpha, leaf_stats, n_valid, S, True, False, leaf_lh)
+def _host_start(log_alpha, leaf_stats, n_valid: int, parts, leaf_lh) -> _State:
+    """`_initial_state` (score matrix kept, per-merge outputs recorded) assembled on the
+    host from `_rows_chunk`'s blocks: the same arrays, with no program of its own to compile
+    (~0.3 s of a fresh process's first call at n = 4000)."""
+    S = np.concatenate([np.asarray(p[0]) for p in parts])[:n_valid]
+    top_v = np.concatenate([np.asarray(p[1]) for p in parts])[:n_valid]
+    top_i = np.concatenate([np.asarray(p[2]) for p in parts])[:n_valid].astype(np.int32)
+    n = S.shape[1]
+    dtype = S.dtype
+    if n > n_valid:  # padding slots: rows of -inf, as `_initial_state` masks them
+        S = np.concatenate([S, np.full((n - n_valid, n), -np.inf, dtype)])
+        top_v = np.concatenate([top_v, np.full((n - n_valid, 2), -np.inf, dtype)])
+        top_i = np.concatenate([top_i, np.zeros((n - n_valid, 2), np.int32)])
+    active = np.arange(n) < n_valid
+    zeros = np.zeros((n - 1,), dtype)
+    state = _State(
+        jax.tree_util.tree_map(np.array, leaf_stats),  # copies: `_merges_chunk` donates the state
+        active.astype(dtype),
+        np.full((n,), np.asarray(log_alpha), dtype),
+        np.where(active, np.asarray(leaf_lh), 0.0).astype(dtype),
+        np.arange(n, dtype=jax.dtypes.canonicalize_dtype(np.int64)),
+        active,
+        S,
+        top_v[:, 0],
+        top_i[:, 0],
+        top_v[:, 1],
+        np.zeros((n,), bool),
+        np.zeros((n - 1, 2), np.int32),
+        jax.tree_util.tree_map(lambda x: np.zeros((n - 1,) + x.shape[1:], x.dtype), leaf_stats),
+        zeros,
+        zeros,
+        zeros,
+        zeros,
+        zeros,
+    )
+    return jax.tree_util.tree_map(jnp.asarray, state)
 
 
 @partial(jax.jit, donate_argnames=("state",))
@@ -525,6 +481,8 @@ def _bhc_chunked(
 
     n = jax.tree_util.tree_leaves(leaf_stats)[0].shape[0]
     nv = jnp.asarray(n_valid, jnp.int32)
+    if leaf_lh is None:
+        leaf_lh = _leaf_log_marginals(comp, leaf_stats, points and hasattr(comp, "point_log_marginal"))
     bar = None
     if progress_bar:
         from tqdm.auto import tqdm
@@ -551,10 +509,8 @@ def _bhc_chunked(
             jax.block_until_ready(parts[-1])
             if bar is not None:
                 bar.update(min(block, n_valid - lo))
-        S = jnp.concatenate(parts, axis=0)[:n_valid]
-        if n > n_valid:
-            S = jnp.concatenate([S, jnp.full((n - n_valid, n), -jnp.inf, S.dtype)], axis=0)
-        state = _start_chunked(comp, log_alpha, leaf_stats, nv, S, leaf_lh)
+        state = _host_start(log_alpha, leaf_stats, n_valid, parts, leaf_lh)
+        del parts
         t, step = 0, 1
         key = _program_key(comp, state)
         first_s = per_merge = None
@@ -563,14 +519,14 @@ def _bhc_chunked(
             slots = state.cnt.shape[0]
             act = n_valid - t  # clusters active after t merges
             # in place: the active slots (in their order) to the front, so the tiles behind
-            # them are skipped (`_slot_log_marginals`); the same program
-            move = act <= front // 2 and front // 2 >= _SLOT_TILE and slots >= 2 * _SLOT_TILE
+            # them are skipped (`slots.slot_log_marginals`); the same program
+            move = act <= front // 2 and front // 2 >= slot_rows.SLOT_TILE and slots >= 2 * slot_rows.SLOT_TILE
             m = slots
             if act <= slots // 2 and slots // 2 >= _COMPACT_MIN_SLOTS:
                 # onto half the slots where that saves more than compiling the smaller
                 # program costs (free once compiled in this process): each remaining merge
                 # then moves about half the data
-                half = tiled_slots(slots // 2)
+                half = slot_rows.tiled_slots(slots // 2)
                 saving = act * (per_merge or 0.0) / 2
                 if (half, key) in _COMPILED_SLOTS or saving > _COMPILE_SECONDS.get(key, _COMPILE_GUESS_S):
                     m = half
@@ -583,7 +539,7 @@ def _bhc_chunked(
             slots = state.cnt.shape[0]
             for nxt in (
                 slots // 2 if slots // 2 >= _COMPACT_MIN_SLOTS else 0,
-                front // 2 if front // 2 >= _SLOT_TILE and slots >= 2 * _SLOT_TILE else 0,
+                front // 2 if front // 2 >= slot_rows.SLOT_TILE and slots >= 2 * slot_rows.SLOT_TILE else 0,
             ):
                 if nxt and t < n_valid - nxt:
                     t1 = min(t1, n_valid - nxt)  # stop where the next compaction applies
@@ -607,7 +563,7 @@ def _bhc_chunked(
     finally:
         if bar is not None:
             bar.close()
-    leaf_log_h1 = jnp.where(jnp.arange(n) < n_valid, _leaf_lh(comp, leaf_stats, leaf_lh), 0.0)
+    leaf_log_h1 = np.where(np.arange(n) < n_valid, np.asarray(leaf_lh), 0.0)
     return (
         state.children,
         state.out_stats,
@@ -654,6 +610,12 @@ def _work_estimate(leaf_stats, n: int) -> float:
 
 
 @eqx.filter_jit
+def _leaf_stats(comp, X):
+    # one small program instead of an eager compile per primitive (~0.1 s of a first call)
+    return comp.leaf_stats(X)
+
+
+@eqx.filter_jit
 def _leaf_log_marginals(comp, leaf_stats, points: bool = False):
     # one compiled program per padded size (eagerly, every distinct number of real points
     # would compile each primitive of the log marginal again). With ``points`` (every slot
@@ -686,8 +648,8 @@ def bhc_from_stats(
         )
     if use_gram(comp, leaf_stats, n):
         return _bhc_gram_result(comp, alpha, leaf_stats, n, progress_bar)
-    if tiled_slots(n_max) > n_max:  # filler slots (copies of point 0, never active)
-        pad = tiled_slots(n_max) - n_max
+    if slot_rows.tiled_slots(n_max) > n_max:  # filler slots (copies of point 0, never active)
+        pad = slot_rows.tiled_slots(n_max) - n_max
         leaf_stats = jax.tree_util.tree_map(
             lambda y: jnp.concatenate([y, jnp.repeat(jnp.asarray(y)[:1], pad, axis=0)]), leaf_stats
         )
@@ -785,7 +747,7 @@ def bhc(X, component: Component, alpha: float = 1.0, *, progress_bar: Optional[b
         if progress_bar is None:
             progress_bar = n >= 3000
         return bhc_from_stats(component, alpha, leaf, progress_bar=progress_bar)
-    leaf = component.leaf_stats(jnp.asarray(Xh))
+    leaf = _leaf_stats(component, jnp.asarray(Xh))
     if progress_bar is None:
         progress_bar = n >= 3000 or _work_estimate(leaf, n) > _CHUNKED_WORK
     return bhc_from_stats(component, alpha, leaf, progress_bar=progress_bar)
