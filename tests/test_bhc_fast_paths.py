@@ -269,3 +269,28 @@ def test_rescans_read_each_pair_from_the_later_clusters_row():
     )
     np.testing.assert_array_equal(np.asarray(kept[0]), ref["children"])
     np.testing.assert_allclose(np.asarray(kept[5]), ref["log_r"], rtol=0, atol=1e-8)
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_single_point_leaves_checked_inside_the_search(monkeypatch, chunked):
+    """Leaves of single points are computed (and checked by the pivot rule) inside the
+    search's own programs: data far outside the prior's scale raise the error that names the
+    prior on both drivers, before the merges on the chunked one; good data give the tree of
+    the leaves computed apart (the plain log marginal)."""
+    from jaxhc.inference.bhc import greedy
+
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(20, 3))
+    comp = jaxhc.NormalInverseWishart(np.zeros(3), 1.0, 5.0, np.eye(3))
+    merges = []
+    real = greedy._merges_chunk
+    monkeypatch.setattr(greedy, "_merges_chunk", lambda *a: merges.append(1) or real(*a))
+    with pytest.raises(ValueError, match="single points is not finite[\\s\\S]*prior does not fit"):
+        greedy.bhc_from_stats(comp, 1.0, comp.leaf_stats(jnp.asarray(X * 1e10)), chunked=chunked)
+    assert not merges  # the chunked driver stops before its merges
+    leaf = comp.leaf_stats(jnp.asarray(X))
+    res = greedy.bhc_from_stats(comp, 1.0, leaf, chunked=chunked)
+    la = jnp.log(jnp.asarray(1.0, jnp.float64))
+    apart = bhc_core(comp, la, leaf, jnp.asarray(20, jnp.int32), points=True, leaf_log_h1=comp.log_marginal(leaf))
+    np.testing.assert_array_equal(res.tree.children, np.asarray(apart[0]))
+    np.testing.assert_allclose(res.log_r, np.asarray(apart[5]), rtol=0, atol=1e-10)

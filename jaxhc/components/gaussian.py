@@ -262,18 +262,20 @@ class NormalInverseWishart(Component):
         w = jax.scipy.linalg.solve_triangular(L0, y, lower=True)
         return w.T.reshape(s.mean.shape)
 
-    def point_log_marginal(self, s: GaussianStats, cache=None):
+    def point_log_marginal(self, s: GaussianStats, cache=None, w=None, check: bool = True):
         """`log_marginal` of statistics of at most one point each, the values in ``O(d)``:
         one point has ``S_1 = S0 + c v v^T`` (``v`` the point minus ``m0``, ``c = kappa /
         (kappa + 1)``), so ``log|S_1| = log|S0| + log(1 + c |w|^2)`` in `point_coordinates`
         (matrix determinant lemma). NaN where `log_marginal`'s elimination loses a pivot
         (`logdet_pd_loop`, the same rule), so a prior that does not fit the data's scale is
         reported as before. A small program: BHC's leaves need no unrolled ``d x d``
-        elimination compiled for them (~1 s of a fresh process's first call at d = 10)."""
+        elimination compiled for them (~1 s of a fresh process's first call at d = 10).
+        ``w``: the points' `point_coordinates` when the caller has them; ``check=False``
+        skips the pivot rule (values only, for callers that check the same points elsewhere)."""
         d = self.dim
         k0, nu0 = self.kappa, self.dof
         c = k0 / (k0 + 1.0)
-        w = self.point_coordinates(s)
+        w = self.point_coordinates(s) if w is None else w
         val = (
             -0.5 * d * LOG_PI
             + multigammaln(0.5 * (nu0 + 1.0), d)
@@ -282,9 +284,10 @@ class NormalInverseWishart(Component):
             - 0.5 * (nu0 + 1.0) * jnp.log1p(c * jnp.sum(w * w, axis=-1))
             + 0.5 * d * (jnp.log(k0) - jnp.log(k0 + 1.0))
         )
-        v = s.mean - self.mean
-        S1 = self.scale + (c * v)[..., :, None] * v[..., None, :]
-        val = jnp.where(jnp.isnan(logdet_pd_loop(S1)), jnp.nan, val)
+        if check:
+            v = s.mean - self.mean
+            S1 = self.scale + (c * v)[..., :, None] * v[..., None, :]
+            val = jnp.where(jnp.isnan(logdet_pd_loop(S1)), jnp.nan, val)
         return jnp.where(s.n > 0, val, jnp.zeros((), val.dtype))
 
     def point_pair_log_marginal(self, wa, wb, cache=None):

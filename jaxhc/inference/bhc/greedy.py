@@ -271,25 +271,40 @@ def _initial_state(comp, log_alpha, leaf_stats, n_valid, S, keep_matrix, evidenc
     )
 
 
-def _pair_rows(comp, log_alpha, leaf_stats, n_valid, rows, row_batch, points=False, leaf_lh=None):
+def _point_leaves(comp, leaf_stats, rows=None):
+    """``(w, cache, leaf log marginals)`` of slots of single points (`NormalInverseWishart`'s
+    O(d) formulas): the leaves' values unchecked, or with ``rows`` those rows' own values
+    checked by the pivot rule (`point_log_marginal`) as the fourth item."""
+    w = comp.point_coordinates(leaf_stats)
+    cache = comp.count_cache(2)
+    lh = comp.point_log_marginal(leaf_stats, cache, w=w, check=False)
+    if rows is None:
+        return w, cache, lh
+    return w, cache, lh, comp.point_log_marginal(take(leaf_stats, rows), cache, w=w[rows])
+
+
+def _pair_rows(comp, log_alpha, leaf_stats, n_valid, rows, row_batch, points=False, leaf_lh=None, point_parts=None):
     """Pair log-odds of the slots ``rows`` against every slot, ``[len(rows), n]``.
 
     ``points``: every slot holds one point (or is padding) and the component has
     ``point_pair_log_marginal`` (e.g. `NormalInverseWishart`: ``O(d)`` a pair by the
-    matrix determinant lemma instead of a ``d x d`` factorisation)."""
+    matrix determinant lemma instead of a ``d x d`` factorisation); ``point_parts``: the
+    first three items of `_point_leaves` (computed here when not given), whose leaf values
+    serve when ``leaf_lh`` is None."""
     n = jax.tree_util.tree_leaves(leaf_stats)[0].shape[0]
     dtype = jnp.result_type(log_alpha, jnp.float32)
     active = jnp.arange(n) < n_valid
     row, _ = _loop_parts(comp, log_alpha, n, dtype, True, False)
     cnt = active.astype(dtype)
     log_d = jnp.full((n,), log_alpha, dtype)
+    if points:
+        w, cache, point_lh = _point_leaves(comp, leaf_stats) if point_parts is None else point_parts[:3]
+        leaf_lh = point_lh if leaf_lh is None else leaf_lh
     log_pT = jnp.where(active, _leaf_lh(comp, leaf_stats, leaf_lh), 0.0).astype(dtype)
     if not points:
         return jax.lax.map(lambda i: row(i, leaf_stats, cnt, log_d, log_pT, active), rows, batch_size=row_batch)
     idx = jnp.arange(n)
-    w = comp.point_coordinates(leaf_stats)
     lgam = gammaln(jnp.arange(3, dtype=dtype))
-    cache = comp.count_cache(2)
 
     def point_row(i):
         lh = comp.point_pair_log_marginal(w[i], w, cache).astype(dtype)
@@ -341,8 +356,13 @@ def bhc_core(
     if S0 is not None:
         chex.assert_shape(S0, (n, n))
     dtype = jnp.result_type(log_alpha, jnp.float32)
+    parts = None
+    if points and leaf_log_h1 is None and hasattr(comp, "point_log_marginal"):
+        # the leaves by the single-point formula, checked (the caller checks the output)
+        parts = _point_leaves(comp, leaf_stats, jnp.arange(n))
+        leaf_log_h1 = parts[3]
     if S0 is None:
-        S = _pair_rows(comp, log_alpha, leaf_stats, n_valid, jnp.arange(n), row_batch, points, leaf_log_h1)
+        S = _pair_rows(comp, log_alpha, leaf_stats, n_valid, jnp.arange(n), row_batch, points, leaf_log_h1, parts)
     else:
         S = S0
     state = _initial_state(comp, log_alpha, leaf_stats, n_valid, S, keep_matrix, evidence_only, leaf_log_h1)
@@ -365,9 +385,17 @@ def bhc_core(
 
 @partial(jax.jit, static_argnames=("row_batch", "points"))
 def _rows_chunk(comp, log_alpha, leaf_stats, n_valid, rows, row_batch=1, points=False, leaf_lh=None):
-    """Pair log-odds of ``rows`` against every slot, with each row's two best (`_top2`)."""
-    S = _pair_rows(comp, log_alpha, leaf_stats, n_valid, rows, row_batch, points, leaf_lh)
-    return S, *slot_rows.top2(S)
+    """Pair log-odds of ``rows`` against every slot, with each row's two best (`top2`) and
+    the rows' own leaf log marginals (``leaf_lh`` None with ``points``: computed and checked
+    here, so no program of their own is compiled: ~0.3 s of a first call)."""
+    parts = None
+    if leaf_lh is None and points:
+        parts = _point_leaves(comp, leaf_stats, rows)
+        lh = parts[3]
+    else:
+        lh = _leaf_lh(comp, take(leaf_stats, rows), None if leaf_lh is None else leaf_lh[rows])
+    S = _pair_rows(comp, log_alpha, leaf_stats, n_valid, rows, row_batch, points, leaf_lh, parts)
+    return S, *slot_rows.top2(S), lh
 
 
 def _host_start(log_alpha, leaf_stats, n_valid: int, parts, leaf_lh) -> _State:
@@ -481,8 +509,8 @@ def _bhc_chunked(
 
     n = jax.tree_util.tree_leaves(leaf_stats)[0].shape[0]
     nv = jnp.asarray(n_valid, jnp.int32)
-    if leaf_lh is None:
-        leaf_lh = _leaf_log_marginals(comp, leaf_stats, points and hasattr(comp, "point_log_marginal"))
+    if leaf_lh is None and not points:
+        leaf_lh = _leaf_log_marginals(comp, leaf_stats)
     bar = None
     if progress_bar:
         from tqdm.auto import tqdm
@@ -509,6 +537,10 @@ def _bhc_chunked(
             jax.block_until_ready(parts[-1])
             if bar is not None:
                 bar.update(min(block, n_valid - lo))
+        if leaf_lh is None:  # the leaves' own values came with their rows, checked there
+            leaf_lh = np.zeros((n,), np.asarray(parts[0][3]).dtype)
+            leaf_lh[:n_valid] = np.concatenate([np.asarray(p[3]) for p in parts])[:n_valid]
+            check_finite_scores(comp, leaf_stats, n_valid, leaf_log_h1=leaf_lh[:n_valid])
         state = _host_start(log_alpha, leaf_stats, n_valid, parts, leaf_lh)
         del parts
         t, step = 0, 1
@@ -616,13 +648,9 @@ def _leaf_stats(comp, X):
 
 
 @eqx.filter_jit
-def _leaf_log_marginals(comp, leaf_stats, points: bool = False):
+def _leaf_log_marginals(comp, leaf_stats):
     # one compiled program per padded size (eagerly, every distinct number of real points
-    # would compile each primitive of the log marginal again). With ``points`` (every slot
-    # holds at most one point) the family's single-point formula: no unrolled d x d
-    # elimination to compile (NIW d = 10: ~1 s of a fresh process's first call)
-    if points:
-        return comp.point_log_marginal(leaf_stats, comp.count_cache(1))
+    # would compile each primitive of the log marginal again)
     return comp.log_marginal(leaf_stats)
 
 
@@ -655,8 +683,10 @@ def bhc_from_stats(
         )
         n_max += pad
     points = _leaves_are_points(comp, leaf_stats)
-    leaf_lh = _leaf_log_marginals(comp, leaf_stats, points and hasattr(comp, "point_log_marginal"))
-    check_finite_scores(comp, leaf_stats, n, leaf_log_h1=np.asarray(leaf_lh)[:n])
+    leaf_lh = None  # leaves of single points: computed (and checked) inside the search's programs
+    if not (points and hasattr(comp, "point_log_marginal")):
+        leaf_lh = _leaf_log_marginals(comp, leaf_stats)
+        check_finite_scores(comp, leaf_stats, n, leaf_log_h1=np.asarray(leaf_lh)[:n])
     log_alpha = jnp.log(jnp.asarray(alpha, dtype=jnp.result_type(float)))
     if chunked is None:
         chunked = progress_bar or _work_estimate(leaf_stats, n) > _CHUNKED_WORK
@@ -682,6 +712,7 @@ def bhc_from_stats(
             leaf_log_h1=leaf_lh,
         )
     children, out_stats, log_h1, log_d, log_pT, log_r, log_1mr, leaf_log_h1 = out
+    check_finite_scores(comp, leaf_stats, n, leaf_log_h1=np.asarray(leaf_log_h1)[:n])
     k = n - 1
     check_finite_scores(
         comp, leaf_stats, n, merge_terms=(np.asarray(log_h1)[:k], np.asarray(log_pT)[:k], np.asarray(log_r)[:k])

@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.scipy.special import gammaln
+from scipy.special import gammaln as _host_gammaln
 
 from ...components import Component
 from ...tree import Tree
@@ -115,7 +115,9 @@ def result_from_nodes(
     if validate:
         tree = tree.validate()
     log_ev = np.asarray(node_log_pT)[-1]
-    bound = log_ev + np.asarray(node_log_d)[-1] + gammaln(alpha) - gammaln(n + alpha)
+    # on the host (scipy): eagerly, three tiny XLA programs compile in a fresh process
+    a = float(np.asarray(alpha))
+    bound = log_ev + np.asarray(node_log_d)[-1] + _host_gammaln(a) - _host_gammaln(n + a)
     return BHCResult(
         tree,
         jnp.asarray(log_ev),
