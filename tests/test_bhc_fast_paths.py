@@ -294,3 +294,22 @@ def test_single_point_leaves_checked_inside_the_search(monkeypatch, chunked):
     apart = bhc_core(comp, la, leaf, jnp.asarray(20, jnp.int32), points=True, leaf_log_h1=comp.log_marginal(leaf))
     np.testing.assert_array_equal(res.tree.children, np.asarray(apart[0]))
     np.testing.assert_allclose(res.log_r, np.asarray(apart[5]), rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("d", [1, 3, 10])
+def test_point_log_marginal_flags_the_points_the_elimination_loses(d):
+    """`point_log_marginal`'s closed-form pivots (ratios of leading minors) flag NaN for the
+    same single points as `log_marginal`'s elimination (the same rule), away from the band
+    around the threshold where the eliminated pivot is itself rounding noise; d = 1 never."""
+    rng = np.random.default_rng(d)
+    M = rng.normal(size=(d, d))
+    comp = jaxhc.NormalInverseWishart(rng.normal(size=d), 0.3, d + 2.0, M @ M.T / d + 0.5 * np.eye(d))
+    X = rng.normal(size=(300, d)) * 10.0 ** rng.uniform(0, 12, size=(300, 1))
+    leaf = comp.leaf_stats(jnp.asarray(X))
+    fast = np.isnan(np.asarray(comp.point_log_marginal(leaf)))
+    elim = np.isnan(np.asarray(comp.log_marginal(leaf)))
+    scale = np.abs(X).max(axis=1)
+    clear = (scale < 1e7) | (scale > 1e9)
+    np.testing.assert_array_equal(fast[clear], elim[clear])
+    assert (fast == elim).mean() > 0.98
+    assert fast.any() == (d > 1)

@@ -292,24 +292,30 @@ def logdet_elimination_loop(A):
     return out, piv
 
 
-# `logdet_pd` returns NaN where a pivot is below ``_PIVOT_TOL * eps`` times its diagonal entry
-_PIVOT_TOL = 4.0
+# `logdet_pd` returns NaN where a pivot is below ``PIVOT_TOL * eps`` times its diagonal entry
+PIVOT_TOL = 4.0
 
 
-def logdet_pd(A):
+def logdet_pd(A, small_program: bool = False):
     """log-determinant of positive definite matrices ``[..., d, d]``.
 
     For ``d <= 10`` an unrolled elimination vectorised over the batch (faster than a
     batched LAPACK call on CPU); otherwise a Cholesky factorisation (an elimination loop
-    on jaxlib 0.10, see `_jaxlib_deadlocks`)."""
+    on jaxlib 0.10, see `_jaxlib_deadlocks`). ``small_program``: the factorisation at every
+    ``d``, for a few matrices traced into a large program (the unrolled code is ~500
+    operations at d = 10, ~0.3 s of compilation each time)."""
     d = A.shape[-1]
-    tol = _PIVOT_TOL * jnp.finfo(A.dtype).eps
+    tol = PIVOT_TOL * jnp.finfo(A.dtype).eps
     diag = jnp.diagonal(A, axis1=-2, axis2=-1)
-    if d > 10 and _XLA_LOGDET:
+    if (d > 10 or small_program) and _XLA_LOGDET:
         out, piv = logdet_elimination_loop(A)
-    elif d <= UNROLLED_MAX_D:
+    elif d <= UNROLLED_MAX_D and not small_program:
         return logdet_pd_entries(lambda i, j: A[..., i, j], d)
     else:
+        if small_program and d <= UNROLLED_MAX_D:
+            # the matrix from its lower triangle, as the unrolled elimination reads it (the
+            # same gradient: off-diagonal entries below the diagonal only)
+            A = jnp.tril(A) + jnp.swapaxes(jnp.tril(A, -1), -1, -2)
         L = jnp.linalg.cholesky(A)
         ld = jnp.diagonal(L, axis1=-2, axis2=-1)
         out, piv = 2.0 * jnp.sum(jnp.log(ld), axis=-1), ld * ld
@@ -317,16 +323,6 @@ def logdet_pd(A):
     # number beyond ~1 / eps, e.g. data 1e8 times the prior's scale): NaN, never a finite
     # value made of rounding error (callers turn it into an error that names the cause)
     lost = jnp.any(~(piv > tol * diag), axis=-1)
-    return jnp.where(lost, jnp.nan, out)
-
-
-def logdet_pd_loop(A):
-    """`logdet_pd` (the same NaN rule) by the elimination in a ``fori_loop``: a small
-    program, for single matrices and checks (the unrolled elimination is ~500 operations
-    at d = 10, ~0.3 s of compilation each time it is traced)."""
-    tol = _PIVOT_TOL * jnp.finfo(A.dtype).eps
-    out, piv = logdet_elimination_loop(A)
-    lost = jnp.any(~(piv > tol * jnp.diagonal(A, axis1=-2, axis2=-1)), axis=-1)
     return jnp.where(lost, jnp.nan, out)
 
 
@@ -343,7 +339,7 @@ def logdet_pd_entries(entry, d: int):
     slicing ``[..., d, d]`` arrays, and a small program), ``d^3 / 6`` multiply-adds and
     ``d`` reciprocals. Callers that build the matrix from parts (e.g. the NIW posterior
     scale) pass the entries directly, so the upper triangle is never formed. Same NaN rule
-    as `logdet_pd` (a pivot below ``_PIVOT_TOL * eps`` times its diagonal entry)."""
+    as `logdet_pd` (a pivot below ``PIVOT_TOL * eps`` times its diagonal entry)."""
     keys = [(i, j) for i in range(d) for j in range(i + 1)]
     first = [entry(i, j) for i, j in keys]
     shape = jnp.broadcast_shapes(*(jnp.shape(x) for x in first))
@@ -354,7 +350,7 @@ def logdet_pd_entries(entry, d: int):
     if staged:
         a = _materialise(a)
     diag = [a[(k, k)] for k in range(d)]
-    tol = _PIVOT_TOL * jnp.finfo(a[(0, 0)].dtype).eps
+    tol = PIVOT_TOL * jnp.finfo(a[(0, 0)].dtype).eps
     out, lost = None, None
     for k in range(d):
         piv = a[(k, k)]

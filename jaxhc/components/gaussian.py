@@ -16,6 +16,7 @@ from .base import (
     LOG_BOUND,
     LOG_PI,
     PD_FLOOR,
+    PIVOT_TOL,
     UNROLLED_MAX_D,
     ColumnParameters,
     ColumnSplitError,
@@ -26,7 +27,6 @@ from .base import (
     data_variance,
     logdet_pd,
     logdet_pd_entries,
-    logdet_pd_loop,
     lookup_table,
     positive_param,
 )
@@ -196,7 +196,7 @@ class NormalInverseWishart(Component):
         return {
             "mgl": multigammaln(0.5 * (self.dof + m), self.dim),
             "log_kn": jnp.log(self.kappa + m),
-            "logdet0": logdet_pd_loop(self.scale),
+            "logdet0": logdet_pd(self.scale, small_program=True),
         }
 
     def _logdet0(self, cache):
@@ -267,7 +267,7 @@ class NormalInverseWishart(Component):
         one point has ``S_1 = S0 + c v v^T`` (``v`` the point minus ``m0``, ``c = kappa /
         (kappa + 1)``), so ``log|S_1| = log|S0| + log(1 + c |w|^2)`` in `point_coordinates`
         (matrix determinant lemma). NaN where `log_marginal`'s elimination loses a pivot
-        (`logdet_pd_loop`, the same rule), so a prior that does not fit the data's scale is
+        (`logdet_pd`'s rule, on the pivots in closed form), so a prior that does not fit the data's scale is
         reported as before. A small program: BHC's leaves need no unrolled ``d x d``
         elimination compiled for them (~1 s of a fresh process's first call at d = 10).
         ``w``: the points' `point_coordinates` when the caller has them; ``check=False``
@@ -285,9 +285,17 @@ class NormalInverseWishart(Component):
             + 0.5 * d * (jnp.log(k0) - jnp.log(k0 + 1.0))
         )
         if check:
+            # `logdet_pd`'s rule on S_1's pivots, in closed form: the k-th pivot is the ratio
+            # of leading minors, det(S0_k + c v_k v_k^T) = det(S0_k) (1 + c |w_<=k|^2) (L0 is
+            # lower triangular), so pivot_k = L0_kk^2 (1 + c q_k) / (1 + c q_k-1) with q the
+            # running sums of w^2; NaN where one is below PIVOT_TOL eps of its diagonal entry
+            q = jnp.cumsum(w * w, axis=-1)
+            L0 = jnp.diagonal(jnp.linalg.cholesky(self.scale))
+            piv = L0 * L0 * (1.0 + c * q) / (1.0 + c * (q - w * w))
             v = s.mean - self.mean
-            S1 = self.scale + (c * v)[..., :, None] * v[..., None, :]
-            val = jnp.where(jnp.isnan(logdet_pd_loop(S1)), jnp.nan, val)
+            diag = jnp.diagonal(self.scale) + c * v * v
+            lost = jnp.any(~(piv > PIVOT_TOL * jnp.finfo(piv.dtype).eps * diag), axis=-1)
+            val = jnp.where(lost, jnp.nan, val)
         return jnp.where(s.n > 0, val, jnp.zeros((), val.dtype))
 
     def point_pair_log_marginal(self, wa, wb, cache=None):
