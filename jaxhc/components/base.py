@@ -173,8 +173,10 @@ class Component(eqx.Module):
 
     def count_cache(self, n_max: int):
         """Optional lookup tables indexed by point counts ``0 .. n_max`` that make
-        ``log_marginal(s, cache)`` cheaper (lgamma terms depend only on counts). ``None``
-        when the family has none. The tables are differentiable in the hyperparameters."""
+        ``log_marginal(s, cache)`` cheaper (lgamma terms depend only on counts), and terms
+        that depend on the prior only (e.g. the NIW's ``log|S0|``), computed once where a
+        program builds the cache rather than in every log marginal it traces. ``None``
+        when the family has none. The cache is differentiable in the hyperparameters."""
         return None
 
     # -- column splitting (BHCC, the CDPM); see the module docstring ----------------------
