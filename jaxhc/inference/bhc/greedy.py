@@ -247,22 +247,31 @@ def _initial_state(comp, log_alpha, leaf_stats, n_valid, S, keep_matrix, evidenc
     S = jnp.where(ok, S.astype(dtype), neg_inf)
     top2, top2_idx = slot_rows.top2(S) if n >= 2 else (jnp.full((n, 2), neg_inf), jnp.zeros((n, 2), jnp.int32))
     n_out = 0 if evidence_only else max(n - 1, 0)
-    empty_stats = jax.tree_util.tree_map(lambda x: jnp.zeros((n_out,) + x.shape[1:], x.dtype), leaf_stats)
-    zeros = jnp.zeros((n_out,), dtype)
+    lh = _leaf_lh(comp, leaf_stats, leaf_lh)
+    S = S if keep_matrix else jnp.zeros((0, n), dtype)
+    return _assemble_state(jnp, leaf_stats, active, lh, log_alpha, S, top2, top2_idx, n_out, dtype)
+
+
+def _assemble_state(xp, leaf_stats, active, leaf_lh, log_alpha, S, top_v, top_i, n_out: int, dtype) -> _State:
+    """The state before the first merge from its parts (``xp``: ``jnp`` inside a program, or
+    ``np`` on the host, `_host_start`): each row's two best ``top_v, top_i [n, 2]``, ``n_out``
+    rows of per-merge outputs."""
+    n = active.shape[0]
+    zeros = xp.zeros((n_out,), dtype)
     return _State(
         leaf_stats,
         active.astype(dtype),
-        jnp.full((n,), log_alpha, dtype),
-        jnp.where(active, _leaf_lh(comp, leaf_stats, leaf_lh), 0.0).astype(dtype),
-        idx,
+        xp.full((n,), log_alpha, dtype),
+        xp.where(active, leaf_lh, 0.0).astype(dtype),
+        xp.arange(n, dtype=jax.dtypes.canonicalize_dtype(np.int64)),
         active,
-        S if keep_matrix else jnp.zeros((0, n), dtype),
-        top2[:, 0],
-        top2_idx[:, 0].astype(jnp.int32),
-        top2[:, 1],
-        jnp.zeros((n,), bool),
-        jnp.zeros((n_out, 2), jnp.int32),
-        empty_stats,
+        S,
+        top_v[:, 0],
+        top_i[:, 0].astype(np.int32),
+        top_v[:, 1],
+        xp.zeros((n,), bool),
+        xp.zeros((n_out, 2), np.int32),
+        jax.tree_util.tree_map(lambda x: xp.zeros((n_out,) + x.shape[1:], x.dtype), leaf_stats),
         zeros,
         zeros,
         zeros,
@@ -271,16 +280,13 @@ def _initial_state(comp, log_alpha, leaf_stats, n_valid, S, keep_matrix, evidenc
     )
 
 
-def _point_leaves(comp, leaf_stats, rows=None):
+def _point_leaves(comp, leaf_stats):
     """``(w, cache, leaf log marginals)`` of slots of single points (`NormalInverseWishart`'s
-    O(d) formulas): the leaves' values unchecked, or with ``rows`` those rows' own values
-    checked by the pivot rule (`point_log_marginal`) as the fourth item."""
+    O(d) formulas), the values unchecked (callers check the leaves' own rows with
+    ``point_log_marginal(..., w=w[rows])``)."""
     w = comp.point_coordinates(leaf_stats)
     cache = comp.count_cache(2)
-    lh = comp.point_log_marginal(leaf_stats, cache, w=w, check=False)
-    if rows is None:
-        return w, cache, lh
-    return w, cache, lh, comp.point_log_marginal(take(leaf_stats, rows), cache, w=w[rows])
+    return w, cache, comp.point_log_marginal(leaf_stats, cache, w=w, check=False)
 
 
 def _pair_rows(comp, log_alpha, leaf_stats, n_valid, rows, row_batch, points=False, leaf_lh=None, point_parts=None):
@@ -288,9 +294,9 @@ def _pair_rows(comp, log_alpha, leaf_stats, n_valid, rows, row_batch, points=Fal
 
     ``points``: every slot holds one point (or is padding) and the component has
     ``point_pair_log_marginal`` (e.g. `NormalInverseWishart`: ``O(d)`` a pair by the
-    matrix determinant lemma instead of a ``d x d`` factorisation); ``point_parts``: the
-    first three items of `_point_leaves` (computed here when not given), whose leaf values
-    serve when ``leaf_lh`` is None."""
+    matrix determinant lemma instead of a ``d x d`` factorisation); ``point_parts``:
+    `_point_leaves` (computed here when not given), whose leaf values serve when ``leaf_lh``
+    is None."""
     n = jax.tree_util.tree_leaves(leaf_stats)[0].shape[0]
     dtype = jnp.result_type(log_alpha, jnp.float32)
     active = jnp.arange(n) < n_valid
@@ -298,7 +304,7 @@ def _pair_rows(comp, log_alpha, leaf_stats, n_valid, rows, row_batch, points=Fal
     cnt = active.astype(dtype)
     log_d = jnp.full((n,), log_alpha, dtype)
     if points:
-        w, cache, point_lh = _point_leaves(comp, leaf_stats) if point_parts is None else point_parts[:3]
+        w, cache, point_lh = _point_leaves(comp, leaf_stats) if point_parts is None else point_parts
         leaf_lh = point_lh if leaf_lh is None else leaf_lh
     log_pT = jnp.where(active, _leaf_lh(comp, leaf_stats, leaf_lh), 0.0).astype(dtype)
     if not points:
@@ -359,8 +365,8 @@ def bhc_core(
     parts = None
     if points and leaf_log_h1 is None and hasattr(comp, "point_log_marginal"):
         # the leaves by the single-point formula, checked (the caller checks the output)
-        parts = _point_leaves(comp, leaf_stats, jnp.arange(n))
-        leaf_log_h1 = parts[3]
+        parts = _point_leaves(comp, leaf_stats)
+        leaf_log_h1 = comp.point_log_marginal(leaf_stats, parts[1], w=parts[0])
     if S0 is None:
         S = _pair_rows(comp, log_alpha, leaf_stats, n_valid, jnp.arange(n), row_batch, points, leaf_log_h1, parts)
     else:
@@ -390,8 +396,8 @@ def _rows_chunk(comp, log_alpha, leaf_stats, n_valid, rows, row_batch=1, points=
     here, so no program of their own is compiled: ~0.3 s of a first call)."""
     parts = None
     if leaf_lh is None and points:
-        parts = _point_leaves(comp, leaf_stats, rows)
-        lh = parts[3]
+        parts = _point_leaves(comp, leaf_stats)
+        lh = comp.point_log_marginal(take(leaf_stats, rows), parts[1], w=parts[0][rows])
     else:
         lh = _leaf_lh(comp, take(leaf_stats, rows), None if leaf_lh is None else leaf_lh[rows])
     S = _pair_rows(comp, log_alpha, leaf_stats, n_valid, rows, row_batch, points, leaf_lh, parts)
@@ -412,27 +418,10 @@ def _host_start(log_alpha, leaf_stats, n_valid: int, parts, leaf_lh) -> _State:
         top_v = np.concatenate([top_v, np.full((n - n_valid, 2), -np.inf, dtype)])
         top_i = np.concatenate([top_i, np.zeros((n - n_valid, 2), np.int32)])
     active = np.arange(n) < n_valid
-    zeros = np.zeros((n - 1,), dtype)
-    state = _State(
-        jax.tree_util.tree_map(np.array, leaf_stats),  # copies: `_merges_chunk` donates the state
-        active.astype(dtype),
-        np.full((n,), np.asarray(log_alpha), dtype),
-        np.where(active, np.asarray(leaf_lh), 0.0).astype(dtype),
-        np.arange(n, dtype=jax.dtypes.canonicalize_dtype(np.int64)),
-        active,
-        S,
-        top_v[:, 0],
-        top_i[:, 0],
-        top_v[:, 1],
-        np.zeros((n,), bool),
-        np.zeros((n - 1, 2), np.int32),
-        jax.tree_util.tree_map(lambda x: np.zeros((n - 1,) + x.shape[1:], x.dtype), leaf_stats),
-        zeros,
-        zeros,
-        zeros,
-        zeros,
-        zeros,
-    )
+    # copies of the leaf statistics: `_merges_chunk` donates the state
+    stats = jax.tree_util.tree_map(np.array, leaf_stats)
+    lh = np.asarray(leaf_lh)
+    state = _assemble_state(np, stats, active, lh, np.asarray(log_alpha), S, top_v, top_i, n - 1, dtype)
     return jax.tree_util.tree_map(jnp.asarray, state)
 
 
