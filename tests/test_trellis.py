@@ -34,6 +34,7 @@ from jaxhc.trellis import (
     Energy,
     GinkgoEnergy,
     UnitEnergy,
+    cluster_marginals,
     log_partition,
     log_phi_of_tree,
     map_trees,
@@ -850,6 +851,49 @@ def test_solve_does_not_recompile_for_new_data():
     before = trellis_exact._class_core._cache_size()
     solve(GinkgoEnergy(3.0, 12.0), perturb_jet(rng, X))
     assert trellis_exact._class_core._cache_size() == before
+
+
+def test_cluster_marginals_without_the_map_equal_brute_force():
+    # cluster_marginals runs the inside pass without the MAP, then the outside pass: the
+    # same probabilities as solve's and as enumeration's; the overflow check is solve's
+    rng = np.random.default_rng(23)
+    X = perturb_jet(rng, np.asarray(generator_jets()[0]["leaves"]))
+    cases = [(DasguptaEnergy(0.9), random_affinity(rng, 6, 0.05, 1.0))]
+    cases += [(GinkgoEnergy(2.0, 16.0, likelihood=lk), X) for lk in ("paper", "exact")]
+    for energy, leaves in cases:
+        bf = brute_force(energy, leaves)
+        assert np.isfinite(bf.log_z)
+        got = np.asarray(cluster_marginals(energy, leaves))
+        np.testing.assert_allclose(got, bf.marg, rtol=TOL, atol=1e-12)
+        np.testing.assert_allclose(got, np.exp(np.asarray(solve(energy, leaves).log_marginals)), rtol=1e-12, atol=1e-14)
+    with pytest.raises(ValueError, match="overflow float64"):
+        cluster_marginals(DasguptaEnergy(-1e308), random_affinity(rng, 4, 0.5, 1.0))
+
+
+def test_size_class_chunks_that_split_a_parent(monkeypatch):
+    # with 2 rows (32 splits) per chunk, the parents of 7 and 8 elements (inside) and the
+    # clusters of 1 and 2 (outside) spread over several chunks, combined by logaddexp / the
+    # first maximum across chunks: the same tables, backpointers and marginals as the
+    # level-unrolled program
+    rng = np.random.default_rng(29)
+    X = perturb_jet(rng, np.asarray(generator_jets()[0]["leaves"]))
+    X8 = np.concatenate([X, perturb_jet(rng, X)[:1] * 0.5])[:8]
+    monkeypatch.setitem(trellis_exact._CLASS_ROWS, 8, 2)
+    trellis_exact._class_tables.cache_clear()
+    try:
+        for energy, leaves in (
+            (GinkgoEnergy(2.0, 16.0), X8),
+            (DasguptaEnergy(0.7), random_affinity(rng, 8, 0.05, 1.0)),
+        ):
+            n = leaves.shape[0]
+            got = trellis_exact._class_call(energy, jnp.asarray(leaves), n, True, True)
+            ref = trellis_exact._solve_core(energy, jnp.asarray(leaves), n, marginals=True)
+            assert np.isfinite(float(ref[0]))
+            for a, b in zip(got[:5], ref[:5]):
+                _assert_same_inf(a, b, 1e-12, err=type(energy).__name__)
+            np.testing.assert_array_equal(np.asarray(got[5]), np.asarray(ref[5]))
+    finally:
+        trellis_exact._class_tables.cache_clear()
 
 
 def test_one_compiled_program_per_size_class():
