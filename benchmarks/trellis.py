@@ -368,6 +368,25 @@ def worker_single(args) -> dict:
     return out
 
 
+def worker_fresh(args) -> dict:
+    """The first public ``solve(..., marginals=True)`` of an ``N``-leaf problem in this fresh
+    process (tracing, compilation, run, the MAP tree on the host), import apart."""
+    t0 = time.perf_counter()
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    from jaxhc import trellis
+
+    out = {"energy": args.energy, "n": args.n, "import_s": time.perf_counter() - t0}
+    energy, leaves = make_problem(args.energy, args.n, seed=args.seed + args.n)
+    t = time.perf_counter()
+    sol = trellis.solve(energy, leaves, marginals=True)
+    sol.log_marginals.block_until_ready()
+    out["first_solve_s"] = time.perf_counter() - t
+    out["log_z"] = float(sol.log_z)
+    return out
+
+
 def worker_batch(args) -> dict:
     import jax
 
@@ -647,6 +666,12 @@ def main(argv=None):
         help="Ginkgo generator jets (JSON list with 'leaves'); the search comparison also runs on "
         "those with 5..10 leaves when the file exists",
     )
+    ap.add_argument(
+        "--fresh-n",
+        type=int,
+        default=None,
+        help="also time the first solve(..., marginals=True) of an N-leaf problem per energy in a fresh process",
+    )
     ap.add_argument("--no-batch", action="store_true")
     ap.add_argument("--no-search", action="store_true")
     ap.add_argument("--ref-max-n", type=int, default=10, help="run the Python reference for N <= this")
@@ -669,7 +694,9 @@ def main(argv=None):
     args = ap.parse_args(argv)
 
     if args._worker:
-        fn = {"single": worker_single, "batch": worker_batch, "search": worker_search}[args._worker]
+        fn = {"single": worker_single, "batch": worker_batch, "search": worker_search, "fresh": worker_fresh}[
+            args._worker
+        ]
         print("RESULT " + json.dumps(fn(args)), flush=True)
         return
 
@@ -710,6 +737,13 @@ def main(argv=None):
                     ),
                     flush=True,
                 )
+    fresh = []
+    if args.fresh_n:
+        for kind in energies:
+            r = _run_worker("fresh", args, ["--n", str(args.fresh_n), "--energy", kind], args.timeout)
+            r.setdefault("energy", kind)
+            fresh.append(r)
+            print(f"  fresh process {kind} N={args.fresh_n}: {r}", flush=True)
     batch = []
     if not args.no_batch:
         for kind in [e for e in args.batch_energies.split(",") if e]:
@@ -762,6 +796,7 @@ def main(argv=None):
             "targets_check": targets,
             "paper": PAPER,
             "single": single,
+            "fresh": fresh,
             "batch": batch,
             "search": search,
             "table": "\n".join(text),
