@@ -432,8 +432,7 @@ def _row_lse(a):
 
 def _row_max_first(v, L):
     """Max over the last axis and the ``L`` of its first maximal entry (``jnp.argmax`` order:
-    a NaN is the maximum, the first one wins). ``L`` grows along a row (its low bits count
-    the column), so the first maximal entry is the one with the smallest ``L``."""
+    a NaN is the maximum, the first one wins): the smallest ``L``, as ``L`` grows along a row."""
     m = _tree_reduce_cols(v, jnp.maximum)
     hit = jnp.where(jnp.isnan(m)[..., None], jnp.isnan(v), v == m[..., None])
     return m, _tree_reduce_cols(jnp.where(hit, L, jnp.iinfo(L.dtype).max), jnp.minimum)
@@ -613,10 +612,8 @@ def solve(
 
 def _check_log_z(log_z):
     if float(log_z) == np.inf or np.isnan(float(log_z)):
-        raise ValueError(
-            f"log Z is {float(log_z)}: the energy's log potentials of these leaves overflow float64; "
-            "rescale the leaves or the energy's parameters (e.g. beta)"
-        )
+        msg = "the energy's log potentials of these leaves overflow float64; rescale the leaves or the energy's"
+        raise ValueError(f"log Z is {float(log_z)}: {msg} parameters (e.g. beta)")
 
 
 def log_partition(energy: Energy, leaves) -> jax.Array:
@@ -645,11 +642,8 @@ def _log_partition_core(energy, leaves, n):
 
 
 def cluster_marginals(energy: Energy, leaves) -> jax.Array:
-    """``[2^N]`` probabilities ``P(S in H)`` of every cluster (they sum to ``2N - 1``).
-
-    The values of ``exp(solve(energy, leaves).log_marginals)``; for ``N`` in a size class
-    the program runs the inside pass without the MAP and the outside pass (about 2/3 of
-    `solve`'s time)."""
+    """``[2^N]`` probabilities ``P(S in H)`` of every cluster (they sum to ``2N - 1``): those
+    of `solve`, from log Z and the outside pass alone (no MAP) for ``N`` in a size class."""
     leaves, n = _prepare(energy, leaves, None, None)
     res = _class_call(energy, leaves, n, False, True)
     if res is None:
