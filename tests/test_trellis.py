@@ -896,6 +896,29 @@ def test_size_class_chunks_that_split_a_parent(monkeypatch):
         trellis_exact._class_tables.cache_clear()
 
 
+def test_larger_size_classes_give_the_same_solution():
+    # the programs of the 13..16 and 17..20 classes (2048-row chunks) run a small problem
+    # padded to their bound: the same tables, MAP and marginals as its own class's program
+    rng = np.random.default_rng(31)
+    X = perturb_jet(rng, np.asarray(generator_jets()[0]["leaves"]))
+    energy, n = GinkgoEnergy(2.0, 16.0, likelihood="exact"), X.shape[0]
+
+    def run(bound):
+        order, offset, count, (s_in, c_in), (s_out, c_out) = trellis_exact._class_tables(n, bound)
+        lp = energy.pad_leaves(jnp.asarray(X), bound)
+        args = (energy, lp, jnp.int32(n), (order, offset, count), s_in, jnp.int32(c_in), s_out, jnp.int32(c_out))
+        res = trellis_exact._class_core(*args, bound=bound, with_map=True, marginals=True)
+        return [None if x is None else np.asarray(x)[: 2**n] if np.ndim(x) else np.asarray(x) for x in res]
+
+    ref = run(8)
+    assert np.isfinite(ref[0])
+    for bound in (16, 20):
+        got = run(bound)
+        for a, b in zip(got[:5], ref[:5]):
+            _assert_same_inf(a, b, 1e-12, err=f"bound {bound}")
+        np.testing.assert_array_equal(got[5], ref[5])
+
+
 def test_one_compiled_program_per_size_class():
     # 5 and 7 leaves share the size class of 8: one compiled program (log Z, MAP and
     # marginals) serves both, and its values are the brute force's
