@@ -280,13 +280,9 @@ _rss_mb, _maxrss_mb = rss_mb, maxrss_mb
 
 def _class_kernels(exact, energy, leaves, n):
     """AOT-compiled size-class programs (what `trellis.solve`, `cluster_marginals` and a
-    concrete `log_partition` run for ``n <= 20``): ``{name: (call, compile seconds)}``."""
-    import jax.numpy as jnp
-
+    concrete `log_partition` run for ``n <= 20``): ``{name: (call, compile seconds, compiled)}``."""
     bound = exact.size_class(n)
-    order, offset, count, (s_in, c_in), (s_out, c_out) = exact._class_tables(n, bound)
-    lp = energy.pad_leaves(leaves, bound)
-    args = (energy, lp, jnp.int32(n), (order, offset, count), s_in, jnp.int32(c_in), s_out, jnp.int32(c_out))
+    args = exact._class_args(energy, leaves, n, bound)
     out = {}
     for name, with_map, marg in (
         ("logz", False, False),
@@ -295,7 +291,7 @@ def _class_kernels(exact, energy, leaves, n):
         ("marg", True, True),
     ):
         comp, sec = _aot(exact._class_core, *args, bound=bound, with_map=with_map, marginals=marg)
-        out[name] = ((lambda comp=comp: comp(*args)), sec)
+        out[name] = ((lambda comp=comp: comp(*args)), sec, comp)
     return out
 
 
@@ -308,7 +304,7 @@ def _per_n_kernels(exact, energy, leaves, n):
         ("marg", exact._solve_core, {"marginals": True}),
     ):
         comp, sec = _aot(fn, energy, leaves, n=n, **static)
-        out[name] = ((lambda comp=comp: comp(energy, leaves)), sec)
+        out[name] = ((lambda comp=comp: comp(energy, leaves)), sec, comp)
     return out
 
 
@@ -330,12 +326,16 @@ def worker_single(args) -> dict:
     per_n = args.kernels == "per-n" or exact.size_class(n) is None
     out["kernels"] = "per-n" if per_n else "class"
     kern = (_per_n_kernels if per_n else _class_kernels)(exact, energy, leaves, n)
-    for name, (_, sec) in kern.items():
+    for name, (_, sec, _) in kern.items():
         out[f"compile_{name}_s"] = sec
+    try:
+        out["xla_temp_marg_mb"] = kern["marg"][2].memory_analysis().temp_size_in_bytes / 2**20
+    except Exception:  # noqa: BLE001 - not every backend reports it
+        out["xla_temp_marg_mb"] = None
 
     rss1 = _rss_mb()
     with RssSampler() as samp:
-        for name, (call, _) in kern.items():
+        for name, (call, _, _) in kern.items():
             out[f"{name}_s"], out[f"{name}_calls"] = _time_calls(call, args.min_time)
     out["run_peak_delta_mb"] = samp.peak - rss1
     sol = kern["marg"][0]()

@@ -904,9 +904,7 @@ def test_larger_size_classes_give_the_same_solution():
     energy, n = GinkgoEnergy(2.0, 16.0, likelihood="exact"), X.shape[0]
 
     def run(bound):
-        order, offset, count, (s_in, c_in), (s_out, c_out) = trellis_exact._class_tables(n, bound)
-        lp = energy.pad_leaves(jnp.asarray(X), bound)
-        args = (energy, lp, jnp.int32(n), (order, offset, count), s_in, jnp.int32(c_in), s_out, jnp.int32(c_out))
+        args = trellis_exact._class_args(energy, X, n, bound)
         res = trellis_exact._class_core(*args, bound=bound, with_map=True, marginals=True)
         return [None if x is None else np.asarray(x)[: 2**n] if np.ndim(x) else np.asarray(x) for x in res]
 

@@ -554,6 +554,13 @@ def _class_core(energy, leaves, n, tabs, sched_in, num_in, sched_out, num_out, b
     return log_z[root], None if best is None else best[root], log_m, log_z, best, bp
 
 
+def _class_args(energy, leaves, n, bound):
+    """The positional arguments of `_class_core` for ``n`` leaves run in the class of ``bound``."""
+    order, offset, count, (s_in, c_in), (s_out, c_out) = _class_tables(n, bound)
+    lp = energy.pad_leaves(jnp.asarray(leaves), bound)
+    return energy, lp, jnp.int32(n), (order, offset, count), s_in, jnp.int32(c_in), s_out, jnp.int32(c_out)
+
+
 def _class_call(energy, leaves, n, with_map, marginals, tables=True):
     """Runs `_class_core` for ``n`` leaves (``leaves [n, ...]``); tables of ``2^n`` subsets
     (cut on the host; ``tables=False``: ``log Z`` alone, traceable). None when ``n`` is
@@ -561,21 +568,7 @@ def _class_call(energy, leaves, n, with_map, marginals, tables=True):
     bound = size_class(n)
     if bound is None:
         return None
-    order, offset, count, (s_in, c_in), (s_out, c_out) = _class_tables(n, bound)
-    lp = energy.pad_leaves(jnp.asarray(leaves), bound)
-    res = _class_core(
-        energy,
-        lp,
-        jnp.int32(n),
-        (order, offset, count),
-        s_in,
-        jnp.int32(c_in),
-        s_out,
-        jnp.int32(c_out),
-        bound=bound,
-        with_map=with_map,
-        marginals=marginals,
-    )
+    res = _class_core(*_class_args(energy, leaves, n, bound), bound=bound, with_map=with_map, marginals=marginals)
     if not tables:
         return res[0]
     size = 2**n
