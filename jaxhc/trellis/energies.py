@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._internal import vmath
 from .._internal.dtypes import float_dtype as _float
 from .._internal.validation import real_array
 
@@ -513,7 +514,7 @@ class GinkgoEnergy(FourMomentumEnergy):
         d2 = d * d
         ok = d2 > 0
         r = lam / jnp.where(ok, d2, 1.0)
-        f2 = jnp.log(jnp.where(tmin > 0, r, -jnp.expm1(-self.t_cut * r))) - tmin * r
+        f2 = vmath.log(jnp.where(tmin > 0, r, -vmath.expm1(-self.t_cut * r))) - tmin * r
         return f1 + jnp.where(ok, f2, -jnp.inf)
 
     def _log_psi_exact(self, P, L, R, lam):
@@ -543,9 +544,9 @@ class GinkgoEnergy(FourMomentumEnergy):
         tt = tot * tP
         if self.phase_space:
             # log(8 t_P) - 1/2 log K as 1/2 log(tt^2 t_P^2 / K), 1 / t_P^2 = P.aux (log 8: P.base)
-            core = 0.5 * jnp.log(tt * tt / (jnp.where(K > 0, K, 1.0) * P.aux))
+            core = 0.5 * vmath.log(tt * tt / (jnp.where(K > 0, K, 1.0) * P.aux))
         else:
-            core = jnp.log(tt)
+            core = vmath.log(tt)
         out = jnp.where(live & (K > 0), P.base + m + core, -jnp.inf)
         return out + L.support + R.support
 
