@@ -19,7 +19,8 @@ from jaxhc.trellis.energies import (  # noqa: E402
     UnitEnergy,
     log_phi_of_tree,
 )
-from jaxhc.trellis.exact import sample, solve  # noqa: E402
+from jaxhc.trellis.exact import solve  # noqa: E402
+from jaxhc.trellis.sampling import sample  # noqa: E402
 from jaxhc.trellis.search import beam, greedy  # noqa: E402
 from jaxhc.trellis.sparse import double_factorial, seed_trees_from_beam, sparse_solve  # noqa: E402
 

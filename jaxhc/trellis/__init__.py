@@ -23,16 +23,15 @@ from .energies import (
 )
 from .exact import (
     MAX_EXACT_LEAVES,
-    SampledTrees,
     TrellisSolution,
     cluster_marginals,
     log_partition,
     memory_required,
     num_splits,
-    sample,
     solve,
     subtree_log_marginal,
 )
+from .sampling import SampledTrees, sample
 from .search import SearchResult, beam, greedy
 from .sparse import SparseSolution, double_factorial, seed_trees_from_beam, sparse_solve
 from .splitting import SplittingEnergy

@@ -29,7 +29,8 @@ import numpy as np
 from .._internal.dtypes import float_dtype as _float
 from ..tree import Tree
 from .energies import Energy
-from .exact import SampledTrees, tree_from_splits
+from .exact import tree_from_splits
+from .sampling import SampledTrees
 
 __all__ = ["SparseSolution", "sparse_solve", "seed_trees_from_beam", "double_factorial"]
 
