@@ -935,3 +935,37 @@ def test_one_compiled_program_per_size_class():
         best = bf.enum.trees[int(np.argmax(bf.log_phi))]
         assert sorted(best.bitmasks()[W.shape[0] :].tolist()) == sorted(sol.map_tree.bitmasks()[W.shape[0] :].tolist())
         np.testing.assert_allclose(np.exp(np.asarray(sol.log_marginals)), bf.marg, atol=1e-10)
+
+
+def test_outside_push_and_its_pull_fallback(monkeypatch):
+    # The size-class programs push split probabilities in linear space and fall back to the
+    # log-space pull when a buildable cluster is less likely than e^-PUSH_FLOOR: (1) on a jet
+    # the push (the usual path) equals the pull, forced by a floor above every probability;
+    # (2) Dasgupta at beta = 200 has clusters near e^-890 that the push alone flushes to 0:
+    # the program takes the pull and gives them as the level-unrolled program does
+    rng = np.random.default_rng(37)
+    X = perturb_jet(rng, np.asarray(generator_jets()[0]["leaves"]))
+    W = random_affinity(rng, 7, 0.05, 1.0)
+    cases = [(GinkgoEnergy(2.0, 16.0, likelihood="exact"), X), (DasguptaEnergy(200.0), W)]
+
+    def marginals(energy, leaves, floor):
+        monkeypatch.setattr(trellis_exact, "PUSH_FLOOR", floor)
+        jax.clear_caches()  # the floor is read when the program is traced
+        return np.asarray(trellis_exact.class_call(energy, jnp.asarray(leaves), leaves.shape[0], False, True)[2])
+
+    try:
+        for energy, leaves in cases:
+            n = leaves.shape[0]
+            ref = np.asarray(trellis_exact._solve_core(energy, jnp.asarray(leaves), n, marginals=True)[2])
+            scale = max(1.0, abs(float(np.max(np.abs(ref[np.isfinite(ref)])))))
+            got, pull, push = (marginals(energy, leaves, f) for f in (500.0, -1.0, 1e9))
+            for a in (got, pull):
+                _assert_same_inf(a, ref, 1e-13 * scale, err=type(energy).__name__)
+            if isinstance(energy, GinkgoEnergy):
+                assert ref[np.isfinite(ref)].min() > -500.0  # the push was used and is exact
+                _assert_same_inf(push, ref, 1e-12, err="push")
+            else:
+                assert ref[np.isfinite(ref)].min() < -745.0
+                assert np.sum(np.isfinite(ref) & ~np.isfinite(push)) > 0  # what the fallback prevents
+    finally:
+        jax.clear_caches()

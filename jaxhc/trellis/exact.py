@@ -439,9 +439,21 @@ def _row_max_first(v, L):
     return m, _tree_reduce_cols(jnp.where(hit, L, jnp.iinfo(L.dtype).max), jnp.minimum)
 
 
+#: smallest ``-log P(S in H)`` the outside pass takes from the linear-space push (see
+#: `_class_core`); clusters less likely than ``e^-PUSH_FLOOR`` are computed by the pull
+PUSH_FLOOR = 500.0
+
+
 def _class_pass(energy, feats, n, tabs, sched, num, bound, R, log_z, best, bp, out, kind):
-    """The inside (``kind="in"``: log Z, with MAP when ``best`` is given) or outside
-    (``kind="out"``) pass over the chunk schedule ``sched[:num]``."""
+    """One pass over the chunk schedule ``sched[:num]``:
+
+    - ``kind="in"``: the inside pass (log Z, with the MAP when ``best`` is given);
+    - ``kind="push"``: the outside pass as split probabilities ``P(S -> L, R in H)`` pushed
+      from every split to both children, the inside schedule run backwards (top-down), each
+      split evaluated once; ``out`` holds ``P(S in H)`` in linear space, scatter-added;
+    - ``kind="out"``: the outside pass pulled from every superset (``out`` holds ``log
+      out(S)``, log space throughout; each split is evaluated once from each child).
+    """
     order, offset, count = tabs
     W = 1 << _ROW_BITS
     t = jnp.arange(W, dtype=jnp.int32)
@@ -450,31 +462,51 @@ def _class_pass(energy, feats, n, tabs, sched, num, bound, R, log_z, best, bp, o
     full = (jnp.left_shift(1, n) - 1).astype(jnp.int32)
     drop = jnp.int32(2**bound)
 
+    def per_row(free, base, j0):
+        # the parent's bits and the high part of L: in the split loop XLA would recompute
+        # them for each of the row's splits, a cond's results are computed once
+        bms = _row_bits(free, bound - 1)
+        hi = base
+        for b in range(_ROW_BITS, bound - 1):
+            hi = hi | jnp.where(((j0 >> b) & 1) == 1, bms[b], 0)
+        return (hi, *bms[:_ROW_BITS])
+
     def body(i, carry):
         log_z, best, bp, out = carry
-        k, r0 = sched[i, 0], sched[i, 1]
-        sbits = k - 1 if kind == "in" else n - k
+        c = num - 1 - i if kind == "push" else i
+        k, r0 = sched[c, 0], sched[c, 1]
+        sbits = n - k if kind == "out" else k - 1
         sh = jnp.maximum(0, sbits - _ROW_BITS)
         r = r0 + rows
         p = r >> sh
         live_row = p < count[k]
         S = order[offset[k] + jnp.minimum(p, count[k] - 1)]
         j0 = (r & (jnp.left_shift(1, sh) - 1)) << _ROW_BITS
-        if kind == "in":
-            base = S & (-S)
-            free = S ^ base
-        else:
+        if kind == "out":
             base = jnp.zeros_like(S)
             free = full & ~S
-        bms = _row_bits(free, bound - 1)
-        hi = base
-        for b in range(_ROW_BITS, bound - 1):
-            hi = hi | jnp.where(((j0 >> b) & 1) == 1, bms[b], 0)
+        else:
+            base = S & (-S)
+            free = S ^ base
+        if kind == "push":  # k >= 0 always holds (XLA cannot know it)
+            zeros = lambda *a: (jnp.zeros_like(free),) * (1 + _ROW_BITS)
+            hi, *bms = jax.lax.cond(k >= 0, per_row, zeros, free, base, j0)
+        else:
+            hi, *bms = per_row(free, base, j0)
         L = hi[:, None]
         for b in range(_ROW_BITS):
             L = L | jnp.where(tbits[b][None, :], bms[b][:, None], 0)
         j = j0[:, None] + t[None, :]
         Sb = S[:, None]
+        if kind == "push":
+            valid = live_row[:, None] & (j < (jnp.left_shift(1, k - 1) - 1))
+            Rm = Sb ^ L
+            fP = jax.tree_util.tree_map(lambda x: x[:, None], take_rows(feats, S))
+            lp = energy.log_psi(fP, take_rows(feats, L), take_rows(feats, Rm))
+            mS, zS = out[S], log_z[S]  # log P(S in H) - log Z(S) = log out(S) - log Z
+            oS = jnp.where((mS > 0) & (zS > -jnp.inf), jnp.log(jnp.where(mS > 0, mS, 1.0)) - zS, -jnp.inf)
+            pr = jnp.exp(jnp.where(valid, oS[:, None] + lp + log_z[L] + log_z[Rm], -jnp.inf))
+            return log_z, best, bp, out.at[L].add(pr).at[Rm].add(pr)
         if kind == "in":
             valid = live_row[:, None] & (j < (jnp.left_shift(1, k - 1) - 1))
             Rm = Sb ^ L
@@ -547,9 +579,21 @@ def _class_core(energy, leaves, n, tabs, sched_in, num_in, sched_out, num_out, b
     root = (jnp.left_shift(1, n) - 1).astype(jnp.int32)
     log_m = None
     if marginals:
-        out = jnp.full((size,), -jnp.inf, dtype).at[root].set(0.0)
-        _, _, _, out = _class_pass(energy, feats, n, tabs, sched_out, num_out, bound, R, log_z, None, None, out, "out")
-        log_m = out + log_z - log_z[root]
+        prob = jnp.zeros((size,), dtype).at[root].set(1.0)
+        prob = _class_pass(energy, feats, n, tabs, sched_in, num_in, bound, R, log_z, None, None, prob, "push")[3]
+
+        def pull(_):
+            out = jnp.full((size,), -jnp.inf, dtype).at[root].set(0.0)
+            out = _class_pass(energy, feats, n, tabs, sched_out, num_out, bound, R, log_z, None, None, out, "out")[3]
+            return out + log_z - log_z[root]
+
+        # A split probability below ~e^-708 flushes to (or toward) zero; with fewer than e^21
+        # splits, no cluster loses more than e^-687 of its probability, so the pushed values
+        # from e^-PUSH_FLOOR up are exact to rounding. A buildable cluster below that (or a
+        # NaN) sends the whole pass to the log-space pull instead.
+        doubt = ((log_z > -jnp.inf) & ~(prob >= math.exp(-PUSH_FLOOR))) | ~(prob <= 1.5)
+        pushed = lambda p: jnp.where(p > 0, jnp.log(jnp.where(p > 0, p, 1.0)), -jnp.inf)
+        log_m = jax.lax.cond(jnp.any(doubt) & (log_z[root] > -jnp.inf), pull, pushed, prob)
         log_m = jnp.where(log_z[root] == -jnp.inf, -jnp.inf, log_m)
         log_m = log_m.at[0].set(-jnp.inf)
     return log_z[root], None if best is None else best[root], log_m, log_z, best, bp
