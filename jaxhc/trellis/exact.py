@@ -14,6 +14,8 @@ time, ``(3^N + 1) / 2 - 2^N`` split evaluations in all.
 - the marginal ``P(S in H) = out(S) Z(S) / Z`` of every cluster at once from a top-down
   outside pass (``out(S)`` pulls from every superset, gathers only; it equals the
   gradient of ``log Z`` with respect to a per-cluster log weight, which the tests check);
+  the size-class programs push each split's probability to both children instead (linear
+  space, half the split evaluations), and pull where a cluster is below ``e^-PUSH_FLOOR``;
 - exact samples top-down with ``p(L | S) = psi(S, L, R) Z(L) Z(R) / Z(S)`` (Alg. 2, Eq. 3;
   `jaxhc.trellis.sampling`, from this module's ``log Z`` table);
 - ``log Z`` of many problems of mixed sizes, differentiable in the energy's parameters
