@@ -516,6 +516,10 @@ def _class_pass(energy, feats, n, tabs, sched, num, bound, R, log_z, best, bp, o
             lp = energy.log_psi(fP, take_rows(feats, L), take_rows(feats, Rm))
             if stacked:  # log Z and MAP value from one gather of the stacked table
                 v = jnp.where(valid[..., None], lp[..., None] + log_z[L] + log_z[Rm], -jnp.inf)
+                # written to a buffer once and read by the four row reductions (XLA would
+                # otherwise recompute the split for each); the index is 0, unknown to XLA
+                best = jax.lax.dynamic_update_slice(best, v, ((k < 0).astype(jnp.int32), jnp.int32(0), jnp.int32(0)))
+                v = best[:R]
                 zr = _row_lse(v[..., 0])
                 mr, lr = _row_max_first(v[..., 1], L)
             else:
@@ -557,7 +561,8 @@ def _class_pass(energy, feats, n, tabs, sched, num, bound, R, log_z, best, bp, o
     stacked = best is not None
     if stacked:  # one [2^bound, 2] table: log Z and the MAP value of every subset
         log_z = jnp.stack([log_z, best], axis=1)
-    log_z, _, bp, out = jax.lax.fori_loop(0, num, body, (log_z, None, bp, out))
+    buf = jnp.zeros((R + 1, 1 << _ROW_BITS, 2), log_z.dtype) if stacked else None
+    log_z, _, bp, out = jax.lax.fori_loop(0, num, body, (log_z, buf, bp, out))
     if stacked:
         return log_z[:, 0], log_z[:, 1], bp, out
     return log_z, best, bp, out
