@@ -948,8 +948,11 @@ def test_outside_push_and_its_pull_fallback(monkeypatch):
     W = random_affinity(rng, 7, 0.05, 1.0)
     cases = [(GinkgoEnergy(2.0, 16.0, likelihood="exact"), X), (DasguptaEnergy(200.0), W)]
 
+    assert trellis_exact._push_floor(jnp.float64) == trellis_exact.PUSH_FLOOR == 500.0
+    assert 40.0 < trellis_exact._push_floor(jnp.float32) < 50.0  # float32 flushes below e^-87
+
     def marginals(energy, leaves, floor):
-        monkeypatch.setattr(trellis_exact, "PUSH_FLOOR", floor)
+        monkeypatch.setattr(trellis_exact, "_push_floor", lambda dtype: floor)
         jax.clear_caches()  # the floor is read when the program is traced
         return np.asarray(trellis_exact.class_call(energy, jnp.asarray(leaves), leaves.shape[0], False, True)[2])
 

@@ -441,9 +441,17 @@ def _row_max_first(v, L):
     return m, _tree_reduce_cols(jnp.where(hit, L, jnp.iinfo(L.dtype).max), jnp.minimum)
 
 
-#: smallest ``-log P(S in H)`` the outside pass takes from the linear-space push (see
-#: `_class_core`); clusters less likely than ``e^-PUSH_FLOOR`` are computed by the pull
+#: smallest ``-log P(S in H)`` the float64 outside pass takes from the linear-space push
+#: (see `_class_core`); clusters less likely than ``e^-PUSH_FLOOR`` are computed by the pull
 PUSH_FLOOR = 500.0
+
+
+def _push_floor(dtype) -> float:
+    """`PUSH_FLOOR`, or less where ``dtype`` is narrower: a split probability flushes below
+    the dtype's ``tiny``, so with fewer than e^21 splits a cluster loses less than e^21 tiny,
+    to stay below ``eps e^-floor`` with a margin of e^5 (float32: 45)."""
+    fi = jnp.finfo(dtype)
+    return min(PUSH_FLOOR, -math.log(float(fi.tiny)) + math.log(float(fi.eps)) - 26.0)
 
 
 def _class_pass(energy, feats, n, tabs, sched, num, bound, R, log_z, best, bp, out, kind):
@@ -596,9 +604,9 @@ def _class_core(energy, leaves, n, tabs, sched_in, num_in, sched_out, num_out, b
 
         # A split probability below ~e^-708 flushes to (or toward) zero; with fewer than e^21
         # splits, no cluster loses more than e^-687 of its probability, so the pushed values
-        # from e^-PUSH_FLOOR up are exact to rounding. A buildable cluster below that (or a
-        # NaN) sends the whole pass to the log-space pull instead.
-        doubt = ((log_z > -jnp.inf) & ~(prob >= math.exp(-PUSH_FLOOR))) | ~(prob <= 1.5)
+        # from e^-PUSH_FLOOR up are exact to rounding (float64). A buildable cluster below
+        # that (or a NaN) sends the whole pass to the log-space pull instead.
+        doubt = ((log_z > -jnp.inf) & ~(prob >= math.exp(-_push_floor(dtype)))) | ~(prob <= 1.5)
         pushed = lambda p: jnp.where(p > 0, jnp.log(jnp.where(p > 0, p, 1.0)), -jnp.inf)
         log_m = jax.lax.cond(jnp.any(doubt) & (log_z[root] > -jnp.inf), pull, pushed, prob)
         log_m = jnp.where(log_z[root] == -jnp.inf, -jnp.inf, log_m)
