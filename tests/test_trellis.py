@@ -972,3 +972,42 @@ def test_outside_push_and_its_pull_fallback(monkeypatch):
                 assert np.sum(np.isfinite(ref) & ~np.isfinite(push)) > 0  # what the fallback prevents
     finally:
         jax.clear_caches()
+
+
+def test_subset_sums_and_four_momentum_features_without_the_membership_matrix():
+    # features() of the four-momentum energies sums the leaves over all subsets in one
+    # elementwise loop: the same sums, bit for bit, as the membership matrix product, and the
+    # same features as subset_features(all masks); a subclass that defines only
+    # subset_features keeps the generic path
+    from jaxhc.trellis import SplittingEnergy
+    from jaxhc.trellis.energies import FourMomentumEnergy, all_subset_masks, subset_sums
+
+    rng = np.random.default_rng(43)
+    X = perturb_jet(rng, np.asarray(generator_jets()[0]["leaves"]))
+    n = X.shape[0]
+    masks = all_subset_masks(n)
+    p, size = subset_sums(jnp.asarray(X))
+    np.testing.assert_array_equal(np.asarray(p), np.asarray(masks @ jnp.asarray(X)))
+    np.testing.assert_array_equal(np.asarray(size), np.asarray(jnp.sum(masks, axis=-1)))
+    for energy in (
+        GinkgoEnergy(2.0, 16.0),
+        GinkgoEnergy(2.0, 16.0, likelihood="exact", lam_root=3.0),
+        SplittingEnergy(),
+    ):
+        a, b = energy.features(jnp.asarray(X)), energy.subset_features(jnp.asarray(X), masks)
+        for fa, fb in zip(a, b):
+            np.testing.assert_array_equal(np.asarray(fa), np.asarray(fb))
+
+    class MassOnly(FourMomentumEnergy):  # a user's energy: subset_features and log_psi only
+        def subset_features(self, leaves, masks):
+            q = masks @ jnp.asarray(leaves)
+            return (q[..., 0] ** 2 - jnp.sum(q[..., 1:] ** 2, axis=-1),)
+
+        def log_psi(self, parent, left, right):
+            return -jnp.abs(parent[0] - left[0] - right[0]) * 1e-3
+
+    (t,) = MassOnly().features(jnp.asarray(X))
+    np.testing.assert_allclose(
+        np.asarray(t), np.asarray(masks @ X)[:, 0] ** 2 - np.sum(np.asarray(masks @ X)[:, 1:] ** 2, axis=1)
+    )
+    assert np.isfinite(float(solve(MassOnly(), X).log_z))

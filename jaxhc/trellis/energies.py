@@ -37,6 +37,7 @@ __all__ = [
     "UnitEnergy",
     "SplitReport",
     "all_subset_masks",
+    "subset_sums",
     "log_phi_of_tree",
 ]
 
@@ -45,6 +46,19 @@ def all_subset_masks(n: int, dtype=jnp.float64) -> jax.Array:
     """Membership of every subset: ``[2**n, n]``, row ``s`` has bit ``i`` of ``s`` in column ``i``."""
     s = jnp.arange(2**n, dtype=jnp.int32)[:, None]
     return ((s >> jnp.arange(n, dtype=jnp.int32)[None, :]) & 1).astype(dtype)
+
+
+def subset_sums(leaves):
+    """``(sums [2**N, d], sizes [2**N])``: the rows of ``leaves [N, d]`` summed over every
+    subset (indexed by bitmask) and the subset sizes, in one elementwise loop (no membership
+    matrix): the same sums, added in the same order, as ``all_subset_masks(N) @ leaves``."""
+    leaves = jnp.asarray(leaves)
+    n, d = leaves.shape
+    S = jnp.arange(2**n, dtype=jnp.int32)
+    p = jnp.zeros((2**n, d), leaves.dtype)
+    for b in range(n):
+        p = p + jnp.where((((S >> b) & 1) == 1)[:, None], leaves[b][None, :], 0.0)
+    return p, jax.lax.population_count(S).astype(leaves.dtype)
 
 
 class Energy(eqx.Module):
@@ -320,6 +334,21 @@ class FourMomentumEnergy(Energy):
             raise ValueError(_unphysical_message(name, arr, int(np.argmax(bad))))
         return arr
 
+    def subset_features(self, leaves, masks):
+        leaves = jnp.asarray(leaves)
+        return self.features_of_sums(leaves, masks @ leaves, jnp.sum(masks, axis=-1))
+
+    def features(self, leaves):
+        if type(self).features_of_sums is FourMomentumEnergy.features_of_sums:  # a subclass's own
+            return super().features(leaves)
+        leaves = jnp.asarray(leaves)
+        return self.features_of_sums(leaves, *subset_sums(leaves))
+
+    def features_of_sums(self, leaves, p, size):
+        """Features from the subsets' summed four-momenta ``p [M, 4]`` and sizes ``[M]``
+        (subclasses define this, or `subset_features` itself)."""
+        raise NotImplementedError(f"{type(self).__name__} defines neither features_of_sums nor subset_features")
+
     def pad_leaves(self, leaves, n_max: int):
         """Pads with zero four-momenta (they mark padding: the root is the set of the rows
         with ``E > 0``)."""
@@ -431,16 +460,13 @@ class GinkgoEnergy(FourMomentumEnergy):
             return self.lam
         return jnp.where(is_root, self.lam_root, self.lam)
 
-    def subset_features(self, leaves, masks):
-        leaves = jnp.asarray(leaves)
-        p = masks @ leaves
+    def features_of_sums(self, leaves, p, size):
         t = _mass2(p)
-        size = jnp.sum(masks, axis=-1)
         lam = self._lam_of(size == jnp.sum(leaves[:, 0] > 0))
         tc = self.t_cut
         pos = t > 0
         ts = jnp.where(pos, t, 1.0)
-        log_t = jnp.log(ts)
+        log_t = vmath.log(ts)
         log_norm = -jnp.log(-jnp.expm1(-lam))  # -log(1 - e^-lam)
         ninf = jnp.full_like(t, -jnp.inf)
         if self.likelihood == "paper":
@@ -448,7 +474,7 @@ class GinkgoEnergy(FourMomentumEnergy):
             splits = pos & (t >= tc)
             const = 2.0 * log_norm - jnp.log(4 * jnp.pi)
             base = jnp.where(splits, const + jnp.log(lam) - log_t, ninf)  # with log f(t_max | t_P)
-            aux = jnp.where(splits, const + jnp.log(-jnp.expm1(-lam * tc / ts)), ninf)  # with log f(0 | t_P)
+            aux = jnp.where(splits, const + vmath.log(-vmath.expm1(-lam * tc / ts)), ninf)  # with log f(0 | t_P)
             support = jnp.zeros_like(t)
         else:
             # 2 log(lam / (1 - e^-lam)) - log(4 pi) (+ log 8) - 2 log t_P; log_psi adds

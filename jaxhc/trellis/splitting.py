@@ -78,9 +78,7 @@ class SplittingEnergy(FourMomentumEnergy):
                 if a.ndim != 0 or not np.isfinite(a) or a <= 0:
                     raise ValueError(f"{name} must be a positive finite scalar, got {a}")
 
-    def subset_features(self, leaves, masks):
-        leaves = jnp.asarray(leaves)
-        p = masks @ leaves
+    def features_of_sums(self, leaves, p, size):
         t = jnp.maximum(p[..., 0] ** 2 - jnp.sum(p[..., 1:] ** 2, axis=-1), 0.0)
         jet = jnp.sum(leaves, axis=0)  # padding rows are zero four-momenta
         t_jet = jnp.maximum(jet[0] ** 2 - jnp.sum(jet[1:] ** 2), 0.0)
