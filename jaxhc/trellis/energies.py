@@ -466,7 +466,7 @@ class GinkgoEnergy(FourMomentumEnergy):
         tc = self.t_cut
         pos = t > 0
         ts = jnp.where(pos, t, 1.0)
-        log_t = vmath.log(ts)
+        log_t = jnp.log(ts)
         log_norm = -jnp.log(-jnp.expm1(-lam))  # -log(1 - e^-lam)
         ninf = jnp.full_like(t, -jnp.inf)
         if self.likelihood == "paper":
@@ -474,7 +474,7 @@ class GinkgoEnergy(FourMomentumEnergy):
             splits = pos & (t >= tc)
             const = 2.0 * log_norm - jnp.log(4 * jnp.pi)
             base = jnp.where(splits, const + jnp.log(lam) - log_t, ninf)  # with log f(t_max | t_P)
-            aux = jnp.where(splits, const + vmath.log(-vmath.expm1(-lam * tc / ts)), ninf)  # with log f(0 | t_P)
+            aux = jnp.where(splits, const + jnp.log(-jnp.expm1(-lam * tc / ts)), ninf)  # with log f(0 | t_P)
             support = jnp.zeros_like(t)
         else:
             # 2 log(lam / (1 - e^-lam)) - log(4 pi) (+ log 8) - 2 log t_P; log_psi adds
