@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._internal import vmath
 from .._internal.dtypes import float_dtype as _float
 from .energies import FourMomentumEnergy
 
@@ -93,4 +94,4 @@ class SplittingEnergy(FourMomentumEnergy):
         y = 1.0 - z
         zz = z * y
         num = z * z + y * y + zz * zz  # P_gg(z) z (1 - z) / C_A
-        return jnp.log(self.alpha_s * C_A / (2.0 * jnp.pi)) + jnp.log(num / (zz * parent.t + parent.mu2))
+        return jnp.log(self.alpha_s * C_A / (2.0 * jnp.pi)) + vmath.log(num / (zz * parent.t + parent.mu2))
