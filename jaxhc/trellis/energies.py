@@ -33,6 +33,7 @@ __all__ = [
     "DasguptaEnergy",
     "CorrelationEnergy",
     "FourMomentumEnergy",
+    "SummedMomentumEnergy",
     "GinkgoEnergy",
     "UnitEnergy",
     "SplitReport",
@@ -315,7 +316,8 @@ class FourMomentumEnergy(Energy):
     """Base of the energies over jets: leaves are four-momenta ``[N, 4]`` in GeV, ordered
     ``(E, px, py, pz)``, physical (``E > 0``, ``E >= |p|`` within `MASS2_TOLERANCE`; a
     FastJet-ordered array, E last, is refused with a message naming the order); padding rows
-    are zero four-momenta. Subclasses: `GinkgoEnergy`, `jaxhc.trellis.SplittingEnergy`."""
+    are zero four-momenta. Subclasses: `SummedMomentumEnergy` (`GinkgoEnergy`,
+    `jaxhc.trellis.SplittingEnergy`)."""
 
     def validate_leaves(self, leaves, name: str = "leaves") -> np.ndarray:
         arr = super().validate_leaves(leaves, name)
@@ -333,21 +335,6 @@ class FourMomentumEnergy(Energy):
         if np.any(bad):
             raise ValueError(_unphysical_message(name, arr, int(np.argmax(bad))))
         return arr
-
-    def subset_features(self, leaves, masks):
-        leaves = jnp.asarray(leaves)
-        return self.features_of_sums(leaves, masks @ leaves, jnp.sum(masks, axis=-1))
-
-    def features(self, leaves):
-        if type(self).features_of_sums is FourMomentumEnergy.features_of_sums:  # a subclass's own
-            return super().features(leaves)
-        leaves = jnp.asarray(leaves)
-        return self.features_of_sums(leaves, *subset_sums(leaves))
-
-    def features_of_sums(self, leaves, p, size):
-        """Features from the subsets' summed four-momenta ``p [M, 4]`` and sizes ``[M]``
-        (subclasses define this, or `subset_features` itself)."""
-        raise NotImplementedError(f"{type(self).__name__} defines neither features_of_sums nor subset_features")
 
     def pad_leaves(self, leaves, n_max: int):
         """Pads with zero four-momenta (they mark padding: the root is the set of the rows
@@ -387,7 +374,26 @@ class FourMomentumEnergy(Energy):
         return np.where(real[:, :, None], lp, 0.0)
 
 
-class GinkgoEnergy(FourMomentumEnergy):
+class SummedMomentumEnergy(FourMomentumEnergy):
+    """A `FourMomentumEnergy` whose features depend on a subset only through its summed
+    four-momentum and its size (`features_of_sums`): `features` then sums the leaves over all
+    subsets in one elementwise loop (`subset_sums`) instead of a membership-matrix product.
+    Subclasses: `GinkgoEnergy`, `jaxhc.trellis.SplittingEnergy`."""
+
+    @abc.abstractmethod
+    def features_of_sums(self, leaves, p, size):
+        """Features from the subsets' summed four-momenta ``p [M, 4]`` and sizes ``[M]``."""
+
+    def subset_features(self, leaves, masks):
+        leaves = jnp.asarray(leaves)
+        return self.features_of_sums(leaves, masks @ leaves, jnp.sum(masks, axis=-1))
+
+    def features(self, leaves):
+        leaves = jnp.asarray(leaves)
+        return self.features_of_sums(leaves, *subset_sums(leaves))
+
+
+class GinkgoEnergy(SummedMomentumEnergy):
     """The Ginkgo toy parton shower's 1 -> 2 split likelihood (Eq. 5-6 of the trellis paper).
 
     Leaves: four-momenta ``[N, 4]`` in GeV, ordered (E, px, py, pz) (FastJet's order, E last,

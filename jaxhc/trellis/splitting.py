@@ -11,7 +11,7 @@ import numpy as np
 
 from .._internal import vmath
 from .._internal.dtypes import float_dtype as _float
-from .energies import FourMomentumEnergy
+from .energies import SummedMomentumEnergy
 
 __all__ = ["SplittingEnergy"]
 
@@ -25,7 +25,7 @@ class _SplittingFeatures(NamedTuple):
     mu2: jax.Array  # the jet's infrared scale squared (the same for every subset of a jet)
 
 
-class SplittingEnergy(FourMomentumEnergy):
+class SplittingEnergy(SummedMomentumEnergy):
     """The leading-order QCD splitting weight of every 1 -> 2 split, with a smooth infrared
     cutoff at a per-jet scale: an energy for jets of massless (or massive) particles or
     subjets, where `GinkgoEnergy`'s hard ``t_cut`` makes most trees impossible.
