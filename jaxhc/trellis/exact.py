@@ -508,20 +508,17 @@ def _class_pass(energy, feats, n, tabs, sched, num, bound, R, log_z, best, bp, o
             L = L | jnp.where(tbits[b][None, :], bms[b][:, None], 0)
         j = j0[:, None] + t[None, :]
         Sb = S[:, None]
-        if kind == "push":
+        if kind != "out":  # the splits (L, Rm) of the row's parent S
             valid = live_row[:, None] & (j < (jnp.left_shift(1, k - 1) - 1))
             Rm = Sb ^ L
             fP = jax.tree_util.tree_map(lambda x: x[:, None], take_rows(feats, S))
             lp = energy.log_psi(fP, take_rows(feats, L), take_rows(feats, Rm))
+        if kind == "push":
             mS, zS = out[S], log_z[S]  # log P(S in H) - log Z(S) = log out(S) - log Z
             oS = jnp.where((mS > 0) & (zS > -jnp.inf), jnp.log(jnp.where(mS > 0, mS, 1.0)) - zS, -jnp.inf)
             pr = jnp.exp(jnp.where(valid, oS[:, None] + lp + log_z[L] + log_z[Rm], -jnp.inf))
             return log_z, best, bp, out.at[L].add(pr).at[Rm].add(pr)
         if kind == "in":
-            valid = live_row[:, None] & (j < (jnp.left_shift(1, k - 1) - 1))
-            Rm = Sb ^ L
-            fP = jax.tree_util.tree_map(lambda x: x[:, None], take_rows(feats, S))
-            lp = energy.log_psi(fP, take_rows(feats, L), take_rows(feats, Rm))
             if stacked:  # log Z and MAP value from one gather of the stacked table
                 v = jnp.where(valid[..., None], lp[..., None] + log_z[L] + log_z[Rm], -jnp.inf)
                 # written to a buffer once and read by the four row reductions (XLA would
