@@ -870,15 +870,17 @@ def test_cluster_marginals_without_the_map_equal_brute_force():
         cluster_marginals(DasguptaEnergy(-1e308), random_affinity(rng, 4, 0.5, 1.0))
 
 
-def test_size_class_chunks_that_split_a_parent(monkeypatch):
-    # with 2 rows (32 splits) per chunk, the parents of 7 and 8 elements (inside) and the
-    # clusters of 1 and 2 (outside) spread over several chunks, combined by logaddexp / the
-    # first maximum across chunks: the same tables, backpointers and marginals as the
-    # level-unrolled program
+@pytest.mark.parametrize("row_bits", [4, 5])
+def test_size_class_chunks_that_split_a_parent(monkeypatch, row_bits):
+    # with 2 rows (32 or 64 splits) per chunk, the parents of 7 and 8 elements (inside) and
+    # the clusters of 1 and 2 (outside) spread over several chunks, combined by logaddexp /
+    # the first maximum across chunks: the same tables, backpointers and marginals as the
+    # level-unrolled program (rows of 32 splits: the parents of up to 6 elements fill part
+    # of a row)
     rng = np.random.default_rng(29)
     X = perturb_jet(rng, np.asarray(generator_jets()[0]["leaves"]))
     X8 = np.concatenate([X, perturb_jet(rng, X)[:1] * 0.5])[:8]
-    monkeypatch.setitem(trellis_exact._CLASS_ROWS, 8, 2)
+    monkeypatch.setitem(trellis_exact._CLASS_SHAPE, 8, (2, row_bits))
     trellis_exact._class_tables.cache_clear()
     try:
         for energy, leaves in (
@@ -970,6 +972,47 @@ def test_outside_push_and_its_pull_fallback(monkeypatch):
             else:
                 assert ref[np.isfinite(ref)].min() < -745.0
                 assert np.sum(np.isfinite(ref) & ~np.isfinite(push)) > 0  # what the fallback prevents
+    finally:
+        jax.clear_caches()
+
+
+def test_linear_space_log_z_and_its_shifted_fallback(monkeypatch):
+    # The log-Z-only size-class programs sum each parent's terms in linear space, shifted by
+    # the best peel max_i log Z(S \ {i}), and recompute a chunk's rows shifted by their own
+    # max when a parent's sum is neither 0 nor in [floor, inf): (1) on jets and a mild
+    # affinity problem the linear sums (the usual path) equal the forced fallback and the
+    # level-unrolled program; (2) Dasgupta at beta = 200 puts every split ~e^-4000 below its
+    # shift: the linear sums alone lose buildable clusters, the program falls back and
+    # gives the level-unrolled tables
+    rng = np.random.default_rng(41)
+    X = perturb_jet(rng, np.asarray(generator_jets()[0]["leaves"]))
+    cases = [
+        (GinkgoEnergy(2.0, 16.0), X),
+        (GinkgoEnergy(2.0, 16.0, likelihood="exact"), X),
+        (DasguptaEnergy(0.7), random_affinity(rng, 9, 0.05, 1.0)),
+        (DasguptaEnergy(200.0), random_affinity(rng, 7, 0.05, 1.0)),
+    ]
+    tiny, floor = trellis_exact._linear_floor(jnp.float64)
+    assert tiny == np.finfo(np.float64).tiny and floor == tiny * 2.0**76
+    assert trellis_exact._linear_floor(jnp.float32)[1] == np.float32(2.0**-79)
+
+    def table(energy, leaves, floors):
+        monkeypatch.setattr(trellis_exact, "_linear_floor", lambda dtype: floors)
+        jax.clear_caches()  # the floors are read when the program is traced
+        return np.asarray(trellis_exact.class_call(energy, jnp.asarray(leaves), leaves.shape[0], False, False)[3])
+
+    try:
+        for energy, leaves in cases:
+            n = leaves.shape[0]
+            ref = np.asarray(trellis_exact._solve_core(energy, jnp.asarray(leaves), n, marginals=False)[3])
+            got, forced, alone = (table(energy, leaves, f) for f in ((tiny, floor), (tiny, np.inf), (0.0, 0.0)))
+            scale = max(1.0, float(np.max(np.abs(ref[np.isfinite(ref)]))))
+            for a in (got, forced):
+                _assert_same_inf(a, ref, 1e-14 * scale, err=type(energy).__name__)
+            if float(energy.beta if isinstance(energy, DasguptaEnergy) else 0.0) < 100.0:
+                _assert_same_inf(alone, ref, 1e-14 * scale, err="linear sums alone")
+            else:
+                assert np.sum(np.isfinite(ref) & ~np.isfinite(alone)) > 0  # what the fallback prevents
     finally:
         jax.clear_caches()
 

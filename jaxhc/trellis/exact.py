@@ -46,6 +46,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._internal import vmath
 from ..tree import Tree
 from .energies import Energy
 
@@ -339,9 +340,12 @@ _solve_core = jax.jit(solve_impl, static_argnames=("n", "marginals"))
 #: ``>= n`` (its leaves padded with `Energy.pad_leaves`, its tables over ``2^bound``
 #: subsets of which it uses the first ``2^n``); above the last bound, one program per ``n``
 _SIZE_CLASSES = (8, 12, 16, 20)
-_ROW_BITS = 4  # a row holds 2^_ROW_BITS consecutive splits of one parent
-#: rows per chunk of each class (chunk = rows x 2^_ROW_BITS split evaluations)
-_CLASS_ROWS = {8: 1 << 5, 12: 1 << 8, 16: 1 << 11, 20: 1 << 11}
+#: ``(rows per chunk, row bits)`` of each class: a row holds ``2^bits`` consecutive splits
+#: of one parent, a chunk ``rows x 2^bits`` split evaluations. Wider rows halve the per-row
+#: work (parent gathers, segment reductions, scatters); narrower ones waste fewer slots on
+#: the small levels (a parent of ``k`` elements has ``2^(k-1) - 1`` splits), which weigh
+#: more at small ``n`` (benchmarks/README.md, "Rows of 32 splits")
+_CLASS_SHAPE = {8: (1 << 5, 4), 12: (1 << 7, 5), 16: (1 << 10, 5), 20: (1 << 10, 5)}
 
 
 def size_class(n: int) -> Optional[int]:
@@ -349,9 +353,10 @@ def size_class(n: int) -> Optional[int]:
     return next((c for c in _SIZE_CLASSES if n <= c), None)
 
 
-def _level_rows(count: int, sbits: int) -> tuple:
-    """``(rows per parent, shift)`` of a level whose parents have ``2^sbits`` split slots."""
-    sh = max(0, sbits - _ROW_BITS)
+def _level_rows(count: int, sbits: int, row_bits: int) -> tuple:
+    """``(rows, shift)`` of a level of ``count`` parents with ``2^sbits`` split slots each
+    (``2^shift`` rows of ``2^row_bits`` splits per parent)."""
+    sh = max(0, sbits - row_bits)
     return count << sh, sh
 
 
@@ -361,7 +366,7 @@ def _class_tables(n: int, bound: int):
     (``[2^bound]``, level ``k`` from ``offset[k]``, ``count[k]`` of them, in `level_tables`
     order), and the chunk schedules ``[C, 2]`` (level, first row) of the inside pass (levels
     2..n) and of the outside pass (levels n-1..1), padded to the class's largest ``C``."""
-    R = _CLASS_ROWS[bound]
+    R, row_bits = _CLASS_SHAPE[bound]
     order = np.zeros(2**bound, np.int32)
     offset = np.zeros(bound + 2, np.int32)
     count = np.zeros(bound + 2, np.int32)
@@ -373,7 +378,7 @@ def _class_tables(n: int, bound: int):
         pos += len(masks)
 
     def schedule(m, levels, sbits):
-        rows = [(k, _level_rows(math.comb(m, k), sbits(m, k))[0]) for k in levels(m)]
+        rows = [(k, _level_rows(math.comb(m, k), sbits(m, k), row_bits)[0]) for k in levels(m)]
         return [(k, r0) for k, nr in rows for r0 in range(0, nr, R)]
 
     inside = lambda m: range(2, m + 1)
@@ -401,19 +406,24 @@ def _row_bits(S, nbits: int):
     return out
 
 
-def _segment_lse_max(zr, mr, lr, seg, R):
-    """Combines rows of one parent (``seg``: local parent of each row): logsumexp of ``zr``,
-    max of ``mr`` with the ``lr`` of its first row (None: no max)."""
-    sm = jax.ops.segment_max(zr, seg, num_segments=R)
-    m = jnp.where(jnp.isfinite(sm), sm, 0.0)
-    s = jax.ops.segment_sum(jnp.exp(zr - m[seg]), seg, num_segments=R)
-    z = jnp.where(s > 0, jnp.log(jnp.where(s > 0, s, 1.0)) + m, -jnp.inf)
-    if mr is None:
-        return z, None, None
+def _segment_lse(ms, s, old, seg, R):
+    """``log(e^old + sum of s e^ms over the segment's rows)`` of each of the ``R`` segments
+    (``seg``: local parent of each row; a row's ``logsumexp`` is ``ms + log s``, `_row_lse`):
+    the rows combine in linear space and each segment takes one (vectorised) ``log``, where
+    a ``log`` per row and a ``logaddexp`` per segment run as scalar libm calls."""
+    mr = jnp.where(s > 0, ms, -jnp.inf)
+    m = jnp.maximum(jax.ops.segment_max(mr, seg, num_segments=R), old)
+    m = jnp.where(jnp.isfinite(m), m, 0.0)
+    tot = jax.ops.segment_sum(s * jnp.exp(mr - m[seg]), seg, num_segments=R) + jnp.exp(old - m)
+    return jnp.where(tot > 0, vmath.log(jnp.where(tot > 0, tot, 1.0)) + m, -jnp.inf)
+
+
+def _segment_max_first(mr, lr, seg, R):
+    """Max of ``mr`` over the rows of each segment, with the ``lr`` of its first row."""
     bm = jax.ops.segment_max(mr, seg, num_segments=R)
     rows = jnp.arange(R, dtype=jnp.int32)
     first = jax.ops.segment_min(jnp.where(mr == bm[seg], rows, R), seg, num_segments=R)
-    return z, bm, lr[jnp.clip(first, 0, R - 1)]
+    return bm, lr[jnp.clip(first, 0, R - 1)]
 
 
 def _tree_reduce_cols(a, op):
@@ -426,11 +436,33 @@ def _tree_reduce_cols(a, op):
 
 
 def _row_lse(a):
-    """``logsumexp`` over the last axis (``-inf`` for an all ``-inf`` row)."""
+    """``logsumexp`` over the last axis as ``(ms, s)``, the row's finite max (0 for an all
+    ``-inf`` row) and ``sum e^(a - ms)``: ``logsumexp = ms + log s`` (``-inf`` at ``s = 0``)."""
     m = _tree_reduce_cols(a, jnp.maximum)
     ms = jnp.where(jnp.isfinite(m), m, 0.0)
-    s = _tree_reduce_cols(jnp.exp(a - ms[..., None]), jnp.add)
-    return jnp.where(s > 0, jnp.log(jnp.where(s > 0, s, 1.0)) + ms, -jnp.inf)
+    return ms, _tree_reduce_cols(jnp.exp(a - ms[..., None]), jnp.add)
+
+
+def _peel_shift(z, S, bits):
+    """``max_i log Z(S \\ {i})`` over the elements ``i`` of ``S`` (``bits``: their masks, 0
+    once exhausted; 0 if none is finite): the shift of the rows of ``S`` in the linear-space
+    inside pass. ``log Z(S) = log Z(S \\ {i}) + log psi(S, S \\ {i}, {i}) + log(1 + the other
+    splits)``, so for the benchmark jets and affinity problems ``log Z(S)`` lies 2-11 (Ginkgo)
+    or 0-103 (Dasgupta, N <= 14) below the shift, well inside float64's ``e^+-700``; a parent
+    outside that range is found and its rows recomputed with their own max (`_class_pass`)."""
+    m = jnp.full(S.shape, -jnp.inf, z.dtype)
+    for b in bits:
+        m = jnp.maximum(m, jnp.where(b != 0, z[S ^ b], -jnp.inf))
+    return jnp.where(jnp.isfinite(m), m, 0.0)
+
+
+def _linear_floor(dtype) -> tuple:
+    """``(tiny, floor)`` of the linear-space inside pass: a possible split's term is raised
+    to at least ``tiny`` (the smallest normal number), so a parent whose sum is 0 has no
+    possible split; with fewer than 2^19 splits per parent the raised terms add less than
+    ``eps / 32`` of any sum from ``floor`` up, which is therefore exact to rounding."""
+    fi = jnp.finfo(dtype)
+    return float(fi.tiny), float(fi.tiny) * 2.0 ** (fi.nmant + 24)
 
 
 def _row_max_first(v, L):
@@ -454,7 +486,7 @@ def _push_floor(dtype) -> float:
     return min(PUSH_FLOOR, -math.log(float(fi.tiny)) + math.log(float(fi.eps)) - 26.0)
 
 
-def _class_pass(energy, feats, n, tabs, sched, num, bound, R, log_z, best, bp, out, kind):
+def _class_pass(energy, feats, n, tabs, sched, num, bound, log_z, best, bp, out, kind):
     """One pass over the chunk schedule ``sched[:num]``:
 
     - ``kind="in"``: the inside pass (log Z, with the MAP when ``best`` is given);
@@ -465,33 +497,37 @@ def _class_pass(energy, feats, n, tabs, sched, num, bound, R, log_z, best, bp, o
       out(S)``, log space throughout; each split is evaluated once from each child).
     """
     order, offset, count = tabs
-    W = 1 << _ROW_BITS
+    R, row_bits = _CLASS_SHAPE[bound]
+    W = 1 << row_bits
     t = jnp.arange(W, dtype=jnp.int32)
-    tbits = [((t >> b) & 1).astype(bool) for b in range(_ROW_BITS)]
+    tbits = [((t >> b) & 1).astype(bool) for b in range(row_bits)]
     rows = jnp.arange(R, dtype=jnp.int32)
     full = (jnp.left_shift(1, n) - 1).astype(jnp.int32)
     drop = jnp.int32(2**bound)
 
-    def per_row(free, base, j0):
+    def per_row(free, base, j0, z=None):
         # the parent's bits and the high part of L: in the split loop XLA would recompute
-        # them for each of the row's splits, a cond's results are computed once
+        # them for each of the row's splits, a cond's results are computed once; with the
+        # table ``z``, also the row's shift `_peel_shift`
         bms = _row_bits(free, bound - 1)
         hi = base
-        for b in range(_ROW_BITS, bound - 1):
+        for b in range(row_bits, bound - 1):
             hi = hi | jnp.where(((j0 >> b) & 1) == 1, bms[b], 0)
-        return (hi, *bms[:_ROW_BITS])
+        if z is None:
+            return (hi, *bms[:row_bits])
+        return (hi, *bms[:row_bits], _peel_shift(z, free | base, [base, *bms]))
 
     def body(i, carry):
         log_z, best, bp, out = carry
         c = num - 1 - i if kind == "push" else i
         k, r0 = sched[c, 0], sched[c, 1]
         sbits = n - k if kind == "out" else k - 1
-        sh = jnp.maximum(0, sbits - _ROW_BITS)
+        sh = jnp.maximum(0, sbits - row_bits)
         r = r0 + rows
         p = r >> sh
         live_row = p < count[k]
         S = order[offset[k] + jnp.minimum(p, count[k] - 1)]
-        j0 = (r & (jnp.left_shift(1, sh) - 1)) << _ROW_BITS
+        j0 = (r & (jnp.left_shift(1, sh) - 1)) << row_bits
         if kind == "out":
             base = jnp.zeros_like(S)
             free = full & ~S
@@ -499,37 +535,59 @@ def _class_pass(energy, feats, n, tabs, sched, num, bound, R, log_z, best, bp, o
             base = S & (-S)
             free = S ^ base
         if kind == "push":  # k >= 0 always holds (XLA cannot know it)
-            zeros = lambda *a: (jnp.zeros_like(free),) * (1 + _ROW_BITS)
+            zeros = lambda *a: (jnp.zeros_like(free),) * (1 + row_bits)
             hi, *bms = jax.lax.cond(k >= 0, per_row, zeros, free, base, j0)
+        elif kind == "in" and not stacked:
+            hi, *bms, shift = per_row(free, base, j0, log_z)
         else:
             hi, *bms = per_row(free, base, j0)
-        L = hi[:, None]
-        for b in range(_ROW_BITS):
-            L = L | jnp.where(tbits[b][None, :], bms[b][:, None], 0)
         j = j0[:, None] + t[None, :]
         Sb = S[:, None]
-        if kind != "out":  # the splits (L, Rm) of the row's parent S
+
+        def row_splits():  # the rows' left sides L (and, inside, the splits (L, Rm) of S)
+            L = hi[:, None]
+            for b in range(row_bits):
+                L = L | jnp.where(tbits[b][None, :], bms[b][:, None], 0)
+            if kind == "out":
+                return (L,)
             valid = live_row[:, None] & (j < (jnp.left_shift(1, k - 1) - 1))
             Rm = Sb ^ L
             fP = jax.tree_util.tree_map(lambda x: x[:, None], take_rows(feats, S))
-            lp = energy.log_psi(fP, take_rows(feats, L), take_rows(feats, Rm))
+            return L, Rm, valid, energy.log_psi(fP, take_rows(feats, L), take_rows(feats, Rm))
+
+        if kind == "out":
+            (L,) = row_splits()
+        else:
+            L, Rm, valid, lp = row_splits()
         if kind == "push":
             mS, zS = out[S], log_z[S]  # log P(S in H) - log Z(S) = log out(S) - log Z
             oS = jnp.where((mS > 0) & (zS > -jnp.inf), jnp.log(jnp.where(mS > 0, mS, 1.0)) - zS, -jnp.inf)
             pr = jnp.exp(jnp.where(valid, oS[:, None] + lp + log_z[L] + log_z[Rm], -jnp.inf))
             return log_z, best, bp, out.at[L].add(pr).at[Rm].add(pr)
-        if kind == "in":
-            if stacked:  # log Z and MAP value from one gather of the stacked table
-                v = jnp.where(valid[..., None], lp[..., None] + log_z[L] + log_z[Rm], -jnp.inf)
-                # written to a buffer once and read by the four row reductions (XLA would
-                # otherwise recompute the split for each); the index is 0, unknown to XLA
-                best = jax.lax.dynamic_update_slice(best, v, ((k < 0).astype(jnp.int32), jnp.int32(0), jnp.int32(0)))
-                v = best[:R]
-                zr = _row_lse(v[..., 0])
-                mr, lr = _row_max_first(v[..., 1], L)
-            else:
-                zr = _row_lse(jnp.where(valid, lp + log_z[L] + log_z[Rm], -jnp.inf))
-                mr = lr = None
+        if kind == "in" and stacked:  # log Z and MAP value from one gather of the stacked table
+            v = jnp.where(valid[..., None], lp[..., None] + log_z[L] + log_z[Rm], -jnp.inf)
+            # written to a buffer once and read by the four row reductions (XLA would
+            # otherwise recompute the split for each); the index is 0, unknown to XLA
+            best = jax.lax.dynamic_update_slice(best, v, ((k < 0).astype(jnp.int32), jnp.int32(0), jnp.int32(0)))
+            v = best[:R]
+            zr = _row_lse(v[..., 0])
+            mr, lr = _row_max_first(v[..., 1], L)
+        elif kind == "in":
+            # the terms e^(log psi + log Z(L) + log Z(R) - shift) summed in linear space with
+            # the parent's shift (`_peel_shift`), each possible one at least ``tiny``: the
+            # exp joins the split loop (a reduction XLA fuses with it, a halving tree not)
+            a = jnp.where(valid, lp + log_z[L] + log_z[Rm] - shift[:, None], -jnp.inf)
+            sr = jnp.sum(jnp.where(a == -jnp.inf, 0.0, jnp.maximum(jnp.exp(a), tiny)), axis=-1)
+            # each parent's sum over the chunk: 0 (no split possible) or in [floor, inf),
+            # else its rows are computed again, shifted by their own max
+            ss = jax.ops.segment_sum(sr, p - p[0], num_segments=R)
+            doubt = jnp.any(~((ss == 0) | ((ss >= floor) & (ss < jnp.inf))))
+
+            def shifted(_):  # the splits evaluated again here, not kept from the loop above
+                L, Rm, valid, lp = row_splits()
+                return _row_lse(jnp.where(valid, lp + log_z[L] + log_z[Rm], -jnp.inf))
+
+            zr = jax.lax.cond(doubt, shifted, lambda _: (shift, sr), None)
         else:
             valid = live_row[:, None] & (j >= 1) & (j < jnp.left_shift(1, sbits))
             T = L
@@ -541,32 +599,32 @@ def _class_pass(energy, feats, n, tabs, sched, num, bound, R, log_z, best, bp, o
             lp = energy.log_psi(take_rows(feats, P), _select(s_left, fS, fT), _select(s_left, fT, fS))
             a = jnp.where(valid, out[P] + lp + log_z[T], -jnp.inf)
             zr = _row_lse(a)
-            mr = lr = None
         seg = p - p[0]
-        z, bm, bl = _segment_lse_max(zr, mr, lr, seg, R)
         sp = p[0] + rows
         seg_live = (sp < count[k]) & (rows <= seg[-1])
         seg_S = order[offset[k] + jnp.minimum(sp, count[k] - 1)]
         idx = jnp.where(seg_live, seg_S, drop)
         if kind == "in" and stacked:
             old = log_z[jnp.minimum(idx, drop - 1)]
+            bm, bl = _segment_max_first(mr, lr, seg, R)
             first = (sp << sh) >= r0  # this chunk holds the parent's first row
             take = first | (bm > old[:, 1])
-            new = jnp.stack([jnp.logaddexp(old[:, 0], z), jnp.where(take, bm, old[:, 1])], axis=1)
+            new = jnp.stack([_segment_lse(*zr, old[:, 0], seg, R), jnp.where(take, bm, old[:, 1])], axis=1)
             log_z = log_z.at[idx].set(new, mode="drop")
             bp = bp.at[idx].set(jnp.where(take, bl, bp[jnp.minimum(idx, drop - 1)]), mode="drop")
         elif kind == "in":
             old = log_z[jnp.minimum(idx, drop - 1)]
-            log_z = log_z.at[idx].set(jnp.logaddexp(old, z), mode="drop")
+            log_z = log_z.at[idx].set(_segment_lse(*zr, old, seg, R), mode="drop")
         else:
             old = out[jnp.minimum(idx, drop - 1)]
-            out = out.at[idx].set(jnp.logaddexp(old, z), mode="drop")
+            out = out.at[idx].set(_segment_lse(*zr, old, seg, R), mode="drop")
         return log_z, best, bp, out
 
     stacked = best is not None
+    tiny, floor = _linear_floor(log_z.dtype)
     if stacked:  # one [2^bound, 2] table: log Z and the MAP value of every subset
         log_z = jnp.stack([log_z, best], axis=1)
-    buf = jnp.zeros((R + 1, 1 << _ROW_BITS, 2), log_z.dtype) if stacked else None
+    buf = jnp.zeros((R + 1, W, 2), log_z.dtype) if stacked else None
     log_z, _, bp, out = jax.lax.fori_loop(0, num, body, (log_z, buf, bp, out))
     if stacked:
         return log_z[:, 0], log_z[:, 1], bp, out
@@ -577,7 +635,6 @@ def _class_pass(energy, feats, n, tabs, sched, num, bound, R, log_z, best, bp, o
 def _class_core(energy, leaves, n, tabs, sched_in, num_in, sched_out, num_out, bound, with_map, marginals):
     """`solve_impl` for every ``n`` of one size class (``leaves`` padded to ``bound``;
     tables over ``2^bound`` subsets, those of the first ``n`` elements used)."""
-    R = _CLASS_ROWS[bound]
     feats = energy.features(leaves)
     dtype = jax.tree_util.tree_leaves(feats)[0].dtype
     size = 2**bound
@@ -587,16 +644,16 @@ def _class_core(energy, leaves, n, tabs, sched_in, num_in, sched_out, num_out, b
     log_z = jnp.full((size,), -jnp.inf, dtype).at[sidx].set(0.0, mode="drop")
     best = jnp.full((size,), -jnp.inf, dtype).at[sidx].set(0.0, mode="drop") if with_map else None
     bp = jnp.zeros((size,), jnp.int32) if with_map else None
-    log_z, best, bp, _ = _class_pass(energy, feats, n, tabs, sched_in, num_in, bound, R, log_z, best, bp, None, "in")
+    log_z, best, bp, _ = _class_pass(energy, feats, n, tabs, sched_in, num_in, bound, log_z, best, bp, None, "in")
     root = (jnp.left_shift(1, n) - 1).astype(jnp.int32)
     log_m = None
     if marginals:
         prob = jnp.zeros((size,), dtype).at[root].set(1.0)
-        prob = _class_pass(energy, feats, n, tabs, sched_in, num_in, bound, R, log_z, None, None, prob, "push")[3]
+        prob = _class_pass(energy, feats, n, tabs, sched_in, num_in, bound, log_z, None, None, prob, "push")[3]
 
         def pull(_):
             out = jnp.full((size,), -jnp.inf, dtype).at[root].set(0.0)
-            out = _class_pass(energy, feats, n, tabs, sched_out, num_out, bound, R, log_z, None, None, out, "out")[3]
+            out = _class_pass(energy, feats, n, tabs, sched_out, num_out, bound, log_z, None, None, out, "out")[3]
             return out + log_z - log_z[root]
 
         # A split probability below ~e^-708 flushes to (or toward) zero; with fewer than e^21
