@@ -406,16 +406,22 @@ def _row_bits(S, nbits: int):
     return out
 
 
-def _segment_lse(ms, s, old, seg, R):
-    """``log(e^old + sum of s e^ms over the segment's rows)`` of each of the ``R`` segments
-    (``seg``: local parent of each row; a row's ``logsumexp`` is ``ms + log s``, `_row_lse`):
-    the rows combine in linear space and each segment takes one (vectorised) ``log``, where
-    a ``log`` per row and a ``logaddexp`` per segment run as scalar libm calls."""
+def _segment_rows(ms, s, seg, R):
+    """``(m, t)`` of each of the ``R`` segments (``seg``: local parent of each row) with
+    ``m + log t`` the ``logsumexp`` of its rows (a row's is ``ms + log s``, `_row_lse`)."""
     mr = jnp.where(s > 0, ms, -jnp.inf)
-    m = jnp.maximum(jax.ops.segment_max(mr, seg, num_segments=R), old)
+    m = jax.ops.segment_max(mr, seg, num_segments=R)
     m = jnp.where(jnp.isfinite(m), m, 0.0)
-    tot = jax.ops.segment_sum(s * jnp.exp(mr - m[seg]), seg, num_segments=R) + jnp.exp(old - m)
-    return jnp.where(tot > 0, vmath.log(jnp.where(tot > 0, tot, 1.0)) + m, -jnp.inf)
+    return m, jax.ops.segment_sum(s * jnp.exp(mr - m[seg]), seg, num_segments=R)
+
+
+def _add_log(old, m, t):
+    """``log(e^old + t e^m)`` (``t >= 0``): linear space and one vectorised ``log``, where
+    a ``logaddexp`` (and a ``log`` per row) would run as scalar libm calls."""
+    mm = jnp.maximum(old, jnp.where(t > 0, m, -jnp.inf))
+    mm = jnp.where(jnp.isfinite(mm), mm, 0.0)
+    tot = t * jnp.exp(jnp.where(t > 0, m, mm) - mm) + jnp.exp(old - mm)
+    return jnp.where(tot > 0, vmath.log(jnp.where(tot > 0, tot, 1.0)) + mm, -jnp.inf)
 
 
 def _segment_max_first(mr, lr, seg, R):
@@ -541,8 +547,9 @@ def _class_pass(energy, feats, n, tabs, sched, num, bound, log_z, best, bp, out,
             hi, *bms, shift = per_row(free, base, j0, log_z)
         else:
             hi, *bms = per_row(free, base, j0)
-        j = j0[:, None] + t[None, :]
         Sb = S[:, None]
+        seg = p - p[0]  # the row's parent within the chunk
+        j = lambda: j0[:, None] + t[None, :]  # built where used: a cond's operand is materialised
 
         def row_splits():  # the rows' left sides L (and, inside, the splits (L, Rm) of S)
             L = hi[:, None]
@@ -550,7 +557,7 @@ def _class_pass(energy, feats, n, tabs, sched, num, bound, log_z, best, bp, out,
                 L = L | jnp.where(tbits[b][None, :], bms[b][:, None], 0)
             if kind == "out":
                 return (L,)
-            valid = live_row[:, None] & (j < (jnp.left_shift(1, k - 1) - 1))
+            valid = live_row[:, None] & (j() < (jnp.left_shift(1, k - 1) - 1))
             Rm = Sb ^ L
             fP = jax.tree_util.tree_map(lambda x: x[:, None], take_rows(feats, S))
             return L, Rm, valid, energy.log_psi(fP, take_rows(feats, L), take_rows(feats, Rm))
@@ -580,16 +587,16 @@ def _class_pass(energy, feats, n, tabs, sched, num, bound, log_z, best, bp, out,
             sr = jnp.sum(jnp.where(a == -jnp.inf, 0.0, jnp.maximum(jnp.exp(a), tiny)), axis=-1)
             # each parent's sum over the chunk: 0 (no split possible) or in [floor, inf),
             # else its rows are computed again, shifted by their own max
-            ss = jax.ops.segment_sum(sr, p - p[0], num_segments=R)
+            ss = jax.ops.segment_sum(sr, seg, num_segments=R)
             doubt = jnp.any(~((ss == 0) | ((ss >= floor) & (ss < jnp.inf))))
 
             def shifted(_):  # the splits evaluated again here, not kept from the loop above
                 L, Rm, valid, lp = row_splits()
-                return _row_lse(jnp.where(valid, lp + log_z[L] + log_z[Rm], -jnp.inf))
+                return _segment_rows(*_row_lse(jnp.where(valid, lp + log_z[L] + log_z[Rm], -jnp.inf)), seg, R)
 
-            zr = jax.lax.cond(doubt, shifted, lambda _: (shift, sr), None)
+            zs = jax.lax.cond(doubt, shifted, lambda _: (jax.ops.segment_max(shift, seg, num_segments=R), ss), None)
         else:
-            valid = live_row[:, None] & (j >= 1) & (j < jnp.left_shift(1, sbits))
+            valid = live_row[:, None] & (j() >= 1) & (j() < jnp.left_shift(1, sbits))
             T = L
             P = Sb | T
             low = P & (-P)
@@ -599,7 +606,6 @@ def _class_pass(energy, feats, n, tabs, sched, num, bound, log_z, best, bp, out,
             lp = energy.log_psi(take_rows(feats, P), _select(s_left, fS, fT), _select(s_left, fT, fS))
             a = jnp.where(valid, out[P] + lp + log_z[T], -jnp.inf)
             zr = _row_lse(a)
-        seg = p - p[0]
         sp = p[0] + rows
         seg_live = (sp < count[k]) & (rows <= seg[-1])
         seg_S = order[offset[k] + jnp.minimum(sp, count[k] - 1)]
@@ -609,15 +615,15 @@ def _class_pass(energy, feats, n, tabs, sched, num, bound, log_z, best, bp, out,
             bm, bl = _segment_max_first(mr, lr, seg, R)
             first = (sp << sh) >= r0  # this chunk holds the parent's first row
             take = first | (bm > old[:, 1])
-            new = jnp.stack([_segment_lse(*zr, old[:, 0], seg, R), jnp.where(take, bm, old[:, 1])], axis=1)
+            new = jnp.stack([_add_log(old[:, 0], *_segment_rows(*zr, seg, R)), jnp.where(take, bm, old[:, 1])], axis=1)
             log_z = log_z.at[idx].set(new, mode="drop")
             bp = bp.at[idx].set(jnp.where(take, bl, bp[jnp.minimum(idx, drop - 1)]), mode="drop")
         elif kind == "in":
             old = log_z[jnp.minimum(idx, drop - 1)]
-            log_z = log_z.at[idx].set(_segment_lse(*zr, old, seg, R), mode="drop")
+            log_z = log_z.at[idx].set(_add_log(old, *zs), mode="drop")
         else:
             old = out[jnp.minimum(idx, drop - 1)]
-            out = out.at[idx].set(_segment_lse(*zr, old, seg, R), mode="drop")
+            out = out.at[idx].set(_add_log(old, *_segment_rows(*zr, seg, R)), mode="drop")
         return log_z, best, bp, out
 
     stacked = best is not None
