@@ -19,7 +19,7 @@ Method (recorded in the JSON under ``"method"``):
   ``N`` and jets are rejected until one has ``N`` leaves). Float64 (``jax_enable_x64``).
 * kernels (``--kernels class``, the default): the size-class programs that `trellis.solve`,
   `cluster_marginals` and a concrete `log_partition` run for ``N <= 20``
-  (``exact._class_core``): ``log Z`` only, ``log Z + MAP``, ``log Z + marginals`` (the
+  (``classes._class_core``): ``log Z`` only, ``log Z + MAP``, ``log Z + marginals`` (the
   marginals' cost: `cluster_marginals`) and ``log Z + MAP + marginals`` (`solve`);
   ``marg / logZ`` = ``log Z + marginals`` over ``log Z``, ``all / logZ`` = `solve`'s program
   over ``log Z``. ``--kernels per-n`` times the level-unrolled per-``N`` programs instead
@@ -278,11 +278,11 @@ def reference_trellis(kind: str, leaves, lam: float = 2.0, t_cut: float = 16.0, 
 _rss_mb, _maxrss_mb = rss_mb, maxrss_mb
 
 
-def _class_kernels(exact, energy, leaves, n):
+def _class_kernels(classes, energy, leaves, n):
     """AOT-compiled size-class programs (what `trellis.solve`, `cluster_marginals` and a
     concrete `log_partition` run for ``n <= 20``): ``{name: (call, compile seconds, compiled)}``."""
-    bound = exact.size_class(n)
-    args = exact._class_args(energy, leaves, n, bound)
+    bound = classes.size_class(n)
+    args = classes._class_args(energy, leaves, n, bound)
     out = {}
     for name, with_map, marg in (
         ("logz", False, False),
@@ -290,7 +290,7 @@ def _class_kernels(exact, energy, leaves, n):
         ("monly", False, True),
         ("marg", True, True),
     ):
-        comp, sec = _aot(exact._class_core, *args, bound=bound, with_map=with_map, marginals=marg)
+        comp, sec = _aot(classes._class_core, *args, bound=bound, with_map=with_map, marginals=marg)
         out[name] = ((lambda comp=comp: comp(*args)), sec, comp)
     return out
 
@@ -315,7 +315,7 @@ def worker_single(args) -> dict:
     import jax.numpy as jnp
 
     from jaxhc import trellis
-    from jaxhc.trellis import exact
+    from jaxhc.trellis import classes, exact
 
     n, kind = args.n, args.energy
     energy, leaves_np = make_problem(kind, n, seed=args.seed + n)
@@ -323,9 +323,9 @@ def worker_single(args) -> dict:
     out = {"energy": kind, "n": n, "splits": exact.num_splits(n)}
     rss0 = _rss_mb()
 
-    per_n = args.kernels == "per-n" or exact.size_class(n) is None
+    per_n = args.kernels == "per-n" or classes.size_class(n) is None
     out["kernels"] = "per-n" if per_n else "class"
-    kern = (_per_n_kernels if per_n else _class_kernels)(exact, energy, leaves, n)
+    kern = _per_n_kernels(exact, energy, leaves, n) if per_n else _class_kernels(classes, energy, leaves, n)
     for name, (_, sec, _) in kern.items():
         out[f"compile_{name}_s"] = sec
     try:

@@ -6,7 +6,7 @@ Usage::
     python benchmarks/trellis_compile.py --n 12 16 --energy dasgupta --no-json
 
 `jaxhc.trellis.solve` / `log_partition` run the program of the size class of ``N`` (the
-smallest of ``exact._SIZE_CLASSES`` >= N: levels as a loop over chunks of host-built
+smallest of ``classes._SIZE_CLASSES`` >= N: levels as a loop over chunks of host-built
 tables passed as arguments, so every N of a class shares one compiled program); the
 per-N programs (`exact._log_partition_core`, `exact._solve_core`: one unrolled loop per
 level, compiled for each N) remain for traced / differentiated ``log Z``, batches and
@@ -38,18 +38,18 @@ def measure(kind: str, n: int, reps: int, per_n: bool) -> dict:
     import numpy as np
     from trellis import make_problem
 
-    from jaxhc.trellis import exact
+    from jaxhc.trellis import classes, exact
 
     energy, X = make_problem(kind, n, seed=n)
     Xj = jnp.asarray(X)
-    bound = exact.size_class(n)
-    order, offset, count, (s_in, c_in), (s_out, c_out) = exact._class_tables(n, bound)
+    bound = classes.size_class(n)
+    order, offset, count, (s_in, c_in), (s_out, c_out) = classes._class_tables(n, bound)
     args = (energy, energy.pad_leaves(Xj, bound), jnp.int32(n), (order, offset, count), s_in, jnp.int32(c_in))
     args = args + (s_out, jnp.int32(c_out))
     row = {"energy": kind, "n": n, "class": bound, "splits": exact.num_splits(n), "load_1min": os.getloadavg()[0]}
     for name, with_map, marginals in KERNELS:
         new, row[f"compile_class_{name}_s"] = aot(
-            exact._class_core, *args, bound=bound, with_map=with_map, marginals=marginals
+            classes._class_core, *args, bound=bound, with_map=with_map, marginals=marginals
         )
         calls = {"class": lambda: new(*args)}
         if per_n:

@@ -45,7 +45,9 @@ from jaxhc.trellis import (
     solve_batch,
     subtree_log_marginal,
 )
+from jaxhc.trellis import classes as trellis_classes
 from jaxhc.trellis import exact as trellis_exact
+from jaxhc.trellis import subsets as trellis_subsets
 
 from reference import all_binary_trees
 
@@ -842,15 +844,15 @@ def test_solve_does_not_recompile_for_new_data():
     rng = np.random.default_rng(9)
     n = 4
     solve(DasguptaEnergy(0.5), random_affinity(rng, n, 0.05, 1.0))
-    before = trellis_exact._class_core._cache_size()
+    before = trellis_classes._class_core._cache_size()
     for beta in (0.5, 1.7):
         solve(DasguptaEnergy(beta), random_affinity(rng, n, 0.05, 1.0))
-    assert trellis_exact._class_core._cache_size() == before
+    assert trellis_classes._class_core._cache_size() == before
     X = np.asarray(reference_jets()[0]["leaves"])
     solve(GinkgoEnergy(2.0, 16.0), X)
-    before = trellis_exact._class_core._cache_size()
+    before = trellis_classes._class_core._cache_size()
     solve(GinkgoEnergy(3.0, 12.0), perturb_jet(rng, X))
-    assert trellis_exact._class_core._cache_size() == before
+    assert trellis_classes._class_core._cache_size() == before
 
 
 def test_cluster_marginals_without_the_map_equal_brute_force():
@@ -880,22 +882,22 @@ def test_size_class_chunks_that_split_a_parent(monkeypatch, row_bits):
     rng = np.random.default_rng(29)
     X = perturb_jet(rng, np.asarray(generator_jets()[0]["leaves"]))
     X8 = np.concatenate([X, perturb_jet(rng, X)[:1] * 0.5])[:8]
-    monkeypatch.setitem(trellis_exact._CLASS_SHAPE, 8, (2, row_bits))
-    trellis_exact._class_tables.cache_clear()
+    monkeypatch.setitem(trellis_classes._CLASS_SHAPE, 8, (2, row_bits))
+    trellis_classes._class_tables.cache_clear()
     try:
         for energy, leaves in (
             (GinkgoEnergy(2.0, 16.0), X8),
             (DasguptaEnergy(0.7), random_affinity(rng, 8, 0.05, 1.0)),
         ):
             n = leaves.shape[0]
-            got = trellis_exact.class_call(energy, jnp.asarray(leaves), n, True, True)
+            got = trellis_classes.class_call(energy, jnp.asarray(leaves), n, True, True)
             ref = trellis_exact._solve_core(energy, jnp.asarray(leaves), n, marginals=True)
             assert np.isfinite(float(ref[0]))
             for a, b in zip(got[:5], ref[:5]):
                 _assert_same_inf(a, b, 1e-12, err=type(energy).__name__)
             np.testing.assert_array_equal(np.asarray(got[5]), np.asarray(ref[5]))
     finally:
-        trellis_exact._class_tables.cache_clear()
+        trellis_classes._class_tables.cache_clear()
 
 
 def test_larger_size_classes_give_the_same_solution():
@@ -906,8 +908,8 @@ def test_larger_size_classes_give_the_same_solution():
     energy, n = GinkgoEnergy(2.0, 16.0, likelihood="exact"), X.shape[0]
 
     def run(bound):
-        args = trellis_exact._class_args(energy, X, n, bound)
-        res = trellis_exact._class_core(*args, bound=bound, with_map=True, marginals=True)
+        args = trellis_classes._class_args(energy, X, n, bound)
+        res = trellis_classes._class_core(*args, bound=bound, with_map=True, marginals=True)
         return [None if x is None else np.asarray(x)[: 2**n] if np.ndim(x) else np.asarray(x) for x in res]
 
     ref = run(8)
@@ -925,11 +927,11 @@ def test_one_compiled_program_per_size_class():
     rng = np.random.default_rng(17)
     energy = DasguptaEnergy(0.9)
     W5, W7 = random_affinity(rng, 5, 0.05, 1.0), random_affinity(rng, 7, 0.05, 1.0)
-    assert trellis_exact.size_class(5) == trellis_exact.size_class(7) == 8
+    assert trellis_classes.size_class(5) == trellis_classes.size_class(7) == 8
     sol5 = solve(energy, W5)
-    before = trellis_exact._class_core._cache_size()
+    before = trellis_classes._class_core._cache_size()
     sol7 = solve(energy, W7)
-    assert trellis_exact._class_core._cache_size() == before
+    assert trellis_classes._class_core._cache_size() == before
     for W, sol in ((W5, sol5), (W7, sol7)):
         bf = brute_force(energy, W)
         np.testing.assert_allclose(float(sol.log_z), bf.log_z, rtol=1e-12)
@@ -950,13 +952,13 @@ def test_outside_push_and_its_pull_fallback(monkeypatch):
     W = random_affinity(rng, 7, 0.05, 1.0)
     cases = [(GinkgoEnergy(2.0, 16.0, likelihood="exact"), X), (DasguptaEnergy(200.0), W)]
 
-    assert trellis_exact._push_floor(jnp.float64) == trellis_exact.PUSH_FLOOR == 500.0
-    assert 40.0 < trellis_exact._push_floor(jnp.float32) < 50.0  # float32 flushes below e^-87
+    assert trellis_classes._push_floor(jnp.float64) == trellis_classes.PUSH_FLOOR == 500.0
+    assert 40.0 < trellis_classes._push_floor(jnp.float32) < 50.0  # float32 flushes below e^-87
 
     def marginals(energy, leaves, floor):
-        monkeypatch.setattr(trellis_exact, "_push_floor", lambda dtype: floor)
+        monkeypatch.setattr(trellis_classes, "_push_floor", lambda dtype: floor)
         jax.clear_caches()  # the floor is read when the program is traced
-        return np.asarray(trellis_exact.class_call(energy, jnp.asarray(leaves), leaves.shape[0], False, True)[2])
+        return np.asarray(trellis_classes.class_call(energy, jnp.asarray(leaves), leaves.shape[0], False, True)[2])
 
     try:
         for energy, leaves in cases:
@@ -992,20 +994,21 @@ def test_linear_space_log_z_and_its_shifted_fallback(monkeypatch):
         (DasguptaEnergy(0.7), random_affinity(rng, 9, 0.05, 1.0)),
         (DasguptaEnergy(200.0), random_affinity(rng, 7, 0.05, 1.0)),
     ]
-    tiny, floor = trellis_exact._linear_floor(jnp.float64)
-    assert tiny == np.finfo(np.float64).tiny and floor == tiny * 2.0**76
-    assert trellis_exact._linear_floor(jnp.float32)[1] == np.float32(2.0**-79)
+    tiny, floor, x_range = trellis_classes._linear_floor(jnp.float64)
+    assert tiny == np.finfo(np.float64).tiny and floor == 2.0**-881 and x_range == 2.0**64
+    assert trellis_classes._linear_floor(jnp.float32) == (2.0**-126, 2.0**-70, 2.0**8)
 
     def table(energy, leaves, floors):
-        monkeypatch.setattr(trellis_exact, "_linear_floor", lambda dtype: floors)
+        monkeypatch.setattr(trellis_classes, "_linear_floor", lambda dtype: floors)
         jax.clear_caches()  # the floors are read when the program is traced
-        return np.asarray(trellis_exact.class_call(energy, jnp.asarray(leaves), leaves.shape[0], False, False)[3])
+        return np.asarray(trellis_classes.class_call(energy, jnp.asarray(leaves), leaves.shape[0], False, False)[3])
 
     try:
         for energy, leaves in cases:
             n = leaves.shape[0]
             ref = np.asarray(trellis_exact._solve_core(energy, jnp.asarray(leaves), n, marginals=False)[3])
-            got, forced, alone = (table(energy, leaves, f) for f in ((tiny, floor), (tiny, np.inf), (0.0, 0.0)))
+            floors = ((tiny, floor, x_range), (tiny, np.inf, x_range), (0.0, 0.0, np.inf))
+            got, forced, alone = (table(energy, leaves, f) for f in floors)
             scale = max(1.0, float(np.max(np.abs(ref[np.isfinite(ref)]))))
             for a in (got, forced):
                 _assert_same_inf(a, ref, 1e-14 * scale, err=type(energy).__name__)
@@ -1015,6 +1018,51 @@ def test_linear_space_log_z_and_its_shifted_fallback(monkeypatch):
                 assert np.sum(np.isfinite(ref) & ~np.isfinite(alone)) > 0  # what the fallback prevents
     finally:
         jax.clear_caches()
+
+
+def test_log_psi_parts_recombine_to_log_psi():
+    # log_psi_parts gives (b, x) with log psi = b + log x on every split of a jet (x in
+    # range, no split possible in one and impossible in the other), for every Ginkgo variant
+    # and the splitting energy; the default is (log psi, 1)
+    from jaxhc.trellis import SplittingEnergy
+
+    rng = np.random.default_rng(47)
+    X = perturb_jet(rng, np.asarray(generator_jets()[0]["leaves"]))
+    n = X.shape[0]
+    S, L = [], []
+    for k in range(2, n + 1):
+        masks, pos = trellis_subsets.level_tables(n, k)
+        Lk = np.asarray(trellis_subsets.splits_of(jnp.asarray(pos), k))
+        S.append(np.broadcast_to(masks[:, None], Lk.shape).ravel())
+        L.append(Lk.ravel())
+    S, L = np.concatenate(S), np.concatenate(L)
+    energies = [
+        GinkgoEnergy(2.0, 16.0),
+        GinkgoEnergy(2.0, 16.0, lam_root=3.0),
+        GinkgoEnergy(2.0, 16.0, likelihood="exact"),
+        GinkgoEnergy(2.0, 16.0, likelihood="exact", phase_space=False, lam_root=1.5),
+        GinkgoEnergy(2.0, 16.0, likelihood="exact", ordered=True),
+        SplittingEnergy(),
+    ]
+    for energy in energies:
+        f = energy.features(jnp.asarray(X))
+        take = lambda idx: jax.tree_util.tree_map(lambda a: a[idx], f)
+        lp = np.asarray(energy.log_psi(take(S), take(L), take(S ^ L)))
+        b, x = (np.broadcast_to(np.asarray(v), lp.shape) for v in energy.log_psi_parts(take(S), take(L), take(S ^ L)))
+        fin = np.isfinite(lp)
+        assert fin.mean() > 0.2 and (isinstance(energy, SplittingEnergy) or not fin.all())  # Ginkgo: both kinds
+        np.testing.assert_array_equal(fin, np.isfinite(b))
+        assert np.all((x[fin] > 2.0**-64) & (x[fin] < 2.0**64))
+        np.testing.assert_allclose(b[fin] + np.log(x[fin]), lp[fin], rtol=1e-13, atol=1e-12)
+    W = random_affinity(rng, 5, 0.05, 1.0)
+    d = DasguptaEnergy(0.7)
+    f = d.features(jnp.asarray(W))
+    take = lambda idx: jax.tree_util.tree_map(lambda a: a[idx], f)
+    b, x = d.log_psi_parts(take(S[S < 32]), take(L[S < 32]), take((S ^ L)[S < 32]))
+    np.testing.assert_array_equal(
+        np.asarray(b), np.asarray(d.log_psi(take(S[S < 32]), take(L[S < 32]), take((S ^ L)[S < 32])))
+    )
+    assert x == 1.0
 
 
 def test_subset_sums_and_four_momentum_features_without_the_membership_matrix():

@@ -21,14 +21,8 @@ from .._internal.processes import process_local
 from .._internal.validation import real_array
 from .compact import children_from_backpointers, compact_result, compact_solution, gather_solutions, map_trees
 from .energies import Energy
-from .exact import (
-    TrellisSolution,
-    check_num_leaves,
-    level_tables,
-    num_splits,
-    solve_impl,
-    take_rows,
-)
+from .exact import TrellisSolution, check_num_leaves, num_splits, solve_impl
+from .subsets import level_tables, take_rows
 
 __all__ = [
     "solve_batch",

@@ -9,6 +9,10 @@ them) with two methods:
   (leaf ``i`` is bit ``i``).
 - ``log_psi(parent, left, right)``: the log potential of splitting ``parent`` into
   ``left`` and ``right``, elementwise over broadcast feature pytrees.
+- optionally ``log_psi_parts(parent, left, right)``: ``(b, x)`` with ``log psi = b + log
+  x``, for an energy whose ``log psi`` ends in a ``log``: the size-class programs that sum
+  ``psi`` in linear space (`jaxhc.trellis.log_partition`, `jaxhc.trellis.sample`) then
+  compute ``x e^b`` and no ``log`` per split.
 
 ``log phi(H) = sum over the inner nodes of H of log psi(children)``, ``P(H) = phi(H) / Z``
 (Eq. 1-2 of the trellis paper). Users bring their own energies by subclassing `Energy`.
@@ -72,6 +76,15 @@ class Energy(eqx.Module):
     @abc.abstractmethod
     def log_psi(self, parent, left, right):
         """Elementwise log potential of splitting ``parent`` into ``left`` and ``right``."""
+
+    def log_psi_parts(self, parent, left, right):
+        """``(b, x)`` with ``log psi = b + log x`` elementwise (``x > 0`` where ``b > -inf``;
+        a scalar ``x`` broadcasts). Passes that sum ``psi`` in linear space compute ``x
+        e^(b + ...)``, so an energy whose ``log psi`` ends in ``log(x)`` saves that ``log``
+        by returning ``x`` here. A split whose ``x`` lies outside ``[2^-64, 2^64]``
+        (float64; ``[2^-8, 2^8]`` in float32) is allowed: its parent is then summed in log
+        space from `log_psi`. The default is ``(log_psi(...), 1.0)``."""
+        return self.log_psi(parent, left, right), 1.0
 
     def features(self, leaves):
         """Features of all ``2**N`` subsets, indexed by bitmask."""
@@ -536,7 +549,17 @@ class GinkgoEnergy(SummedMomentumEnergy):
             )
         return "neither drawing order fits: each child must be lighter than the mass left after the other one"
 
-    def _log_psi_paper(self, P, L, R, lam):
+    def log_psi_parts(self, parent, left, right):
+        lam = parent.lam if self.separate_root else self.lam
+        if self.likelihood == "paper":
+            f1, e, x, ok = self._paper_terms(parent, left, right, lam)
+            return jnp.where(ok, f1 - e, -jnp.inf), x
+        m, tt, K, ok = self._exact_terms(parent, left, right, lam)
+        x = tt / jnp.sqrt(K * parent.aux) if self.phase_space else tt  # see _log_psi_exact
+        return jnp.where(ok, parent.base + m, -jnp.inf) + left.support + right.support, x
+
+    def _paper_terms(self, P, L, R, lam):
+        """``(f1, e, x, ok)``: ``log psi = f1 + log x - e`` where ``ok``, else ``-inf``."""
         # leaves carry t = 0, so the larger child's t and sqrt t are plain maxima
         tmax, tmin = jnp.maximum(L.t, R.t), jnp.minimum(L.t, R.t)
         f1 = jnp.where(tmax > 0, P.base - tmax * P.rate, P.aux)  # log f(t_max | t_P) + constants
@@ -546,10 +569,15 @@ class GinkgoEnergy(SummedMomentumEnergy):
         d2 = d * d
         ok = d2 > 0
         r = lam / jnp.where(ok, d2, 1.0)
-        f2 = vmath.log(jnp.where(tmin > 0, r, -vmath.expm1(-self.t_cut * r))) - tmin * r
-        return f1 + jnp.where(ok, f2, -jnp.inf)
+        return f1, tmin * r, jnp.where(tmin > 0, r, -vmath.expm1(-self.t_cut * r)), ok
 
-    def _log_psi_exact(self, P, L, R, lam):
+    def _log_psi_paper(self, P, L, R, lam):
+        f1, e, x, ok = self._paper_terms(P, L, R, lam)
+        return f1 + jnp.where(ok, vmath.log(x) - e, -jnp.inf)
+
+    def _exact_terms(self, P, L, R, lam):
+        """``(m, tt, K, ok)``: ``log psi = base + m + 1/2 log(tt^2 / (K aux))`` (phase space;
+        else ``+ log tt``) plus the children's supports where ``ok``, else ``-inf``."""
         tP, tL, tR = P.t, L.t, R.t
         # order A: left drawn first on [0, t_P), right on [0, sA), sA = (sqrt t_P - sqrt t_L)^2,
         # density exp(eA) / (t_P sA) times the constants in P.base; order B: the mirror image
@@ -573,13 +601,16 @@ class GinkgoEnergy(SummedMomentumEnergy):
             tot = jnp.where(eA >= eB, iA + w * iB, iB + w * iA)
             live = m > -big
         K = kallen(tP, tL, tR)
-        tt = tot * tP
+        return m, tot * tP, jnp.where(K > 0, K, 1.0), live & (K > 0)
+
+    def _log_psi_exact(self, P, L, R, lam):
+        m, tt, K, ok = self._exact_terms(P, L, R, lam)
         if self.phase_space:
             # log(8 t_P) - 1/2 log K as 1/2 log(tt^2 t_P^2 / K), 1 / t_P^2 = P.aux (log 8: P.base)
-            core = 0.5 * vmath.log(tt * tt / (jnp.where(K > 0, K, 1.0) * P.aux))
+            core = 0.5 * vmath.log(tt * tt / (K * P.aux))
         else:
             core = vmath.log(tt)
-        out = jnp.where(live & (K > 0), P.base + m + core, -jnp.inf)
+        out = jnp.where(ok, P.base + m + core, -jnp.inf)
         return out + L.support + R.support
 
 

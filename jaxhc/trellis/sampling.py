@@ -12,8 +12,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..tree import Tree
+from .classes import class_call
 from .energies import Energy
-from .exact import class_call, prepare_leaves, run_dp, take_rows, tree_from_splits
+from .exact import prepare_leaves, run_dp, tree_from_splits
+from .subsets import take_rows
 
 __all__ = ["SampledTrees", "sample"]
 

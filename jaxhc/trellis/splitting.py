@@ -89,9 +89,13 @@ class SplittingEnergy(SummedMomentumEnergy):
         return _SplittingFeatures(p[..., 0], t, mu2)
 
     def log_psi(self, parent, left, right):
+        b, x = self.log_psi_parts(parent, left, right)
+        return b + vmath.log(x)
+
+    def log_psi_parts(self, parent, left, right):
         e = left.energy + right.energy
         z = left.energy / jnp.where(e > 0, e, 1.0)
         y = 1.0 - z
         zz = z * y
         num = z * z + y * y + zz * zz  # P_gg(z) z (1 - z) / C_A
-        return jnp.log(self.alpha_s * C_A / (2.0 * jnp.pi)) + vmath.log(num / (zz * parent.t + parent.mu2))
+        return jnp.log(self.alpha_s * C_A / (2.0 * jnp.pi)), num / (zz * parent.t + parent.mu2)
