@@ -211,7 +211,7 @@ def _class_pass(energy, feats, n, tabs, sched, num, bound, log_z, best, bp, out,
     R, row_bits = _CLASS_SHAPE[bound]
     W = 1 << row_bits
     t = jnp.arange(W, dtype=jnp.int32)
-    tbits = [((t >> b) & 1).astype(bool) for b in range(row_bits)]
+    tbits = [-((t >> b) & 1) for b in range(row_bits)]  # 0 or all bits set
     rows = jnp.arange(R, dtype=jnp.int32)
     full = (jnp.left_shift(1, n) - 1).astype(jnp.int32)
     drop = jnp.int32(2**bound)
@@ -245,37 +245,51 @@ def _class_pass(energy, feats, n, tabs, sched, num, bound, log_z, best, bp, out,
         else:
             base = S & (-S)
             free = S ^ base
-        if kind == "push":  # k >= 0 always holds (XLA cannot know it)
-            zeros = lambda *a: (jnp.zeros_like(free),) * (1 + row_bits)
-            hi, *bms = jax.lax.cond(k >= 0, per_row, zeros, free, base, j0)
-        elif kind == "in" and not stacked:
-            hi, *bms, shift = per_row(free, base, j0, log_z)
-        else:
-            hi, *bms = per_row(free, base, j0)
         Sb = S[:, None]
         seg = p - p[0]  # the row's parent within the chunk
         j = lambda: j0[:, None] + t[None, :]  # built where used: a cond's operand is materialised
 
-        def row_splits(parts=False):  # the rows' left sides L (inside: the splits (L, Rm) of S)
+        def lefts(hi, *bms):  # the rows' left sides
             L = hi[:, None]
             for b in range(row_bits):
-                L = L | jnp.where(tbits[b][None, :], bms[b][:, None], 0)
+                L = L | (bms[b][:, None] & tbits[b][None, :])
+            return L
+
+        if kind == "push":  # k >= 0 always holds (XLA cannot know it); a cond's results are
+            # materialised once, where XLA would build the scatters' indices apart, slowly
+
+            def sides(free, base, j0, S):
+                L = lefts(*per_row(free, base, j0))
+                return L, S[:, None] ^ L
+
+            zeros = lambda *a: (jnp.zeros((R, W), jnp.int32),) * 2
+            L, Rm = jax.lax.cond(k >= 0, sides, zeros, free, base, j0, S)
+        elif kind == "in" and not stacked:
+            hi, *bms, shift = per_row(free, base, j0, log_z)
+        else:
+            hi, *bms = per_row(free, base, j0)
+
+        def row_splits(parts=False):  # the splits (L, Rm) of S (built here unless pushing)
+            L, Rm = (L_, Rm_) if kind == "push" else (lefts(hi, *bms), None)
             if kind == "out":
                 return (L,)
             valid = live_row[:, None] & (j() < (jnp.left_shift(1, k - 1) - 1))
-            Rm = Sb ^ L
+            Rm = Sb ^ L if Rm is None else Rm
             fP = jax.tree_util.tree_map(lambda x: x[:, None], take_rows(feats, S))
             f = energy.log_psi_parts if parts else energy.log_psi
             return L, Rm, valid, f(fP, take_rows(feats, L), take_rows(feats, Rm))
 
+        if kind == "push":
+            L_, Rm_ = L, Rm
         if kind == "out":
             (L,) = row_splits()
-        else:  # the log-Z-only inside pass: log psi as (b, x), log psi = b + log x
+        else:  # the log-Z-only inside pass and the push: log psi as (b, x), log psi = b + log x
             L, Rm, valid, lp = row_splits(parts=kind == "in" and not stacked)
         if kind == "push":
             mS, zS = out[S], log_z[S]  # log P(S in H) - log Z(S) = log out(S) - log Z
-            oS = jnp.where((mS > 0) & (zS > -jnp.inf), jnp.log(jnp.where(mS > 0, mS, 1.0)) - zS, -jnp.inf)
+            oS = jnp.where((mS > 0) & (zS > -jnp.inf), vmath.log(jnp.where(mS > 0, mS, 1.0)) - zS, -jnp.inf)
             pr = jnp.exp(jnp.where(valid, oS[:, None] + lp + log_z[L] + log_z[Rm], -jnp.inf))
+            pr, L, Rm = pr.reshape(-1), L.reshape(-1), Rm.reshape(-1)  # no layout copy
             return log_z, best, bp, out.at[L].add(pr).at[Rm].add(pr)
         if kind == "in" and stacked:  # log Z and MAP value from one gather of the stacked table
             v = jnp.where(valid[..., None], lp[..., None] + log_z[L] + log_z[Rm], -jnp.inf)
