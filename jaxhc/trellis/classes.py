@@ -258,12 +258,14 @@ def _class_pass(energy, feats, n, tabs, sched, num, bound, log_z, best, bp, out,
         if kind == "push":  # k >= 0 always holds (XLA cannot know it); a cond's results are
             # materialised once, where XLA would build the scatters' indices apart, slowly
 
-            def sides(free, base, j0, S):
-                L = lefts(*per_row(free, base, j0))
+            def sides(S, *row):  # a second cond: XLA would fuse per_row into each element
+                L = lefts(*row)
                 return L, S[:, None] ^ L
 
+            zeros = lambda *a: (jnp.zeros_like(free),) * (1 + row_bits)
+            row = jax.lax.cond(k >= 0, per_row, zeros, free, base, j0)
             zeros = lambda *a: (jnp.zeros((R, W), jnp.int32),) * 2
-            L, Rm = jax.lax.cond(k >= 0, sides, zeros, free, base, j0, S)
+            L, Rm = jax.lax.cond(k >= 0, sides, zeros, S, *row)
         elif kind == "in" and not stacked:
             hi, *bms, shift = per_row(free, base, j0, log_z)
         else:
