@@ -35,6 +35,26 @@ def time_calls(fn, min_time: float, max_calls: int = 50):
     return statistics.median(times), len(times)
 
 
+def time_calls_interleaved(fns: dict, min_time: float, max_calls: int = 50) -> dict:
+    """``{name: (median seconds, calls)}`` of the callables ``fns``, called in turn (one
+    call of each per round, after one warm-up round) for ~``min_time`` s per callable: the
+    machine's speed drifts within minutes, and timing one program after the other would
+    put the drift into their ratios."""
+    for fn in fns.values():
+        block(fn())
+    times = {k: [] for k in fns}
+    start = time.perf_counter()
+    while True:
+        for k, fn in fns.items():
+            t = time.perf_counter()
+            block(fn())
+            times[k].append(time.perf_counter() - t)
+        done = len(next(iter(times.values())))
+        if done >= max_calls or time.perf_counter() - start >= min_time * len(fns):
+            break
+    return {k: (statistics.median(v), len(v)) for k, v in times.items()}
+
+
 def aot(jitted, *args, **static):
     """Ahead-of-time compile ``jitted`` for these arguments; returns ``(compiled, seconds)``."""
     t = time.perf_counter()
