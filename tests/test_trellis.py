@@ -941,6 +941,14 @@ def test_one_compiled_program_per_size_class():
         np.testing.assert_allclose(np.exp(np.asarray(sol.log_marginals)), bf.marg, atol=1e-10)
 
 
+def _patched_class_call(monkeypatch, name, value, energy, leaves, marginals):
+    """`class_call` (log Z only, or with the marginals) with the function ``name`` of
+    `trellis.classes` returning ``value``: it is read when the program is traced."""
+    monkeypatch.setattr(trellis_classes, name, lambda dtype: value)
+    jax.clear_caches()
+    return trellis_classes.class_call(energy, jnp.asarray(leaves), leaves.shape[0], False, marginals)
+
+
 def test_outside_push_and_its_pull_fallback(monkeypatch):
     # The size-class programs push split probabilities in linear space and fall back to the
     # log-space pull when a buildable cluster is less likely than e^-PUSH_FLOOR: (1) on a jet
@@ -956,9 +964,7 @@ def test_outside_push_and_its_pull_fallback(monkeypatch):
     assert 40.0 < trellis_classes._push_floor(jnp.float32) < 50.0  # float32 flushes below e^-87
 
     def marginals(energy, leaves, floor):
-        monkeypatch.setattr(trellis_classes, "_push_floor", lambda dtype: floor)
-        jax.clear_caches()  # the floor is read when the program is traced
-        return np.asarray(trellis_classes.class_call(energy, jnp.asarray(leaves), leaves.shape[0], False, True)[2])
+        return np.asarray(_patched_class_call(monkeypatch, "_push_floor", floor, energy, leaves, True)[2])
 
     try:
         for energy, leaves in cases:
@@ -985,7 +991,8 @@ def test_linear_space_log_z_and_its_shifted_fallback(monkeypatch):
     # affinity problem the linear sums (the usual path) equal the forced fallback and the
     # level-unrolled program; (2) Dasgupta at beta = 200 puts every split ~e^-4000 below its
     # shift: the linear sums alone lose buildable clusters, the program falls back and
-    # gives the level-unrolled tables
+    # gives the level-unrolled tables; (3) with every x of log_psi_parts out of range the
+    # fallback gives them too
     rng = np.random.default_rng(41)
     X = perturb_jet(rng, np.asarray(generator_jets()[0]["leaves"]))
     cases = [
@@ -999,18 +1006,17 @@ def test_linear_space_log_z_and_its_shifted_fallback(monkeypatch):
     assert trellis_classes._linear_floor(jnp.float32) == (2.0**-126, 2.0**-70, 2.0**8)
 
     def table(energy, leaves, floors):
-        monkeypatch.setattr(trellis_classes, "_linear_floor", lambda dtype: floors)
-        jax.clear_caches()  # the floors are read when the program is traced
-        return np.asarray(trellis_classes.class_call(energy, jnp.asarray(leaves), leaves.shape[0], False, False)[3])
+        return np.asarray(_patched_class_call(monkeypatch, "_linear_floor", floors, energy, leaves, False)[3])
 
     try:
         for energy, leaves in cases:
             n = leaves.shape[0]
             ref = np.asarray(trellis_exact._solve_core(energy, jnp.asarray(leaves), n, marginals=False)[3])
-            floors = ((tiny, floor, x_range), (tiny, np.inf, x_range), (0.0, 0.0, np.inf))
-            got, forced, alone = (table(energy, leaves, f) for f in floors)
+            # as built; every parent in doubt; every x != 1 out of range; no fallback at all
+            floors = ((tiny, floor, x_range), (tiny, np.inf, x_range), (tiny, floor, 1.0), (0.0, 0.0, np.inf))
+            got, forced, no_x, alone = (table(energy, leaves, f) for f in floors)
             scale = max(1.0, float(np.max(np.abs(ref[np.isfinite(ref)]))))
-            for a in (got, forced):
+            for a in (got, forced, no_x):
                 _assert_same_inf(a, ref, 1e-14 * scale, err=type(energy).__name__)
             if float(energy.beta if isinstance(energy, DasguptaEnergy) else 0.0) < 100.0:
                 _assert_same_inf(alone, ref, 1e-14 * scale, err="linear sums alone")
