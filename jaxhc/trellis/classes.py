@@ -170,9 +170,10 @@ def _linear_floor(dtype) -> tuple:
     x_range, x_range]`` (else the term is NaN and the parent is summed in log space) a
     term's absolute error is below ``(x_range + 1) tiny``, and with fewer than 2^19 splits
     per parent the errors add up to less than ``eps / 32`` of any sum from ``floor`` up,
-    which is therefore exact to rounding (float64: ``2^-881``; float32: ``2^-70``)."""
+    which is therefore exact to rounding. ``x_range`` is ``2^(mantissa bits)``: float64
+    ``2^53``, ``floor = 2^-892``; float32 ``2^24``, ``floor = 2^-54``."""
     fi = jnp.finfo(dtype)
-    xb = fi.maxexp // 16  # float64: x_range = 2^64; float32: 2^8
+    xb = fi.nmant + 1
     return float(fi.tiny), float(fi.tiny) * 2.0 ** (xb + 20 + fi.nmant + 5), 2.0**xb
 
 

@@ -81,8 +81,8 @@ class Energy(eqx.Module):
         """``(b, x)`` with ``log psi = b + log x`` elementwise (``x > 0`` where ``b > -inf``;
         a scalar ``x`` broadcasts). Passes that sum ``psi`` in linear space compute ``x
         e^(b + ...)``, so an energy whose ``log psi`` ends in ``log(x)`` saves that ``log``
-        by returning ``x`` here. A split whose ``x`` lies outside ``[2^-64, 2^64]``
-        (float64; ``[2^-8, 2^8]`` in float32) is allowed: its parent is then summed in log
+        by returning ``x`` here. A split whose ``x`` lies outside ``[2^-53, 2^53]``
+        (float64; ``[2^-24, 2^24]`` in float32) is allowed: its parent is then summed in log
         space from `log_psi`. The default is ``(log_psi(...), 1.0)``."""
         return self.log_psi(parent, left, right), 1.0
 
