@@ -272,8 +272,8 @@ def _class_pass(energy, feats, n, tabs, sched, num, bound, log_z, best, bp, out,
         else:
             hi, *bms = per_row(free, base, j0)
 
-        def row_splits(parts=False):  # the splits (L, Rm) of S (built here unless pushing)
-            L, Rm = (L_, Rm_) if kind == "push" else (lefts(hi, *bms), None)
+        def row_splits(parts=False, sides=None):  # the splits (L, Rm) of S (``sides``: given)
+            L, Rm = (lefts(hi, *bms), None) if sides is None else sides
             if kind == "out":
                 return (L,)
             valid = live_row[:, None] & (j() < (jnp.left_shift(1, k - 1) - 1))
@@ -282,12 +282,12 @@ def _class_pass(energy, feats, n, tabs, sched, num, bound, log_z, best, bp, out,
             f = energy.log_psi_parts if parts else energy.log_psi
             return L, Rm, valid, f(fP, take_rows(feats, L), take_rows(feats, Rm))
 
-        if kind == "push":
-            L_, Rm_ = L, Rm
         if kind == "out":
             (L,) = row_splits()
-        else:  # the log-Z-only inside pass and the push: log psi as (b, x), log psi = b + log x
-            L, Rm, valid, lp = row_splits(parts=kind == "in" and not stacked)
+        elif kind == "push":
+            L, Rm, valid, lp = row_splits(sides=(L, Rm))
+        else:  # the log-Z-only inside pass takes log psi as (b, x), log psi = b + log x
+            L, Rm, valid, lp = row_splits(parts=not stacked)
         if kind == "push":
             mS, zS = out[S], log_z[S]  # log P(S in H) - log Z(S) = log out(S) - log Z
             oS = jnp.where((mS > 0) & (zS > -jnp.inf), vmath.log(jnp.where(mS > 0, mS, 1.0)) - zS, -jnp.inf)
