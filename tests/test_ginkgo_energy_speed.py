@@ -204,3 +204,27 @@ def test_log_psi_equals_reference(e):
     np.testing.assert_allclose(new[fin], ref[fin], rtol=1e-12, atol=1e-12)
     assert np.all(np.isfinite(g_new))
     np.testing.assert_allclose(g_new, g_ref, rtol=1e-12, atol=1e-10)
+
+
+@pytest.mark.parametrize(
+    "e", ENERGIES, ids=lambda e: f"{e.likelihood}-root{e.separate_root}-ord{e.ordered}-ps{e.phase_space}"
+)
+def test_log_psi_parts_equal_log_psi_at_the_boundaries(e):
+    # log_psi_parts (b, x) of the linear-space log Z pass on the same jets, boundary cases
+    # included: b is -inf exactly where log psi is, x is positive and finite elsewhere, and
+    # b + log x equals log psi
+    P, L, R = _pairs(N)
+    X = jnp.asarray(_jets())
+
+    def both(x):
+        f = e.features(x)
+        take = lambda idx: jax.tree_util.tree_map(lambda a: a[idx], f)  # noqa: E731
+        b, xp = e.log_psi_parts(take(P), take(L), take(R))
+        return e.log_psi(take(P), take(L), take(R)), b, jnp.broadcast_to(xp, b.shape)
+
+    lp, b, xp = (np.asarray(a) for a in jax.jit(jax.vmap(both))(X))
+    np.testing.assert_array_equal(np.isneginf(b), np.isneginf(lp))
+    fin = np.isfinite(lp)
+    assert 0.02 < fin.mean() < 0.98
+    assert np.all((xp[fin] > 0) & np.isfinite(xp[fin]))
+    np.testing.assert_allclose(b[fin] + np.log(xp[fin]), lp[fin], rtol=1e-12, atol=1e-12)
