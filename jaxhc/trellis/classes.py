@@ -34,9 +34,6 @@ from .subsets import level_tables, select_features, take_rows
 __all__ = ["size_class", "class_call", "PUSH_FLOOR"]
 
 
-# ------------------------------------------------------------------------------------------
-# one compiled program per size class (levels as a loop over chunks of host-built tables)
-# ------------------------------------------------------------------------------------------
 #: size classes: a problem of ``n`` leaves runs in the program of the smallest bound
 #: ``>= n`` (its leaves padded with `Energy.pad_leaves`, its tables over ``2^bound``
 #: subsets of which it uses the first ``2^n``); above the last bound, one program per ``n``
