@@ -1040,7 +1040,7 @@ raises(
     "t_cut above every jet's mass",
     lambda: jaxhc.fit_lambda(*jets(), 1e6, **FIT),
     V,
-    r"t_cut=1e\+06 is not below the mass squared",
+    r"t_cut=1e\+06 is not below the jet.s mass squared",
 )
 raises(
     e,
@@ -1121,7 +1121,7 @@ raises(
     "t_cut above every jet's mass",
     lambda: jaxhc.sample_lambda(KEY, *jets(), 1e6, **SL),
     V,
-    r"t_cut=1e\+06 is not below the mass squared",
+    r"t_cut=1e\+06 is not below the jet.s mass squared",
 )
 
 # --- Tree conversions -----------------------------------------------------------------------
@@ -1270,7 +1270,7 @@ raises(
         ]
     ),
     V,
-    r"'leaves' has NaN or infinite",
+    r"jets\[0\] contains NaN or inf",
 )
 ok(e, "constant column", lambda: cli_bhc(_csv("constant.csv", const_col(X))), cli_summary("constant", 6))
 

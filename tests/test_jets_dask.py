@@ -71,3 +71,21 @@ def test_delayed_partitions_and_bad_input(client, capsys):
         jd.solve_on_dask(client, e, [make(0, 10)])
     with pytest.raises(TypeError, match="Energy"):
         jd.solve_on_dask(client, "ginkgo", [(lp, nl)])
+
+
+def test_a_bad_jet_is_skipped_on_the_workers(client):
+    """One jet with a NaN: its partition's other jets are solved, its record says why."""
+    sim = ginkgo.simulate(jax.random.PRNGKey(11), PARAMS, 16, min_leaves=3, max_leaves=6)
+    lp, nl = np.array(sim.leaves, np.float64), np.asarray(sim.n_leaves)
+    lp[5, 1, 2] = np.nan
+    e = PARAMS.energy("exact")
+    recs = jd.solve_on_dask(client, e, [(lp[:8], nl[:8]), (lp[8:], nl[8:])], cache_dir=False, progress_bar=False)
+    got = ak.concatenate(recs)
+    valid = ak.to_numpy(got.valid)
+    assert np.flatnonzero(~valid).tolist() == [5]
+    assert "NaN" in ak.to_list(got.reason)[5]
+    keep = np.flatnonzero(valid)
+    ref = trellis.solve_batch(e, lp[keep], nl[keep])
+    np.testing.assert_allclose(ak.to_numpy(got.log_z)[keep], ref.log_z, rtol=1e-13)
+    with pytest.raises(ValueError, match=r"1 of 8 problems fail the checks \(index 5\)"):
+        jd.solve_on_dask(client, e, [(lp[:8], nl[:8])], register_plugin=False, progress_bar=False, on_invalid="raise")

@@ -260,6 +260,14 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="with --partition-size: continue the run in --out, skipping its finished partitions",
     )
+    j.add_argument(
+        "--on-invalid",
+        choices=("skip", "raise"),
+        default="skip",
+        help="jets that fail the four-momentum checks (NaN, E <= 0, mass^2 below -2^-20 E E_jet): 'skip' "
+        "(default) leaves them out with a message naming each (partitioned runs record them with valid=false), "
+        "'raise' stops with an error naming every one",
+    )
     j.add_argument("--no-progress", action="store_true", help="no progress messages or bars")
     j.add_argument(
         "--cache-dir",

@@ -165,6 +165,7 @@ def _partitioned(args, energy, lp, nl, source, progress) -> int:
             resume=args.resume,
             ids=getattr(args, "_jet_ids", None),
             progress_bar=progress,
+            on_invalid=args.on_invalid,
         )
     except ValueError as e:
         raise InputError(str(e)) from None
@@ -173,6 +174,27 @@ def _partitioned(args, energy, lp, nl, source, progress) -> int:
         f"outputs in {args.out}"
     )
     return 0
+
+
+def _valid_jets(energy, lp, nl, on_invalid: str, progress: bool, ids=None):
+    """The jets that pass the energy's checks (`jaxhc.trellis.Energy.check_batch`), checked
+    once here: ``on_invalid="raise"`` stops with every bad jet named, ``"skip"`` drops them
+    with a message naming each (stderr). ``ids``: each jet's index in the input file (the
+    messages use it)."""
+    from ..trellis.invalid import InvalidProblems, InvalidProblemsError
+
+    lp, reasons = energy.check_batch(np.asarray(lp, np.float64), np.asarray(nl), "jets")
+    if not reasons:
+        return lp, nl
+    ids = np.arange(len(nl)) if ids is None else np.asarray(ids)
+    named = {int(ids[b]): r.replace(f"jets[{b}]", f"jets[{int(ids[b])}]", 1) for b, r in reasons.items()}
+    invalid = InvalidProblems.from_reasons(named, len(nl))
+    if on_invalid == "raise" or len(invalid) == len(nl):
+        raise InputError(str(InvalidProblemsError(invalid, "jets")))
+    log(True, f"[jaxhc jets] skipping {invalid.summary('jets', shown=3)}")
+    keep = np.ones(len(nl), bool)
+    keep[list(reasons)] = False
+    return lp[keep], np.asarray(nl)[keep]
 
 
 def _pad_jets(jets):
@@ -274,6 +296,7 @@ def cmd_jets(args) -> int:
         return _partitioned(args, energy, lp, nl, source, progress)
     if args.resume:
         raise InputError("--resume continues a partitioned run: pass it with --partition-size")
+    lp, nl = _valid_jets(energy, lp, nl, args.on_invalid, progress, getattr(args, "_jet_ids", None))
     backend = "numpy" if args.no_fastjet else "auto"
     log(progress, f"[jaxhc jets] {len(nl)} jets, likelihood={args.likelihood}: trellis, beam, greedy, kt family ...")
     res = jetsmod.compare_map_methods(energy, lp, nl, kt_backend=backend, progress_bar=progress)

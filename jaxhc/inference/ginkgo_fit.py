@@ -38,6 +38,7 @@ from ..models.ginkgo_lambda import check_positive as _check_positive
 from ..models.ginkgo_lambda import default_lam_prior, lambda_model, prepare_jets
 from ..trellis.batch import PreparedBatch, log_partition_prepared
 from ..trellis.energies import GinkgoEnergy
+from ..trellis.invalid import InvalidProblems
 
 __all__ = [
     "LambdaFit",
@@ -79,7 +80,7 @@ def _warn_float32():
 def _mean_log_z(u, batch, t_cut, likelihood):
     # only lam is passed: a root-split rate (lam_root), where the energy has one, stays tied to lam
     energy = GinkgoEnergy(jnp.exp(u), t_cut, likelihood)
-    return jnp.mean(log_partition_prepared(energy, batch))
+    return jnp.mean(log_partition_prepared(energy, batch))  # batch: a solved_part (no skipped jets)
 
 
 @partial(jax.jit, static_argnames=("likelihood",))
@@ -122,6 +123,9 @@ class LambdaFit(NamedTuple):
       converged: ``|d/du mean log Z| <= tol`` and ``d^2/du^2 mean log Z < 0`` at ``lam``
         (``u = log lambda``): a maximum, not the flat ``lambda -> 0`` end.
       grad: ``d/dlam`` of the summed ``log Z`` at ``lam``.
+      num_jets: the jets fitted (over all processes), those that passed the checks.
+      invalid: the `jaxhc.trellis.InvalidProblems` report of the jets left out
+        (``on_invalid="skip"``; empty when none was).
     """
 
     lam: float
@@ -130,6 +134,8 @@ class LambdaFit(NamedTuple):
     num_steps: int
     converged: bool
     grad: float
+    num_jets: int = 0
+    invalid: Any = None
 
 
 def fit_lambda(
@@ -146,6 +152,7 @@ def fit_lambda(
     max_newton_step: float = 1.0,
     progress_bar: bool = True,
     progress: Optional[bool] = None,
+    on_invalid: str = "skip",
 ) -> LambdaFit:
     """Maximum-likelihood ``lambda`` of a batch of jets with the trees summed out.
 
@@ -181,6 +188,9 @@ def fit_lambda(
       max_newton_step: largest Newton step in ``u`` (a factor ``e`` in ``lambda`` by default).
       progress_bar: show a tqdm progress bar.
       progress: deprecated spelling of ``progress_bar`` (DeprecationWarning).
+      on_invalid: ``"skip"`` (default): jets that fail the checks (`prepare_jets`) are left
+        out of the fit with one warning, and named in ``LambdaFit.invalid``; ``"raise"``:
+        raise `jaxhc.trellis.InvalidProblemsError` naming every one.
 
     Returns:
       `LambdaFit`. Only ``lam`` is fitted: a separate root-split rate of the energy, where it
@@ -196,7 +206,8 @@ def fit_lambda(
     max_step = _check_positive(max_newton_step, "max_newton_step")
     if optimizer is not None and not isinstance(optimizer, optax.GradientTransformation):
         raise TypeError(f"optimizer must be an optax GradientTransformation, got {type(optimizer).__name__}")
-    batch = prepare_jets(leaves_padded, n_leaves, tc, likelihood)
+    prepared = prepare_jets(leaves_padded, n_leaves, tc, likelihood, on_invalid)
+    batch = prepared.solved_part()
     # the root of a one-leaf jet is the subset {0} (bitmask 1); with several processes the
     # count is global, so that every process raises or none does
     multi = int(allgather_sum(np.array([np.sum(np.asarray(batch.subset_mask)[np.asarray(batch.roots)] > 1)]))[0])
@@ -258,16 +269,17 @@ def fit_lambda(
     # d/dlam = f' / lam, d^2/dlam^2 = (f'' - f') / lam^2 (per jet; times B for the sum)
     curv = B * (hess - grad) / lam**2
     stderr = float(1.0 / np.sqrt(-curv)) if curv < 0 else float("nan")
-    return LambdaFit(lam, stderr, np.asarray(trace), n_steps, bool(converged), B * grad / lam)
+    invalid = prepared.invalid if prepared.invalid is not None else InvalidProblems((), (), prepared.batch_size)
+    return LambdaFit(lam, stderr, np.asarray(trace), n_steps, bool(converged), B * grad / lam, B, invalid)
 
 
-def log_likelihood(lam, leaves_padded, n_leaves, t_cut, *, likelihood: str = "exact"):
+def log_likelihood(lam, leaves_padded, n_leaves, t_cut, *, likelihood: str = "exact", on_invalid: str = "skip"):
     """``sum_b log Z_b(lam)``: the log likelihood of ``lam`` with the trees summed out
     (traceable and differentiable in ``lam``; pass a `PreparedBatch` to skip the host
-    checks)."""
+    checks), over the jets that pass the checks (``on_invalid`` as in `prepare_jets`)."""
     _check_likelihood(likelihood)
     tc = _check_positive(t_cut, "t_cut")
-    batch = prepare_jets(leaves_padded, n_leaves, tc, likelihood)
+    batch = prepare_jets(leaves_padded, n_leaves, tc, likelihood, on_invalid).solved_part()
     if not isinstance(lam, jax.core.Tracer):
         _check_positive(lam, "lam")
     return jnp.sum(log_partition_prepared(GinkgoEnergy(lam, tc, likelihood), batch))
@@ -286,6 +298,7 @@ class LambdaSamples(NamedTuple):
       samples: ``[num_chains * num_samples]`` posterior draws of ``lambda``.
       mean, sd: posterior mean and standard deviation.
       interval: ``(2.5%, 97.5%)`` posterior quantiles (central 95% interval).
+      invalid: the `jaxhc.trellis.InvalidProblems` report of the jets left out.
     """
 
     mcmc: Any
@@ -293,6 +306,7 @@ class LambdaSamples(NamedTuple):
     mean: float
     sd: float
     interval: tuple
+    invalid: Any = None
 
 
 #: Former name of `LambdaSamples`.
@@ -312,6 +326,7 @@ def sample_lambda(
     likelihood: str = "exact",
     progress_bar: bool = True,
     progress: Optional[bool] = None,
+    on_invalid: str = "skip",
 ) -> LambdaSamples:
     """Posterior of ``lambda`` given the jets' leaves by NUTS over `lambda_model`.
 
@@ -331,6 +346,9 @@ def sample_lambda(
         devices when there are enough, sequentially otherwise).
       progress_bar: NumPyro's progress bar.
       progress: deprecated spelling of ``progress_bar`` (DeprecationWarning).
+      on_invalid: ``"skip"`` (default): jets that fail the checks are left out with one
+        warning (``LambdaSamples.invalid`` names them); ``"raise"``: raise
+        `jaxhc.trellis.InvalidProblemsError` naming every one.
 
     Returns:
       `LambdaSamples`.
@@ -346,7 +364,8 @@ def sample_lambda(
     num_samples = _check_count(num_samples, "num_samples", 1)
     num_chains = _check_count(num_chains, "num_chains", 1)
     prior = _check_prior(lam_prior)
-    batch = prepare_jets(leaves_padded, n_leaves, tc, likelihood)
+    prepared = prepare_jets(leaves_padded, n_leaves, tc, likelihood, on_invalid)
+    batch = prepared.solved_part()
     _warn_float32()
     # after jax.distributed.initialize with several processes, each holding its own jets,
     # the model's likelihood is summed over the processes (`sum_over_processes`), so every
@@ -368,4 +387,5 @@ def sample_lambda(
     mcmc.run(key, batch, None, tc, lam_prior=prior, likelihood=likelihood, extra_fields=("num_steps", "diverging"))
     s = np.asarray(mcmc.get_samples()["lam"])
     lo, hi = np.quantile(s, [0.025, 0.975])
-    return LambdaSamples(mcmc, s, float(s.mean()), float(s.std()), (float(lo), float(hi)))
+    invalid = prepared.invalid if prepared.invalid is not None else InvalidProblems((), (), prepared.batch_size)
+    return LambdaSamples(mcmc, s, float(s.mean()), float(s.std()), (float(lo), float(hi)), invalid)

@@ -92,15 +92,16 @@ def _as_padded(part, n_max):
     return lp, nl
 
 
-def _solve_partition(energy, part, n_max, marginals, first_id):
-    """Worker task: one partition through `solve_batch` (compact), as awkward records."""
+def _solve_partition(energy, part, n_max, marginals, first_id, on_invalid="skip"):
+    """Worker task: one partition through `solve_batch` (compact), as awkward records (a
+    skipped jet: ``valid=False`` and its ``reason``)."""
     import awkward as ak
 
     from ..trellis import solve_batch
     from .hep import to_awkward
 
     lp, nl = _as_padded(part, n_max)
-    sol = solve_batch(energy, lp, nl, marginals=marginals, tables=False)
+    sol = solve_batch(energy, lp, nl, marginals=marginals, tables=False, on_invalid=on_invalid)
     ids = np.arange(first_id, first_id + len(nl), dtype=np.int64) if first_id is not None else None
     rec = to_awkward(sol)
     return ak.with_field(rec, ids, "jet_id") if ids is not None else rec
@@ -117,6 +118,7 @@ def solve_on_dask(
     register_plugin: bool = True,
     gather: bool = True,
     progress_bar: bool = True,
+    on_invalid: str = "skip",
 ) -> List:
     """Solves every jet of every partition with the exact trellis on the Dask cluster of
     ``client``.
@@ -141,6 +143,10 @@ def solve_on_dask(
       gather: return the records (default); ``False``: the futures.
       progress_bar: with ``gather``, a tqdm bar over the partitions as they finish (on the
         client; the Dask dashboard shows the workers' side).
+      on_invalid: ``"skip"`` (default): a jet that fails the energy's checks gets a record
+        with ``valid=False``, NaN values and its ``reason`` (the others are solved);
+        ``"raise"``: its partition's task raises `jaxhc.trellis.InvalidProblemsError` naming
+        every bad jet of that partition.
 
     Returns:
       one awkward record array per partition, in order, with ``jet_id`` (the jet's index over
@@ -148,6 +154,9 @@ def solve_on_dask(
     """
     _distributed()
     from ..trellis import Energy
+    from ..trellis.invalid import check_on_invalid
+
+    check_on_invalid(on_invalid)
 
     if not isinstance(energy, Energy):
         raise TypeError(f"energy must be a jaxhc.trellis Energy, got {type(energy).__name__}")
@@ -175,7 +184,7 @@ def solve_on_dask(
     for part, first in zip(partitions, first_ids):
         if hasattr(part, "__dask_graph__"):
             part = client.compute(part)
-        futures.append(client.submit(_solve_partition, energy, part, n_max, marginals, first, pure=False))
+        futures.append(client.submit(_solve_partition, energy, part, n_max, marginals, first, on_invalid, pure=False))
     if not gather:
         return futures
     if progress_bar:

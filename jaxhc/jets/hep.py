@@ -113,8 +113,10 @@ def to_awkward(solution):
     """One awkward record per jet of a `jaxhc.trellis.solve_batch` result (compact or with
     tables): ``n_leaves``, ``log_z``, ``map_log_phi``, the MAP tree as ``map_left`` and
     ``map_right`` (the children of inner node ``n_leaves + t``, in `jaxhc.Tree` numbering:
-    leaves ``0..n-1``), and ``map_log_marginals`` (``log P(cluster in H)`` of each inner node
-    of the MAP tree) when the solve computed marginals."""
+    leaves ``0..n-1``), ``map_log_marginals`` (``log P(cluster in H)`` of each inner node
+    of the MAP tree) when the solve computed marginals, ``valid`` (False for a jet skipped
+    by ``on_invalid="skip"``: NaN values, children ``-1``) and ``reason`` (why it was
+    skipped; ``""`` for a valid jet)."""
     from ..trellis.compact import compact_solution
 
     ak = require_awkward()
@@ -130,6 +132,13 @@ def to_awkward(solution):
         "map_left": ak.unflatten(ch[..., 0][live].astype(np.int32), k),
         "map_right": ak.unflatten(ch[..., 1][live].astype(np.int32), k),
     }
+    valid = np.ones(len(nl), bool) if sol.valid is None else np.asarray(sol.valid, bool)
+    reasons = [""] * len(nl)
+    if sol.invalid is not None:
+        for i, r in zip(sol.invalid.index, sol.invalid.reasons):
+            reasons[i] = r
+    fields["valid"] = valid
+    fields["reason"] = reasons
     if sol.map_log_marginals is not None:
         fields["map_log_marginals"] = ak.unflatten(np.asarray(sol.map_log_marginals, np.float64)[live], k)
     return ak.zip(fields, depth_limit=1)
@@ -159,7 +168,15 @@ def from_awkward(records):
     if "map_log_marginals" in ak.fields(arr):
         lm = np.full((len(nl), width), np.nan)
         lm[live] = ak.to_numpy(ak.flatten(arr["map_log_marginals"]))
-    return compact_result(ak.to_numpy(arr["log_z"]), ak.to_numpy(arr["map_log_phi"]), nl, children, lm)
+    valid, invalid = None, None
+    if "valid" in ak.fields(arr):
+        from ..trellis.invalid import InvalidProblems
+
+        valid = ak.to_numpy(arr["valid"]).astype(bool)
+        why = ak.to_list(arr["reason"]) if "reason" in ak.fields(arr) else [""] * len(nl)
+        bad = np.flatnonzero(~valid)
+        invalid = InvalidProblems(tuple(int(i) for i in bad), tuple(str(why[i]) for i in bad), len(nl))
+    return compact_result(ak.to_numpy(arr["log_z"]), ak.to_numpy(arr["map_log_phi"]), nl, children, lm, valid, invalid)
 
 
 def as_padded_jets(jets, n_leaves=None):

@@ -17,8 +17,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import warnings
 
 import numpy as np
+
+from ..trellis.invalid import SKIP_WARNING as _SKIP_WARNING
+from ..trellis.invalid import InvalidProblems, apply_policy, check_on_invalid
 
 __all__ = ["solve_partitions", "read_partitions", "MANIFEST"]
 
@@ -56,6 +60,7 @@ def solve_partitions(
     ids=None,
     marginals: bool = False,
     progress_bar: bool = True,
+    on_invalid: str = "skip",
 ) -> dict:
     """Solves every jet with the exact trellis (`jaxhc.trellis.solve_batch`, compact results)
     in partitions of ``partition_size`` jets and writes one parquet file per partition under
@@ -71,6 +76,10 @@ def solve_partitions(
         rest solved. The settings (jets, ids, energy, partition size, marginals) must match;
         without ``resume`` an existing run in ``out_dir`` is an error, not overwritten.
       progress_bar: a tqdm bar over the partitions.
+      on_invalid: ``"skip"`` (default): jets that fail the energy's checks are written with
+        ``valid=False``, NaN values and the reason (one warning for the run; the manifest's
+        ``"invalid"`` lists their ids and reasons); ``"raise"``: raise
+        `jaxhc.trellis.InvalidProblemsError` naming every one before anything is solved.
     """
     from ..trellis import Energy, solve_batch
     from .hep import as_padded_jets, require_awkward, to_awkward
@@ -82,12 +91,17 @@ def solve_partitions(
         raise TypeError(f"partition_size must be a positive integer, got {partition_size!r}")
     if partition_size < 1:
         raise ValueError(f"partition_size must be a positive integer, got {partition_size}")
+    check_on_invalid(on_invalid)
     lp, nl = as_padded_jets(jets, n_leaves)
-    lp, nl = energy.validate_batch(np.asarray(lp, np.float64), np.asarray(nl)), np.asarray(nl).astype(np.int64)
+    nl = np.asarray(nl).astype(np.int64)
     B = len(nl)
     ids = np.arange(B, dtype=np.int64) if ids is None else np.asarray(ids).astype(np.int64).reshape(-1)
     if ids.shape != (B,) or len(np.unique(ids)) != B:
         raise ValueError(f"ids must be {B} unique integers, one per jet")
+    # every jet checked once, here; the partitions' solves then skip the same jets quietly
+    lp, reasons = energy.check_batch(np.asarray(lp, np.float64), nl)
+    invalid = InvalidProblems.from_reasons(reasons, B)
+    apply_policy(invalid, on_invalid, name="jets")
     digest = hashlib.sha256()
     for a in (lp, nl, ids):
         digest.update(np.ascontiguousarray(a).tobytes())
@@ -118,6 +132,7 @@ def solve_partitions(
                 f"({', '.join(f'{k}={old.get(k)!r}' for k in diff)})"
             )
         done = {int(k): v for k, v in old.get("done", {}).items() if os.path.exists(os.path.join(out_dir, v["file"]))}
+    report = {"invalid": {"jet_ids": [int(ids[i]) for i in invalid.index], "reasons": list(invalid.reasons)}}
     bar = None
     if progress_bar:
         from tqdm.auto import tqdm
@@ -128,21 +143,23 @@ def solve_partitions(
             if p in done:
                 continue
             a, b = p * partition_size, min(B, (p + 1) * partition_size)
-            sol = solve_batch(energy, lp[a:b], nl[a:b], marginals=marginals, tables=False)
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=_SKIP_WARNING, category=RuntimeWarning)
+                sol = solve_batch(energy, lp[a:b], nl[a:b], marginals=marginals, tables=False)
             rec = ak.with_field(to_awkward(sol), ids[a:b], "jet_id")
             name = f"part-{p:05d}.parquet"
             tmp = os.path.join(out_dir, "." + name + ".tmp")
             ak.to_parquet(rec, tmp)
             os.replace(tmp, os.path.join(out_dir, name))
             done[p] = {"file": name, "first": int(a), "count": int(b - a)}
-            _atomic_write_json(mpath, dict(settings, done={str(k): v for k, v in sorted(done.items())}))
+            _atomic_write_json(mpath, dict(settings, done={str(k): v for k, v in sorted(done.items())}, **report))
             if bar is not None:
                 bar.update(1)
     finally:
         if bar is not None:
             bar.close()
     if not os.path.exists(mpath):  # an empty run still leaves its manifest
-        _atomic_write_json(mpath, dict(settings, done={}))
+        _atomic_write_json(mpath, dict(settings, done={}, **report))
     with open(mpath) as f:
         return json.load(f)
 

@@ -562,7 +562,9 @@ def load_jets(path_or_list, max_leaves: Optional[int] = None) -> JetBatch:
 
     Leaves come back in the file's order; ``trees`` holds each jet's tree with leaf ``i`` =
     row ``i`` of its leaves (``None`` where the file has none). Raises ``ValueError`` for a
-    malformed file."""
+    malformed file (not a list of jets, leaves not numeric ``[n, 4]``). The values are not
+    checked here: the trellis entry points check them once (NaN, ``E <= 0``, off-shell
+    beyond float32 rounding), under their ``on_invalid`` policy."""
     if isinstance(path_or_list, (str, bytes)) or hasattr(path_or_list, "__fspath__"):
         with open(path_or_list) as fh:
             data = json.load(fh)
@@ -582,10 +584,6 @@ def load_jets(path_or_list, max_leaves: Optional[int] = None) -> JetBatch:
             raise ValueError(f"jet {i}: 'leaves' must be a numeric [n, 4] list of four-momenta") from None
         if lv.ndim != 2 or lv.shape[1] != 4 or lv.shape[0] == 0:
             raise ValueError(f"jet {i}: 'leaves' must be four-momenta [n, 4] (E, px, py, pz), got shape {lv.shape}")
-        if not np.all(np.isfinite(lv)):
-            raise ValueError(f"jet {i}: 'leaves' has NaN or infinite values")
-        if np.any(lv[:, 0] <= 0):
-            raise ValueError(f"jet {i}: every leaf needs a positive energy (column 0)")
         tree = cont = tt = None
         pre = "" if "tree" in j else "truth_"
         if pre + "tree" in j and pre + "content" in j:

@@ -12,8 +12,9 @@ import numpyro.distributions as dist
 
 from .._internal.processes import process_local, sum_over_processes
 from .._internal.validation import check_alpha
-from ..trellis.batch import PreparedBatch, log_partition_prepared, prepare_batch
+from ..trellis.batch import PreparedBatch, _check_batch, _layout_valid, log_partition_prepared
 from ..trellis.energies import GinkgoEnergy
+from ..trellis.invalid import InvalidProblems, apply_policy, check_on_invalid
 
 __all__ = ["check_lam_prior", "check_likelihood", "check_positive", "default_lam_prior", "lambda_model", "prepare_jets"]
 
@@ -36,7 +37,7 @@ def check_positive(x, name: str) -> float:
     return check_alpha(x, name)
 
 
-def prepare_jets(leaves_padded, n_leaves, t_cut, likelihood: str = "exact") -> PreparedBatch:
+def prepare_jets(leaves_padded, n_leaves, t_cut, likelihood: str = "exact", on_invalid: str = "skip") -> PreparedBatch:
     """Validates a batch of jets once and lays it out for the trellis (host work).
 
     Args:
@@ -48,9 +49,14 @@ def prepare_jets(leaves_padded, n_leaves, t_cut, likelihood: str = "exact") -> P
         awkward jets: taken from the array).
       t_cut: mass-squared cut-off of the shower (> 0, finite).
       likelihood: ``"exact"`` or ``"paper"``.
+      on_invalid: ``"skip"`` (default): jets that fail the four-momentum checks
+        (`jaxhc.trellis.GinkgoEnergy`) or that cannot split (several leaves whose total mass
+        squared is not above ``t_cut``: ``log Z = -inf`` for every ``lambda``) are left out,
+        with one warning; the batch's ``invalid`` report names each and why. ``"raise"``:
+        raise `jaxhc.trellis.InvalidProblemsError` naming every one.
 
     Returns:
-      `jaxhc.trellis.PreparedBatch` (every jet at its own size, one compiled program).
+      `jaxhc.trellis.PreparedBatch` (every valid jet at its own size, one compiled program).
     """
     check_likelihood(likelihood)
     tc = check_positive(t_cut, "t_cut")
@@ -70,26 +76,32 @@ def prepare_jets(leaves_padded, n_leaves, t_cut, likelihood: str = "exact") -> P
     lp = leaves_padded if isinstance(leaves_padded, jax.core.Tracer) else np.asarray(leaves_padded)
     if isinstance(lp, np.ndarray) and (lp.ndim != 3 or lp.shape[-1] != 4):
         raise ValueError(f"leaves_padded must be four-momenta [B, N_max, 4], got shape {lp.shape}")
-    batch = prepare_batch(GinkgoEnergy(1.0, tc, likelihood), leaves_padded, n_leaves)
-    if isinstance(lp, np.ndarray):
-        _check_jets_split(lp.astype(np.float64), np.asarray(n_leaves), tc)
-    return batch
+    check_on_invalid(on_invalid)
+    with jax.ensure_compile_time_eval():
+        # the four-momentum checks collected (never raised) here, the split check added, then
+        # the policy applied once to both
+        lp, nl, n_max, invalid = _check_batch(GinkgoEnergy(1.0, tc, likelihood), leaves_padded, n_leaves, None)
+        invalid = invalid.merged(_split_check(lp, nl, tc))
+        apply_policy(invalid, on_invalid, stacklevel=3)
+        return _layout_valid(lp, nl, n_max, invalid)
 
 
-def _check_jets_split(lp: np.ndarray, nl: np.ndarray, t_cut: float):
+def _split_check(lp: np.ndarray, nl: np.ndarray, t_cut: float) -> InvalidProblems:
     """Every split needs its parent's mass squared above ``t_cut``: a jet of two or more
     leaves whose total mass squared is not has ``log Z = -inf`` for every ``lambda``."""
     real = np.arange(lp.shape[1])[None, :] < nl[:, None]
-    p = np.sum(np.where(real[..., None], lp, 0.0), axis=1)
-    m2 = p[:, 0] ** 2 - np.sum(p[:, 1:] ** 2, axis=1)
-    bad = np.flatnonzero((nl >= 2) & ~(m2 > t_cut))
-    if bad.size:
-        b = int(bad[0])
-        raise ValueError(
-            f"t_cut={t_cut:g} is not below the mass squared {m2[b]:.4g} of jet {b} ({bad.size} of "
-            f"{len(nl)} jets): no split is possible there (log Z = -inf for every lambda); lower "
-            f"t_cut or check the units of the momenta"
+    with np.errstate(invalid="ignore", over="ignore"):
+        p = np.sum(np.where(real[..., None], lp, 0.0), axis=1)
+        m2 = p[:, 0] ** 2 - np.sum(p[:, 1:] ** 2, axis=1)
+    bad = np.flatnonzero((nl >= 2) & ~(m2 > t_cut) & np.isfinite(m2))
+    reasons = {
+        int(b): (
+            f"leaves_padded[{b}]: t_cut={t_cut:g} is not below the jet's mass squared {m2[b]:.4g}: no split is "
+            "possible (log Z = -inf for every lambda); lower t_cut or check the units of the momenta"
         )
+        for b in bad
+    }
+    return InvalidProblems.from_reasons(reasons, len(nl))
 
 
 def default_lam_prior():
@@ -154,6 +166,6 @@ def lambda_model(
         tc = check_positive(t_cut, "t_cut")
         batch = prepare_jets(leaves_padded, n_leaves, tc, likelihood)
     lam = numpyro.sample("lam", prior)
-    log_z = log_partition_prepared(GinkgoEnergy(lam, tc, likelihood), batch)
+    log_z = log_partition_prepared(GinkgoEnergy(lam, tc, likelihood), batch.solved_part())  # skipped jets left out
     total = jnp.sum(log_z)
     numpyro.factor("log_z", sum_over_processes(total) if across_processes else total)

@@ -31,6 +31,7 @@ from .exact import (
     solve,
     subtree_log_marginal,
 )
+from .invalid import InvalidProblems, InvalidProblemsError
 from .sampling import SampledTrees, sample
 from .search import SearchResult, beam, greedy
 from .sparse import SparseSolution, double_factorial, seed_trees_from_beam, sparse_solve
@@ -49,6 +50,8 @@ __all__ = [
     "Energy",
     "FourMomentumEnergy",
     "GinkgoEnergy",
+    "InvalidProblems",
+    "InvalidProblemsError",
     "SplitReport",
     "SplittingEnergy",
     "MAX_EXACT_LEAVES",

@@ -22,6 +22,7 @@ from .._internal.validation import real_array
 from .compact import children_from_backpointers, compact_result, compact_solution, gather_solutions, map_trees
 from .energies import Energy
 from .exact import TrellisSolution, check_num_leaves, num_splits, solve_impl
+from .invalid import InvalidProblems, apply_policy, check_on_invalid
 from .subsets import level_tables, take_rows
 
 __all__ = [
@@ -76,12 +77,22 @@ def _warn_float32_once():
 
 
 def _validate_batch(energy: Energy, leaves_padded, n_leaves):
+    """`_check_batch` with ``on_invalid="raise"``: ``(lp, nl, n_max)``."""
+    return _check_batch(energy, leaves_padded, n_leaves, "raise")[:3]
+
+
+def _check_batch(energy: Energy, leaves_padded, n_leaves, on_invalid: str, stacklevel: int = 4):
     """Eager checks shared by `solve_batch` and `prepare_batch`.
 
-    Returns ``(lp, nl, n_max)``: host float64 ``[B, N_max, ...]`` with every problem's
-    padding rows replaced by `Energy.pad_leaves` (so no user padding value, NaN included,
-    reaches a feature), host integer ``[B]`` sizes, and ``N_max``.
+    Returns ``(lp, nl, n_max, invalid)``: host float64 ``[B, N_max, ...]`` with every valid
+    problem's padding rows replaced by `Energy.pad_leaves` (so no user padding value, NaN
+    included, reaches a feature), host integer ``[B]`` sizes, ``N_max``, and the
+    `InvalidProblems` report of the problems that fail `Energy.check_batch` (``on_invalid``:
+    ``"raise"`` raises on any, ``"skip"`` warns and returns them for the caller to leave out,
+    None returns them without either).
     """
+    if on_invalid is not None:
+        check_on_invalid(on_invalid)
     if not isinstance(energy, Energy):
         raise TypeError(f"energy must be a jaxhc.trellis Energy, got {type(energy).__name__}")
     if isinstance(leaves_padded, jax.core.Tracer) or isinstance(n_leaves, jax.core.Tracer):
@@ -101,7 +112,11 @@ def _validate_batch(energy: Energy, leaves_padded, n_leaves):
     if np.any(nl < 1) or np.any(nl > n_max):
         raise ValueError(f"n_leaves must be in [1, N_max={n_max}]")
     check_num_leaves(n_max, None, None)
-    return energy.validate_batch(lp, nl, "leaves_padded"), nl, n_max
+    lp, reasons = energy.check_batch(lp, nl, "leaves_padded")
+    invalid = InvalidProblems.from_reasons(reasons, lp.shape[0])
+    if on_invalid is not None:
+        apply_policy(invalid, on_invalid, stacklevel=stacklevel)
+    return lp, nl, n_max, invalid
 
 
 def awkward_or_padded(leaves_padded, n_leaves):
@@ -142,6 +157,7 @@ def solve_batch(
     group_by_size: bool = True,
     layout: Optional[str] = None,
     tables: Optional[bool] = None,
+    on_invalid: str = "skip",
 ) -> TrellisSolution:
     """Solves many problems of different sizes at once (``vmap``; sharded over devices).
 
@@ -191,19 +207,29 @@ def solve_batch(
         the compact answers come from blocks of one problem size each, whose layout and
         compiled program are made once per size and reused by every later call (a long run
         over many batches compiles one program per distinct size).
+      on_invalid: what to do with problems that fail the energy's checks (`Energy.check_batch`;
+        for jets: NaN or inf, ``E <= 0``, ``m^2`` below ``-2^-20 E E_jet``, overflow).
+        ``"skip"`` (default): solve the others, warn once with the count and the first
+        reasons, and return the skipped ones with ``valid=False``, NaN ``log_z`` and
+        ``map_log_phi`` (NaN tables) and no tree (``map_children`` rows ``-1``), the full
+        report in ``invalid``; a run over a million jets is not stopped by one. ``"raise"``:
+        raise `jaxhc.trellis.InvalidProblemsError` (a ``ValueError``) naming every bad
+        problem and why.
 
     Returns:
       `TrellisSolution` with a leading batch axis on every array field and ``map_tree=None``
       (use `map_trees`); tables ``[B, 2^N_max]`` in both layouts, or the compact fields
-      (``tables=False``). Not differentiable (validates on the host); for gradients of
-      ``log Z`` use `log_partition_batch`.
+      (``tables=False``); ``valid`` ``[B]`` and the ``invalid`` report. Not differentiable
+      (validates on the host); for gradients of ``log Z`` use `log_partition_batch`.
     """
     if tables is not None and not isinstance(tables, (bool, np.bool_)):
         raise TypeError(f"tables must be True, False or None (the default), got {tables!r}")
-    return _solve_batch(energy, leaves_padded, n_leaves, marginals, devices, group_by_size, layout, tables)
+    return _solve_batch(energy, leaves_padded, n_leaves, marginals, devices, group_by_size, layout, tables, on_invalid)
 
 
-def _solve_batch(energy, leaves_padded, n_leaves, marginals, devices, group_by_size, layout, tables):
+def _solve_batch(
+    energy, leaves_padded, n_leaves, marginals, devices, group_by_size, layout, tables, on_invalid="raise"
+):
     """`solve_batch` after its argument checks (``tables=None``: tables for one problem)."""
     if not (layout is None or (isinstance(layout, str) and layout in ("grouped", "flat"))):
         raise ValueError(f"layout must be 'grouped' or 'flat' (or None: the default), got {layout!r}")
@@ -211,13 +237,65 @@ def _solve_batch(energy, leaves_padded, n_leaves, marginals, devices, group_by_s
         raise ValueError(
             "layout='flat' computes log Z and the MAP only; marginals=True needs layout='grouped' (or None)"
         )
-    lp, nl, n_max = _validate_batch(energy, leaves_padded, n_leaves)
+    lp, nl, n_max, invalid = _check_batch(energy, leaves_padded, n_leaves, on_invalid, stacklevel=5)
     devices = list(jax.local_devices()) if devices is None else list(devices)
     B = lp.shape[0]
     if layout is None:
         layout = "flat" if (not marginals and group_by_size and len(devices) == 1) else "grouped"
     if tables is None:
         tables = B == 1
+    keep = np.ones(B, bool)
+    keep[list(invalid.index)] = False
+    if np.all(keep):
+        sol = _solve_valid(energy, lp, nl, n_max, marginals, devices, group_by_size, layout, tables)
+        return sol._replace(valid=np.ones(B, bool), invalid=invalid)
+    if np.any(keep):
+        part = _solve_valid(energy, lp[keep], nl[keep], n_max, marginals, devices, group_by_size, layout, tables)
+    else:
+        part = None
+    return _with_skipped(part, keep, nl, n_max, marginals, tables, invalid)
+
+
+def _with_skipped(part, keep, nl, n_max, marginals, tables, invalid) -> TrellisSolution:
+    """The solution of the whole batch from ``part``, that of the problems ``keep`` (None
+    when there is none): the others get NaN values, NaN tables (backpointer 0) and no
+    tree (children ``-1``)."""
+    B = len(keep)
+
+    def full(x, fill, dtype, shape):
+        out = np.full((B,) + tuple(shape), fill, dtype)
+        if part is not None and x is not None:
+            out[keep] = np.asarray(x)
+        return out
+
+    get = (lambda f: getattr(part, f)) if part is not None else (lambda f: None)
+    if tables:
+        T = 2**n_max
+        lz = full(get("log_z"), np.nan, np.float64, ())
+        mv = full(get("map_log_phi"), np.nan, np.float64, ())
+        lm = full(get("log_marginals"), np.nan, np.float64, (T,)) if marginals else None
+        tz, tb = full(get("log_z_table"), np.nan, np.float64, (T,)), full(get("map_table"), np.nan, np.float64, (T,))
+        bp = full(get("backpointer"), 0, np.int32, (T,))
+        j = lambda x: None if x is None else jnp.asarray(x)
+        return TrellisSolution(
+            j(lz), j(mv), None, j(lm), j(tz), j(tb), j(bp), jnp.asarray(nl), None, None, keep, invalid
+        )
+    m = max(n_max - 1, 0)
+    lm = full(get("map_log_marginals"), np.nan, np.float64, (m,)) if marginals else None
+    return compact_result(
+        full(get("log_z"), np.nan, np.float64, ()),
+        full(get("map_log_phi"), np.nan, np.float64, ()),
+        nl,
+        full(get("map_children"), -1, np.int32, (m, 2)),
+        lm,
+        keep,
+        invalid,
+    )
+
+
+def _solve_valid(energy, lp, nl, n_max, marginals, devices, group_by_size, layout, tables) -> TrellisSolution:
+    """`solve_batch` of problems that passed the checks."""
+    B = lp.shape[0]
     if layout == "flat" and group_by_size and not tables:
         return _solve_batch_flat_by_size(energy, lp, nl, n_max, devices[0])
     if layout == "flat":
@@ -296,6 +374,15 @@ class PreparedBatch(eqx.Module):
         ``group_by_size=False``): evaluated without gradient, never used.
       roots: ``[B]`` int32 slot of each problem's full set of real elements.
       num_slots: ``T``; chunk_size: pairs per chunk.
+      index: ``[B_solved]`` int32 position of each laid-out problem in the caller's batch,
+        when `prepare_batch` skipped problems that failed the checks (``on_invalid="skip"``);
+        None when every problem is laid out.
+      num_problems: the caller's batch size ``B`` (``-1``: as laid out).
+      invalid: the `jaxhc.trellis.InvalidProblems` report of the skipped problems (None: none).
+
+    ``batch_size`` counts the laid-out (valid) problems; `log_partition_prepared` returns
+    ``[num_problems]`` values with NaN at the skipped ones, and `solved_part` the batch of
+    the laid-out problems alone (its ``log Z`` has no NaN: sum it).
     """
 
     leaves: jax.Array
@@ -308,11 +395,35 @@ class PreparedBatch(eqx.Module):
     roots: jax.Array
     num_slots: int = eqx.field(static=True)
     chunk_size: int = eqx.field(static=True)
+    index: Optional[jax.Array] = None
+    num_problems: int = eqx.field(static=True, default=-1)
+    invalid: Optional[InvalidProblems] = eqx.field(static=True, default=None)
 
     @property
     def batch_size(self) -> int:
+        """Problems laid out (those that passed the checks)."""
         return int(self.roots.shape[0])
 
+    def solved_part(self) -> "PreparedBatch":
+        """The batch of the laid-out problems alone (no skipped ones, no report): what to
+        sum ``log Z`` over."""
+        if self.index is None and self.invalid is None:
+            return self
+        return PreparedBatch(*(getattr(self, f) for f in _CORE_FIELDS))
+
+
+_CORE_FIELDS = (
+    "leaves",
+    "subset_problem",
+    "subset_mask",
+    "singles",
+    "pairs",
+    "segment_slot",
+    "live",
+    "roots",
+    "num_slots",
+    "chunk_size",
+)
 
 #: largest number of split evaluations per scan step of `log_partition_prepared`
 _MAX_CHUNK_PAIRS = 1 << 16
@@ -330,14 +441,16 @@ def _host_splits(n: int, k: int):
     return masks.astype(np.int64), L
 
 
-def prepare_batch(energy: Energy, leaves_padded, n_leaves=None, *, group_by_size: bool = True) -> PreparedBatch:
+def prepare_batch(
+    energy: Energy, leaves_padded, n_leaves=None, *, group_by_size: bool = True, on_invalid: str = "skip"
+) -> PreparedBatch:
     """Validates a batch on the host once and lays it out for `log_partition_prepared`.
 
     Call it once, then evaluate the batch at many parameter values (optimisation loops,
     MCMC) without re-validating.
 
     Args:
-      energy: the energy whose `Energy.validate_leaves` checks each problem (its parameter
+      energy: the energy whose `Energy.check_batch` checks each problem (its parameter
         values do not matter; any instance of the same kind will do).
       leaves_padded: ``[B, N_max, ...]`` each problem's leaves in its first ``n_leaves[b]``
         rows; the remaining rows are never read (neither checked nor used).
@@ -347,6 +460,11 @@ def prepare_batch(energy: Energy, leaves_padded, n_leaves=None, *, group_by_size
         ``N_max`` as in `solve_batch` (the subsets holding padding are evaluated too,
         ``3^N_max`` per problem, without gradient, and enter no real subset), for
         cross-checks.
+      on_invalid: ``"skip"`` (default): problems that fail the checks are left out of the
+        layout (warning once; `PreparedBatch.invalid` names them and why, and
+        `log_partition_prepared` gives them NaN); ``"raise"``: raise
+        `jaxhc.trellis.InvalidProblemsError` naming every one. A batch in which every
+        problem fails raises either way (there is nothing to lay out).
 
     Returns:
       `PreparedBatch`.
@@ -354,7 +472,22 @@ def prepare_batch(energy: Energy, leaves_padded, n_leaves=None, *, group_by_size
     # host work on concrete arrays even inside a traced function (under `jax.jit` of a
     # function of the energy's parameters, jnp ops on constants would otherwise be staged)
     with jax.ensure_compile_time_eval():
-        return _layout_batch(*_validate_batch(energy, leaves_padded, n_leaves), group_by_size)
+        lp, nl, n_max, invalid = _check_batch(energy, leaves_padded, n_leaves, on_invalid)
+        return _layout_valid(lp, nl, n_max, invalid, group_by_size)
+
+
+def _layout_valid(lp, nl, n_max, invalid: InvalidProblems, group_by_size: bool = True) -> PreparedBatch:
+    """`_layout_batch` of the problems not in ``invalid``, with their positions and the
+    report (`PreparedBatch.index`, ``invalid``) when some are left out."""
+    if not invalid:
+        return _layout_batch(lp, nl, n_max, group_by_size)
+    keep = np.ones(len(nl), bool)
+    keep[list(invalid.index)] = False
+    if not np.any(keep):
+        raise ValueError(invalid.summary() + ": no problem is left to lay out")
+    core = _layout_batch(lp[keep], nl[keep], n_max, group_by_size)
+    index = jnp.asarray(np.flatnonzero(keep).astype(np.int32))
+    return PreparedBatch(*(getattr(core, f) for f in _CORE_FIELDS), index, len(nl), invalid)
 
 
 def _bucket(x: int) -> int:
@@ -529,16 +662,22 @@ def log_partition_prepared(energy: Energy, batch: PreparedBatch) -> jax.Array:
     Traceable and differentiable in the energy's parameters (``jax.grad``, ``jax.jvp``,
     ``eqx.filter_grad``; inside ``jit`` and NumPyro models): one jitted program for the
     whole batch with the energy as a traced argument, so new parameter values do not
-    recompile. No host checks here (`prepare_batch` did them).
+    recompile. No host checks here (`prepare_batch` did them). Problems that `prepare_batch`
+    skipped get NaN (sum ``log_partition_prepared(energy, batch.solved_part())`` instead).
     """
     if not isinstance(energy, Energy):
         raise TypeError(f"energy must be a jaxhc.trellis Energy, got {type(energy).__name__}")
     if not isinstance(batch, PreparedBatch):
         raise TypeError(f"batch must be a PreparedBatch from prepare_batch, got {type(batch).__name__}")
-    return _log_partition_flat(energy, batch)
+    log_z = _log_partition_flat(energy, batch.solved_part())
+    if batch.index is None:
+        return log_z
+    return jnp.full((batch.num_problems,), jnp.nan, log_z.dtype).at[batch.index].set(log_z)
 
 
-def log_partition_batch(energy: Energy, leaves_padded, n_leaves=None, *, group_by_size: bool = True) -> jax.Array:
+def log_partition_batch(
+    energy: Energy, leaves_padded, n_leaves=None, *, group_by_size: bool = True, on_invalid: str = "skip"
+) -> jax.Array:
     """``[B]`` exact ``log Z`` of many problems of different sizes, differentiable in the
     energy's parameters (unlike `solve_batch`, which leaves the device for its tables).
 
@@ -556,11 +695,16 @@ def log_partition_batch(energy: Energy, leaves_padded, n_leaves=None, *, group_b
       group_by_size: evaluate each problem at its own size (default; the problems of all
         sizes share one compiled program, see `PreparedBatch`), or ``False``: every problem
         padded to ``N_max``.
+      on_invalid: ``"skip"`` (default: NaN for the problems that fail the checks, with a
+        warning) or ``"raise"``, as in `prepare_batch`.
 
     Returns:
       ``[B]`` ``log Z`` (Alg. 1 / Prop. 1 of the trellis paper), in batch order.
     """
-    return log_partition_prepared(energy, prepare_batch(energy, leaves_padded, n_leaves, group_by_size=group_by_size))
+    with jax.ensure_compile_time_eval():
+        lp, nl, n_max, invalid = _check_batch(energy, leaves_padded, n_leaves, on_invalid)
+        batch = _layout_valid(lp, nl, n_max, invalid, group_by_size)
+    return log_partition_prepared(energy, batch)
 
 
 def _flat_dp(energy, batch: PreparedBatch):

@@ -76,10 +76,15 @@ def children_from_backpointers(bp, n: int) -> np.ndarray:
     return out
 
 
-def compact_result(log_z, map_log_phi, n_leaves, map_children, map_log_marginals=None) -> TrellisSolution:
+def compact_result(
+    log_z, map_log_phi, n_leaves, map_children, map_log_marginals=None, valid=None, invalid=None
+) -> TrellisSolution:
     """A compact `TrellisSolution` (the per-subset table fields ``None``) from per-problem
     host arrays: ``log_z``, ``map_log_phi`` ``[B]``, ``n_leaves`` ``[B]``, ``map_children``
-    ``[B, N_max - 1, 2]`` and optionally ``map_log_marginals`` ``[B, N_max - 1]``."""
+    ``[B, N_max - 1, 2]``, optionally ``map_log_marginals`` ``[B, N_max - 1]``, and the
+    ``valid`` flags ``[B]`` (default: every finite-input problem) and ``invalid`` report."""
+    if valid is None:
+        valid = np.ones(np.shape(log_z), bool)
     return TrellisSolution(
         np.asarray(log_z, np.float64),
         np.asarray(map_log_phi, np.float64),
@@ -91,6 +96,8 @@ def compact_result(log_z, map_log_phi, n_leaves, map_children, map_log_marginals
         np.asarray(n_leaves),
         map_children,
         map_log_marginals,
+        np.asarray(valid, bool),
+        invalid,
     )
 
 
@@ -110,17 +117,18 @@ def compact_solution(sol: TrellisSolution) -> TrellisSolution:
     with_m = sol.log_marginals is not None
     lm_tab = np.asarray(sol.log_marginals) if with_m else None
     lm = np.full((B, max(n_max - 1, 0)), np.nan) if with_m else None
+    valid = np.ones(B, bool) if sol.valid is None else np.asarray(sol.valid, bool)
     for n in np.unique(nl):
         n = int(n)
         if n < 2:
             continue
-        idx = np.flatnonzero(nl == n)
+        idx = np.flatnonzero((nl == n) & valid)  # skipped problems: no tree
         ch = children_from_backpointers(bp[idx, : 1 << n], n)
         children[idx, : n - 1] = ch
         if with_m:
             masks = _cluster_masks(ch, n)
             lm[idx, : n - 1] = np.take_along_axis(lm_tab[idx], masks, axis=1)
-    return compact_result(sol.log_z, sol.map_log_phi, nl, children, lm)
+    return compact_result(sol.log_z, sol.map_log_phi, nl, children, lm, sol.valid, sol.invalid)
 
 
 def gather_solutions(sol: TrellisSolution) -> TrellisSolution:
@@ -154,12 +162,19 @@ def gather_solutions(sol: TrellisSolution) -> TrellisSolution:
         padded(c.map_log_phi, np.nan, np.float64),
         padded(c.n_leaves, 0, np.int64),
         padded(c.map_children, -1, np.int32),
+        padded(c.valid, False, bool),
     ]
     if with_m:
         fields.append(padded(c.map_log_marginals, np.nan, np.float64))
     got = [np.asarray(multihost_utils.process_allgather(f)) for f in fields]
     rows = [np.concatenate([g[p, : shapes[p, 0]] for p in range(len(shapes))]) for g in got]
-    return compact_result(*rows[:4], rows[4] if with_m else None)
+    # the skipped problems' indices, in the gathered order (their reasons stay on their process)
+    from .invalid import InvalidProblems
+
+    bad = np.flatnonzero(~rows[4])
+    why = "failed its process's checks (that process's report names why)"
+    invalid = InvalidProblems(tuple(int(i) for i in bad), tuple(f"problem {int(i)} {why}" for i in bad), len(rows[4]))
+    return compact_result(*rows[:4], rows[5] if with_m else None, rows[4], invalid)
 
 
 def _cluster_masks(children, n: int) -> np.ndarray:
@@ -175,13 +190,17 @@ def _cluster_masks(children, n: int) -> np.ndarray:
 
 
 def map_trees(batch: TrellisSolution) -> list:
-    """The MAP `Tree` of every problem of a `solve_batch` result (with tables or compact)."""
+    """The MAP `Tree` of every problem of a `solve_batch` result (with tables or compact);
+    None for a problem skipped by ``on_invalid="skip"`` (``valid`` False)."""
     nl = np.asarray(batch.n_leaves)
+    valid = np.ones(len(nl), bool) if batch.valid is None else np.asarray(batch.valid, bool)
     if batch.backpointer is None and batch.map_children is not None:
         ch = np.asarray(batch.map_children)
-        return [tree_of_children(ch[b, : int(nl[b]) - 1]) for b in range(len(nl))]
-    bp = np.asarray(batch.backpointer)
-    return [tree_from_backpointers(bp[b], int(nl[b])) for b in range(len(nl))]
+        one = lambda b: tree_of_children(ch[b, : int(nl[b]) - 1])
+    else:
+        bp = np.asarray(batch.backpointer)
+        one = lambda b: tree_from_backpointers(bp[b], int(nl[b]))
+    return [one(b) if valid[b] else None for b in range(len(nl))]
 
 
 def tree_of_children(children) -> Tree:

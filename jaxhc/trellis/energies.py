@@ -148,16 +148,35 @@ class Energy(eqx.Module):
         one split); energies with hard constraints override it. None: no reason known."""
         return None
 
-    def validate_batch(self, leaves_padded: np.ndarray, n_leaves: np.ndarray, name: str = "leaves_padded"):
-        """`validate_leaves` of every problem of a host batch ``[B, N_max, ...]``; returns the
-        batch (float64) with each problem's padding from `pad_leaves`. Energies override it
+    def check_batch(self, leaves_padded: np.ndarray, n_leaves: np.ndarray, name: str = "leaves_padded"):
+        """`validate_leaves` of every problem of a host batch ``[B, N_max, ...]``, collecting
+        every failure instead of raising the first.
+
+        Returns ``(batch, reasons)``: the batch (float64) with each valid problem's padding
+        from `pad_leaves` (a failing problem's rows as given), and ``{b: message}`` for every
+        problem ``b`` that fails (the message names it as ``name[b]``). Energies override it
         with a vectorised version (checks and messages alike)."""
         n_max = leaves_padded.shape[1]
-        out = []
+        out, reasons = np.array(leaves_padded, dtype=np.float64), {}
         for b in range(leaves_padded.shape[0]):
-            real = self.validate_leaves(self.crop_leaves(leaves_padded[b], int(n_leaves[b])), name=f"{name}[{b}]")
-            out.append(np.asarray(self.pad_leaves(jnp.asarray(real), n_max)))
-        return np.stack(out)
+            try:
+                real = self.validate_leaves(self.crop_leaves(leaves_padded[b], int(n_leaves[b])), name=f"{name}[{b}]")
+            except ValueError as e:
+                reasons[b] = str(e)
+                continue
+            out[b] = np.asarray(self.pad_leaves(jnp.asarray(real), n_max))
+        return out, reasons
+
+    def validate_batch(self, leaves_padded: np.ndarray, n_leaves: np.ndarray, name: str = "leaves_padded"):
+        """`check_batch` that raises `jaxhc.trellis.InvalidProblemsError` (a ``ValueError``)
+        naming every failing problem; returns the batch (float64, padding from
+        `pad_leaves`)."""
+        from .invalid import InvalidProblems, InvalidProblemsError
+
+        out, reasons = self.check_batch(leaves_padded, n_leaves, name)
+        if reasons:
+            raise InvalidProblemsError(InvalidProblems.from_reasons(reasons, leaves_padded.shape[0]), name)
+        return out
 
 
 class SplitReport(NamedTuple):
@@ -268,15 +287,29 @@ class CorrelationEnergy(AffinityEnergy):
         return -self.beta * energy
 
 
-#: four-momenta must have ``E^2 - |p|^2 >= -MASS2_TOLERANCE * E^2`` (rounding of massless
-#: particles passes; a FastJet-ordered row, E in the last column, almost never does)
-MASS2_TOLERANCE = 1e-6
+#: a leaf is physical when ``E^2 - |p|^2 >= -MASS2_TOLERANCE * E * E_jet`` (``E_jet``: the
+#: summed energy of its jet's leaves). The tolerance comes from the precision the momenta
+#: carry: float32 (what generators and ROOT files often store, and what Ginkgo computes its
+#: boosts in) keeps each component to a relative 2^-24, and a leaf made by boosts at the
+#: jet's scale carries absolute errors of a few 2^-24 E_jet per component, so its ``m^2 =
+#: E^2 - |p|^2`` is off by up to about ``4 E delta``; 2^-20 allows delta = 4 float32 ulps of
+#: E_jet. For a one-leaf jet it is about 1e-6 E^2. Such leaves are read with mass squared
+#: ``max(m^2, 0)``. A FastJet-ordered row (E last) has ``m^2`` near ``-E^2`` and fails unless
+#: its energy is below 2^-20 E_jet.
+MASS2_TOLERANCE = 2.0**-20
 
 
-def _unphysical(p) -> np.ndarray:
-    """Rows (last axis ``E, px, py, pz``) with ``E^2 - |p|^2 < -MASS2_TOLERANCE E^2``."""
-    e2 = p[..., 0] ** 2
-    return e2 - np.sum(p[..., 1:] ** 2, axis=-1) < -MASS2_TOLERANCE * e2
+def _jet_energy(p, real=None) -> np.ndarray:
+    """Summed energy of each jet (last axis ``E, px, py, pz``; rows axis -2; ``real`` masks
+    padding rows), broadcast back over the rows."""
+    e = p[..., 0] if real is None else np.where(real, p[..., 0], 0.0)
+    return np.sum(e, axis=-1, keepdims=True)
+
+
+def _unphysical(p, e_jet) -> np.ndarray:
+    """Rows (last axis ``E, px, py, pz``) with ``E^2 - |p|^2 < -MASS2_TOLERANCE E E_jet``."""
+    e = p[..., 0]
+    return e * e - np.sum(p[..., 1:] ** 2, axis=-1) < -MASS2_TOLERANCE * np.abs(e) * e_jet
 
 
 _ORDER_HINT = (
@@ -292,12 +325,14 @@ def _overflow_message(name, big) -> str:
     )
 
 
-def _unphysical_message(name, rows, i) -> str:
+def _unphysical_message(name, rows, i, e_jet) -> str:
     e, q = float(rows[i, 0]), float(np.linalg.norm(rows[i, 1:]))
+    m2 = e * e - q * q
     return (
-        f"{name}: four-momenta must be (E, px, py, pz) in GeV with E >= |p| (mass^2 >= 0 within "
-        f"{MASS2_TOLERANCE:g} E^2); row {i} has E = {e:.6g} < |p| = {q:.6g}. FastJet and `vector` order "
-        f"four-vectors (px, py, pz, E): pass np.roll(x, 1, axis=-1) instead"
+        f"{name}: four-momenta must be (E, px, py, pz) in GeV with E >= |p| (mass^2 >= -2^-20 E E_jet, "
+        f"float32 rounding at the jet's scale); row {i} has E = {e:.6g} < |p| = {q:.6g} (mass^2 = {m2:.3g}, "
+        f"{m2 / (e * e_jet):.3g} E E_jet). FastJet and `vector` order four-vectors (px, py, pz, E): pass "
+        f"np.roll(x, 1, axis=-1) instead"
     )
 
 
@@ -344,9 +379,10 @@ class FourMomentumEnergy(Energy):
             ok = bool(np.isfinite(np.float64(np.sum(np.abs(arr))) ** 4 * 64.0))
         if not ok:
             raise ValueError(_overflow_message(name, float(np.max(np.abs(arr)))))
-        bad = _unphysical(arr)
+        e_jet = float(np.sum(arr[:, 0]))
+        bad = _unphysical(arr, e_jet)
         if np.any(bad):
-            raise ValueError(_unphysical_message(name, arr, int(np.argmax(bad))))
+            raise ValueError(_unphysical_message(name, arr, int(np.argmax(bad)), e_jet))
         return arr
 
     def pad_leaves(self, leaves, n_max: int):
@@ -355,9 +391,10 @@ class FourMomentumEnergy(Energy):
         n = leaves.shape[0]
         return jnp.pad(leaves, ((0, n_max - n), (0, 0)))
 
-    def validate_batch(self, leaves_padded: np.ndarray, n_leaves: np.ndarray, name: str = "leaves_padded"):
-        """`validate_leaves` of every jet at once (the same checks and messages, naming the
-        first failing jet); padding rows set to zero four-momenta (`pad_leaves`)."""
+    def check_batch(self, leaves_padded: np.ndarray, n_leaves: np.ndarray, name: str = "leaves_padded"):
+        """`Energy.check_batch` of every jet at once (the same checks and messages as
+        `validate_leaves`, each jet reported by its first failing check); padding rows set to
+        zero four-momenta (`pad_leaves`)."""
         lp = np.asarray(leaves_padded, dtype=np.float64)
         if lp.ndim != 3 or lp.shape[2] != 4:
             if lp.ndim >= 2 and lp.shape[0] > 0:  # the per-jet message, for the first jet
@@ -365,26 +402,34 @@ class FourMomentumEnergy(Energy):
                 self.validate_leaves(self.crop_leaves(lp[b], int(n_leaves[b])), name=f"{name}[{b}]")
             raise ValueError(f"{name} must be four-momenta [B, N_max, 4] (E, px, py, pz), got shape {lp.shape}")
         real = np.arange(lp.shape[1])[None, :] < np.asarray(n_leaves)[:, None]
+        reasons = {}
 
-        def first_bad(bad_rows, msg):
-            bad = np.any(bad_rows & real, axis=1)
-            if np.any(bad):
-                raise ValueError(f"{name}[{int(np.argmax(bad))}]{msg}")
+        def note(bad_jets, msg):
+            for b in np.flatnonzero(bad_jets):
+                if int(b) not in reasons:  # each jet by its first failing check
+                    reasons[int(b)] = msg(int(b))
 
-        with np.errstate(invalid="ignore"):
-            first_bad(~np.all(np.isfinite(lp), axis=2), " contains NaN or inf values")
-            first_bad(lp[:, :, 0] <= 0, ": every energy E (column 0) must be positive" + _ORDER_HINT)
-        with np.errstate(over="ignore"):
+        with np.errstate(invalid="ignore", over="ignore"):
+            note(
+                np.any(~np.all(np.isfinite(lp), axis=2) & real, axis=1),
+                lambda b: f"{name}[{b}] contains NaN or inf values",
+            )
+            note(
+                np.any((lp[:, :, 0] <= 0) & real, axis=1),
+                lambda b: f"{name}[{b}]: every energy E (column 0) must be positive{_ORDER_HINT}",
+            )
             tot = np.sum(np.where(real[:, :, None], np.abs(lp), 0.0), axis=(1, 2))
-            ok = np.isfinite(tot**4 * 64.0)
-        if not np.all(ok):
-            b = int(np.argmin(ok))
-            raise ValueError(_overflow_message(f"{name}[{b}]", float(np.max(np.abs(lp[b][real[b]])))))
-        bad = _unphysical(lp) & real
-        if np.any(bad):
-            b = int(np.argmax(np.any(bad, axis=1)))
-            raise ValueError(_unphysical_message(f"{name}[{b}]", lp[b], int(np.argmax(bad[b]))))
-        return np.where(real[:, :, None], lp, 0.0)
+            note(
+                ~np.isfinite(tot**4 * 64.0),
+                lambda b: _overflow_message(f"{name}[{b}]", float(np.max(np.abs(lp[b][real[b]])))),
+            )
+            e_jet = _jet_energy(lp, real)
+            bad = _unphysical(lp, e_jet) & real
+        note(
+            np.any(bad, axis=1),
+            lambda b: _unphysical_message(f"{name}[{b}]", lp[b], int(np.argmax(bad[b])), float(e_jet[b, 0])),
+        )
+        return np.where(real[:, :, None], lp, 0.0), reasons
 
 
 class SummedMomentumEnergy(FourMomentumEnergy):

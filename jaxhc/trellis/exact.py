@@ -176,6 +176,11 @@ class TrellisSolution(NamedTuple):
       map_log_marginals: compact batches with ``marginals=True`` only: ``[B, N_max - 1]``
         ``log P(S in H)`` of the cluster ``S`` of every inner node of the MAP tree (row
         order of ``map_children``; NaN past ``N - 1``).
+      valid: batches only: ``[B]`` bool, False for the problems that failed the checks and
+        were skipped (``on_invalid="skip"``: their ``log_z`` and ``map_log_phi`` are NaN,
+        their tables NaN, their ``map_children`` rows ``-1``).
+      invalid: batches only: the `jaxhc.trellis.InvalidProblems` report of the skipped
+        problems (empty when none was).
     """
 
     log_z: Any
@@ -188,6 +193,8 @@ class TrellisSolution(NamedTuple):
     n_leaves: Any
     map_children: Any = None
     map_log_marginals: Any = None
+    valid: Any = None
+    invalid: Any = None
 
 
 def tree_from_backpointers(bp: np.ndarray, n: int, root: Optional[int] = None) -> Tree:
