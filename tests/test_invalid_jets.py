@@ -256,7 +256,18 @@ def test_cli_jets_skip_and_raise(generator_jets, tmp_path, capsys):
     jets[3]["leaves"][0][0] = -1.0  # file index 3
     path = tmp_path / "jets.json"
     path.write_text(json.dumps(jets))
-    args = ["jets", "--input", str(path), "--no-cache", "--no-progress", "--no-fastjet", "--min-leaves", "3", "--max-leaves", "5"]
+    args = [
+        "jets",
+        "--input",
+        str(path),
+        "--no-cache",
+        "--no-progress",
+        "--no-fastjet",
+        "--min-leaves",
+        "3",
+        "--max-leaves",
+        "5",
+    ]
     with pytest.raises(SystemExit) as e:
         main(args + ["--on-invalid", "raise", "--out", str(tmp_path / "a")])
     assert e.value.code == 2
