@@ -4,7 +4,7 @@ refined views (see `jaxhc.bhcc`)."""
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 import jax.numpy as jnp
 import numpy as np
@@ -379,6 +379,7 @@ def refine_partition(
     passes: int,
     propose,
     screen: Optional[int] = None,
+    explore: Optional[Callable] = None,
 ):
     """Local search over the column partition from the cut of a column tree, then a tree for it.
 
@@ -389,28 +390,47 @@ def refine_partition(
     merged view scores at least as high), the cut is taken as the partition and the search
     goes on while passes remain.
 
-    Returns ``None`` (the tree's cut is already a local optimum) or ``(children, node_h1,
-    node_d, node_pT, node_1mr, node_r, gain)`` of the new tree, ``gain`` the criterion's
-    increase from the input tree's cut to the new tree's cut (nats)."""
+    ``explore(P, local)`` (the stochastic search of `moves.stochastic_search`), when given,
+    then starts from that answer's partition ``P`` and leaves in it the best partition it
+    found (never worse), ``local(Q)`` being the same local search (``passes`` passes); if it
+    changed the partition, the local search, the rebuild and the cut loop run again from it.
+
+    Returns ``None`` (the tree's cut is already a local optimum, and ``explore`` found nothing
+    better) or ``(children, node_h1, node_d, node_pT, node_1mr, node_r, gain)`` of the new
+    tree, ``gain`` the criterion's increase from the input tree's cut to the new tree's cut
+    (nats)."""
     J = X.shape[1]
     la = float(np.log(alpha))
     views0 = _tree_views(children, J, node_r)
     P = _Partition(ev, alpha, views0)
     start = P.score()
     start_views = list(P.views)
-    left = int(passes)
-    rebuilt = None
     estimates = None if screen is None else (lambda views: _column_estimates(cd, alpha, X, views, screen))
-    while True:
-        left = _local_search(P, left, propose, estimates)
-        if rebuilt is None and P.views == start_views:
-            return None
-        rebuilt = _tree_over_views(ev, la, J, P.views)
-        cut = _tree_views(rebuilt[0], J, rebuilt[5])
-        if cut == P.views or left == 0:
-            break
-        P.set(cut)
-    P.set(_tree_views(rebuilt[0], J, rebuilt[5]))
+
+    def settle(rebuilt):
+        left = int(passes)
+        first = True
+        while True:
+            left = _local_search(P, left, propose, estimates)
+            if first and rebuilt is None and P.views == start_views:
+                return None
+            first = False
+            rebuilt = _tree_over_views(ev, la, J, P.views)
+            cut = _tree_views(rebuilt[0], J, rebuilt[5])
+            if cut == P.views or left == 0:
+                break
+            P.set(cut)
+        P.set(_tree_views(rebuilt[0], J, rebuilt[5]))
+        return rebuilt
+
+    rebuilt = settle(None)
+    if explore is not None:
+        before = list(P.views)
+        explore(P, lambda Q: _local_search(Q, int(passes), propose, estimates))
+        if P.views != before:
+            rebuilt = settle(rebuilt)
+    if rebuilt is None:
+        return None
     return rebuilt + (P.score() - start,)
 
 

@@ -14,6 +14,7 @@ from ...components import Component
 from .columns import ColumnData, column_model, validate_inputs
 from .hostmath import host_gammaln as _sgammaln
 from .merges import bhcc_core, merge_log
+from .moves import check_search, explorer, search_rng
 from .predictive import node_queries
 from .refine import SetEvidence, check_refine, greedy_split, refine_partition, tree_splits
 from .result import BHCCResult, finish_result
@@ -27,6 +28,10 @@ def bhcc(
     *,
     refine: bool = True,
     refine_passes: int = 10,
+    search: str = "local",
+    seed=0,
+    search_rounds: int = 3,
+    restarts: int = 6,
     progress_bar: Optional[bool] = None,
 ) -> BHCCResult:
     """Bayesian hierarchical cross-clustering of the columns of ``X`` (Algorithm 1), with the
@@ -59,6 +64,23 @@ def bhcc(
     within-view column hierarchy of the greedy tree is not kept. ``refine_gain`` holds the
     criterion's increase. If nothing improves, the result is the greedy tree's unchanged.
 
+    The local search stops at a local optimum: a partition that no single-column move, merge
+    or split improves, yet that a few moves through worse partitions would improve (a true
+    view spread over three found views, say). ``search="stochastic"`` then goes on from the
+    local search's answer with moves that target ``exp(criterion / T)``: exact Gibbs
+    reassignment of each column (to any view or a new one, from its exact conditional) and
+    sequentially-allocated split-merge proposals of views (Dahl 2003) accepted by
+    Metropolis-Hastings, ``search_rounds`` rounds (a Gibbs sweep and ``max(4, J // 4)``
+    split-merge steps each) at ``T = 2`` then at ``T = 1``; the best partition by the
+    criterion seen after any move is kept and polished by the local search. Then ``restarts``
+    times from a perturbation of the best (a view split by a split proposal, a fifth of the
+    columns moved at random, or two views merged, in turn): ``2`` rounds at ``T = 1`` and the
+    local search, the best kept. The answer is never worse than ``search="local"``'s (the
+    search starts from it and keeps the best), and the tree is rebuilt over it as above. All
+    draws come from ``seed``: the same seed gives the same result. Its cost is a few times
+    the local search's (every round evaluates ``O(J V)`` column sets more), so ``"local"``
+    stays the default.
+
     Args:
       X: data ``[I, J]`` (rows = data points, columns = dimensions); NaN marks missing
         entries.
@@ -69,6 +91,11 @@ def bhcc(
       refine: run the local search after the greedy tree (False: Algorithm 1 alone).
       refine_passes: most passes of the local search (>= 1). A pass evaluates ``O(J V)``
         column sets of ``V`` views (each a row BHC), fewer than the greedy tree's ``O(J^2)``.
+      search: ``"local"`` (the deterministic local search above) or ``"stochastic"`` (then
+        the Gibbs / split-merge search with restarts; with ``refine`` only).
+      seed: the stochastic search's seed, a non-negative integer or a `jax.random` key.
+      search_rounds: rounds of the stochastic search's chain per temperature (>= 0).
+      restarts: restarts of the stochastic search from perturbed partitions (>= 0).
       progress_bar: tqdm bar over column merges (default: ``J >= 100``).
 
     Returns:
@@ -79,6 +106,8 @@ def bhcc(
     check_component(component)
     alpha = check_alpha(alpha)
     check_refine(refine, refine_passes)
+    check_search(search, search_rounds, restarts)
+    rng = search_rng(seed)
     Xh = validate_inputs(X, component)
     cd = column_model(component, Xh)
     J = Xh.shape[1]
@@ -107,6 +136,7 @@ def bhcc(
             lr,
             refine_passes,
             greedy_split(ev, float(np.log(alpha)), tree_splits(children, J, h1)),
+            explore=explorer(search, rng, search_rounds, restarts),
         )
         if out is not None:
             children, h1, d, pT, l1, lr, gain = out
@@ -190,6 +220,9 @@ def rbhcc(
     levels: Optional[int] = None,
     refine: bool = True,
     refine_passes: int = 10,
+    search: str = "local",
+    search_rounds: int = 3,
+    restarts: int = 6,
     progress_bar: Optional[bool] = None,
 ) -> BHCCResult:
     """Randomized BHCC (Algorithm 2): a column tree in ``O(J log J)`` column comparisons.
@@ -219,7 +252,9 @@ def rbhcc(
     highest estimates are evaluated exactly (and accepted only if they improve exactly); and
     a view of ``threshold`` columns or more that is not a node of the tree is
     split by one filtering level (as above, same key stream) instead of a BHCC tree over its
-    columns. Below ``threshold`` the refinement is `bhcc`'s.
+    columns. Below ``threshold`` the refinement is `bhcc`'s. ``search="stochastic"`` adds
+    `bhcc`'s stochastic search (its local searches screened as above; its Gibbs sweeps are
+    exact, ``O(J V)`` column sets each), its draws from ``key`` (a stream of its own).
 
     Args:
       key: a `jax.random` key (the random subsets; the same key gives the same tree).
@@ -229,6 +264,7 @@ def rbhcc(
       threshold: groups with fewer columns are clustered by plain BHCC (>= subset_size).
       levels: number of filtering levels kept (None: no truncation).
       refine, refine_passes: the local search after the tree (see `bhcc`).
+      search, search_rounds, restarts: the stochastic search after it (see `bhcc`).
       progress_bar: tqdm bar over columns placed (default ``J >= 500``).
 
     Returns:
@@ -245,9 +281,11 @@ def rbhcc(
     if levels is not None and not (isinstance(levels, (int, np.integer)) and levels >= 0):
         raise ValueError(f"levels must be None or a non-negative integer, got {levels!r}")
     check_refine(refine, refine_passes)
+    check_search(search, search_rounds, restarts)
     from ..._internal.validation import check_key, numpy_rng
 
-    rng = numpy_rng(check_key(key, "key"))
+    key = check_key(key, "key")
+    rng = numpy_rng(key)
     cd = column_model(component, Xh)
     la = float(np.log(alpha))
     log_alpha = jnp.log(jnp.asarray(alpha, jnp.result_type(float)))
@@ -342,6 +380,7 @@ def rbhcc(
             refine_passes,
             propose,
             screen=subset_size if J >= threshold else None,
+            explore=explorer(search, numpy_rng(jax.random.fold_in(key, 1)), search_rounds, restarts),
         )
         if out is not None:
             children, node_h1, node_d, node_pT, node_1mr, node_r, gain = out
