@@ -619,7 +619,15 @@ def test_defaults_recover_a_two_level_hierarchy_and_are_scale_invariant():
     res = jaxhc.bhmc(jax.random.key(1), X, **kw)
     s = levelwise_scores(y, res.level_labels)
     ward = levelwise_scores(y, tree_level_labels(jaxhc.Tree.from_linkage(linkage(X, "ward")), 2))
-    assert s["nmi"][1] > 0.95 and np.all(s["nmi"] >= ward["nmi"] - 1e-12), (s["nmi"], ward["nmi"])
+    # the posterior summary (default) finds the subgroups at level 2; which subgroups share a
+    # level-1 node the model cannot tell (the component means are exchangeable under the tree:
+    # tests/test_bhmc_search.py), so level 1 is not compared here (eight sweeps)
+    assert s["nmi"][1] > 0.95 and s["nmi"][1] >= ward["nmi"][1], (s["nmi"], ward["nmi"])
+    # the paper's answer (best complete-data likelihood; here Ward's start) on request
+    old = jaxhc.bhmc(jax.random.key(1), X, summary="best_joint", **kw)
+    s_old = levelwise_scores(y, old.level_labels)
+    assert s_old["nmi"][1] > 0.95 and np.all(s_old["nmi"] >= ward["nmi"] - 1e-12), (s_old["nmi"], ward["nmi"])
+    np.testing.assert_array_equal(old.paths, res.paths)  # one run, two summaries
     assert np.all(np.isfinite(res.trace["log_likelihood"]))
     # the same key gives the same labels for a X + b (defaults follow the data)
     big = jaxhc.bhmc(jax.random.key(1), 1000.0 * X + 5.0, **kw)

@@ -14,14 +14,17 @@ from ...models.ncrp_hdp import (
     dp_child_log,
     normal_diag_logpdf,
 )
+from ...tree import Tree
 from .moves import point_update
 from .state import NEG_INF, BHMCConfig, BHMCState
 from .updates import update_theta, update_weights, update_weights_exact
 
 __all__ = [
+    "auto_starts",
     "bhmc_init",
     "level_sizes_from_gaps",
     "prior_sample_state",
+    "start_level_labels",
     "state_from_level_labels",
     "tree_init_state",
 ]
@@ -208,6 +211,83 @@ def level_sizes_from_gaps(heights, depth: int, max_clusters: int):
     return chosen
 
 
+def _check_sizes(level_sizes, L, N):
+    sizes = [int(v) for v in level_sizes]
+    if len(sizes) != L or any(v < 1 or v > N for v in sizes) or sizes != sorted(sizes):
+        raise ValueError(f"init_levels must be {L} non-decreasing cluster counts in 1..N={N}, got {level_sizes!r}")
+    return sizes
+
+
+def _cap(N, L, K):
+    return max(min(int(2 * np.sqrt(N)), K), L + 1)
+
+
+def start_level_labels(X, depth: int, init="ward", level_sizes=None, max_components: int = 128):
+    """The nested partition a start is cut from: ``(level_labels [N, L], level_sizes)``.
+
+    ``init``: ``"ward"`` (Ward's linkage of ``X``), a binary `Tree` (cut at the gaps of its own
+    merge heights), ``"bhc"`` (BHC's tree, `jaxhc.bhc` with ``NormalInverseWishart.from_data``,
+    cut at the sizes Ward's gaps give: its heights are merge ranks, not distances), or an int
+    array ``[N, L]`` of level labels (returned as it is). ``level_sizes``: clusters per level
+    (default `level_sizes_from_gaps` with at most ``max(2 sqrt(N), L + 1)`` clusters)."""
+    from scipy.cluster.hierarchy import cut_tree
+
+    X = np.asarray(X, float)
+    N = X.shape[0]
+    L = int(depth)
+    if not isinstance(init, (str, Tree)):
+        lab = np.asarray(init)
+        if lab.shape != (N, L) or lab.dtype.kind not in "iu":
+            raise ValueError(f"a level-label start must be an int array of shape {(N, L)}, got {lab.shape}")
+        return lab.astype(np.int64), [int(np.unique(lab[:, : l + 1], axis=0).shape[0]) for l in range(L)]
+    if N == 1:
+        return np.zeros((1, L), np.int64), [1] * L
+    cap = _cap(N, L, int(max_components))
+    if isinstance(init, str) and init == "bhc":
+        from ...components import NormalInverseWishart
+        from ..bhc.greedy import bhc
+
+        Zw = _linkage_of("ward", X)
+        Z = np.asarray(bhc(X, NormalInverseWishart.from_data(X)).tree.to_linkage(), float)
+        sizes = level_sizes_from_gaps(Zw[:, 2], L, cap) if level_sizes is None else _check_sizes(level_sizes, L, N)
+    else:
+        Z = _linkage_of(init, X)
+        sizes = level_sizes_from_gaps(Z[:, 2], L, cap) if level_sizes is None else _check_sizes(level_sizes, L, N)
+    return np.asarray(cut_tree(Z, n_clusters=sizes), np.int64).reshape(N, L), sizes
+
+
+def auto_starts(X, depth: int, num: int, level_sizes=None, max_components: int = 128):
+    """``num`` different starts for ``num`` chains, as ``(name, level_labels [N, L])``, in
+    turn (then again from the first): Ward's tree at its gap sizes (`level_sizes_from_gaps`,
+    or ``level_sizes``); BHC's tree at the same sizes; Ward's tree at the gap sizes of one
+    level fewer with the deepest level repeated (a pass-through level: every node has one
+    child); Ward's tree at the gap sizes of one level more without the coarsest (a finer
+    start); Ward's at one level fewer with the top level repeated. Chains that share a start
+    differ by their keys. BHC's start is skipped for ``N > 2000`` (its cost is quadratic)."""
+    X = np.asarray(X, float)
+    N = X.shape[0]
+    L = int(depth)
+    first, sizes = start_level_labels(X, L, "ward", level_sizes, max_components)
+    out = [("ward", first)]
+    if num == 1 or N < 3:
+        return (out * num)[:num]
+    Z = _linkage_of("ward", X)
+    cap = _cap(N, L, int(max_components))
+    specs = [("bhc", "bhc", sizes)] if N <= 2000 else []
+    if L >= 2:
+        fewer = level_sizes_from_gaps(Z[:, 2], L - 1, cap)
+        specs.append(("ward-repeat-bottom", "ward", fewer + fewer[-1:]))
+    more = level_sizes_from_gaps(Z[:, 2], L + 1, cap)[1:]
+    specs.append(("ward-finer", "ward", more))
+    if L >= 2:
+        specs.append(("ward-repeat-top", "ward", fewer[:1] + fewer))
+    for name, kind, sz in specs:
+        if len(out) >= num:
+            break
+        out.append((name, start_level_labels(X, L, kind, sz, max_components)[0]))
+    return [out[i % len(out)] for i in range(num)]
+
+
 def tree_init_state(
     X,
     depth: int,
@@ -224,32 +304,13 @@ def tree_init_state(
     max_components: int = 128,
     sample_hyper: bool = True,
 ):
-    """A start for the sampler cut from a hierarchy: Ward's linkage of ``X`` (``init="ward"``)
-    or a binary `Tree` (e.g. ``jaxhc.bhc(...).tree``) cut at ``level_sizes`` clusters per level
-    (nested cuts; default `level_sizes_from_gaps` with at most ``max(2 sqrt(N), L + 1)``
-    clusters), then `state_from_level_labels`.
+    """A start for the sampler cut from a hierarchy: Ward's linkage of ``X`` (``init="ward"``),
+    a binary `Tree` (e.g. ``jaxhc.bhc(...).tree``), ``"bhc"`` or level labels, cut at
+    ``level_sizes`` clusters per level (`start_level_labels`), then `state_from_level_labels`.
 
     Returns ``(state, level_sizes)``."""
-    from scipy.cluster.hierarchy import cut_tree
-
     X = np.asarray(X, float)
-    N = X.shape[0]
-    L, K = int(depth), int(max_components)
-    if N == 1:
-        sizes = [1] * L
-        labels = np.zeros((1, L), np.int64)
-    else:
-        Z = _linkage_of(init, X)
-        if level_sizes is None:
-            cap = max(min(int(2 * np.sqrt(N)), K), L + 1)
-            sizes = level_sizes_from_gaps(Z[:, 2], L, cap)
-        else:
-            sizes = [int(s) for s in level_sizes]
-            if len(sizes) != L or any(s < 1 or s > N for s in sizes) or sizes != sorted(sizes):
-                raise ValueError(
-                    f"init_levels must be {L} non-decreasing cluster counts in 1..N={N}, got {level_sizes!r}"
-                )
-        labels = np.asarray(cut_tree(Z, n_clusters=sizes), np.int64).reshape(N, L)
+    labels, sizes = start_level_labels(X, depth, init, level_sizes, max_components)
     st = state_from_level_labels(
         X,
         labels,

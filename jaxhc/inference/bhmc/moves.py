@@ -43,77 +43,75 @@ def _categorical(key, logits):
     return jnp.minimum(idx, logits.shape[0] - 1).astype(jnp.int32)
 
 
-def _break_stick(key, st: BHMCState, logb, slot):
-    """Section 4.1: every node breaks one more stick for component ``slot``, parents first
-    (root: ``u ~ Beta(1, gamma0)``; child of ``z``: ``u ~ Beta(gamma beta_z,slot, gamma
-    beta*_z)``; ``beta_slot = u beta*``, ``beta* <- (1 - u) beta*``)."""
-    K = logb.shape[1] - 1
+def _break_rest(key, st: BHMCState, rest):
+    """Section 4.1: every node breaks one more stick off its rest ``rest [M]`` (log), parents
+    first (root: ``u ~ Beta(1, gamma0)``; child of ``z``: ``u ~ Beta(gamma beta_z,new, gamma
+    beta*_z)``). Returns the new atom's log weights and the rests after it, both ``[M]``."""
+    M = rest.shape[0]
     L = st.path.shape[1] - 1
     par = jnp.maximum(st.parent, 0)
     lu, l1 = beta_log(jax.random.fold_in(key, 0), 1.0, st.gamma0)
-    logb = logb.at[0, slot].set(logb[0, K] + lu).at[0, K].add(l1)
+    col = jnp.full(M, NEG_INF, rest.dtype).at[0].set(rest[0] + lu)
+    rest = rest.at[0].add(l1)
 
-    def level_body(l, logb):  # a loop, not unrolled: one Beta sampler in the compiled program
+    def level_body(l, c):  # a loop, not unrolled: one Beta sampler in the compiled program
+        col, rest = c
         sel = (st.level == l) & (st.count > 0) & (st.parent >= 0)
-        a = st.gamma * jnp.exp(logb[par, slot])
-        b = st.gamma * jnp.exp(logb[par, K])
-        lu, l1 = beta_log(jax.random.fold_in(key, l), a, b)
-        newk = jnp.where(sel, logb[:, K] + lu, logb[:, slot])
-        newstar = jnp.where(sel, logb[:, K] + l1, logb[:, K])
-        return logb.at[:, slot].set(newk).at[:, K].set(newstar)
+        lu, l1 = beta_log(jax.random.fold_in(key, l), st.gamma * jnp.exp(col[par]), st.gamma * jnp.exp(rest[par]))
+        return jnp.where(sel, rest + lu, col), jnp.where(sel, rest + l1, rest)
 
-    return jax.lax.fori_loop(1, L + 1, level_body, logb)
+    return jax.lax.fori_loop(1, L + 1, level_body, (col, rest))
 
 
-def _new_component(key, st: BHMCState, x, leaf, cfg, use_x, need=True):
+def _new_component(key, st: BHMCState, x, leaf, cfg, use_x, need=True, max_tries: int = 1024):
     """Eq. 2's "new k" at node ``leaf``: instantiate the atom of the leaf's remaining stick
     that the draw selected.
 
-    Atoms of the rest are instantiated one at a time by section 4.1's stick-breaking step
-    (which visits them in the root's size-biased order), each taken with probability its
-    share ``u_leaf`` of the leaf's remaining stick; the ones not taken hold no point and are
-    folded back into every node's rest afterwards (Dirichlet aggregation; exact). Breaking a single stick and
+    Atoms of the rest are revealed one at a time by section 4.1's stick-breaking step
+    (`_break_rest`, which visits them in the root's size-biased order), each taken with
+    probability its share ``u_leaf`` of the leaf's remaining stick; the ones not taken hold no
+    point and are folded back into every node's rest (Dirichlet aggregation; exact): only
+    their summed weight is kept, so they take no component slot. Breaking a single stick and
     always taking it, as section 4.1 reads literally, would give the new atom the leaf weight
     of an unselected atom: e.g. with ``L = 1`` two points at one leaf would share a component
     with probability ``1 / (1 + gamma0)`` instead of the HDP's ``(1 + gamma / (1 + gamma0)) /
     (1 + gamma)``. The taken atom's ``theta`` is drawn from its posterior given ``x``
     (``use_x``) or from ``H``. With ``need`` False nothing happens (the loop runs zero times;
-    a ``while_loop`` rather than a ``cond`` so the state is updated in place)."""
+    a ``while_loop`` rather than a ``cond`` so the state is updated in place). After
+    ``max_tries`` untaken atoms the next one is taken (the chance of getting there is about
+    ``(1 - E u)^max_tries``; ``E u`` is the first atom's root share, ``1 / (1 + gamma0)``)."""
     K = st.logb.shape[1] - 1
     kt, kloop = jax.random.split(key)
+    dead = ~jnp.isfinite(st.logb[0, :K])
+    full = ~jnp.any(dead)
+    slot = jnp.argmax(dead).astype(jnp.int32)
+    rest0 = st.logb[:, K]
+    f = rest0.dtype
 
-    def cond(c):  # each untaken try fills a dead slot: at most K + 1 tries (capped explicitly)
-        return need & ~c[1] & ~c[3] & (c[2] <= K)
+    def cond(c):
+        return need & ~full & ~c[3]
 
     def body(c):
-        logb, taken, i, full, slot, theta = c
-        dead = ~jnp.isfinite(logb[0, :K])
-        full = ~jnp.any(dead)
-        slot = jnp.argmax(dead).astype(jnp.int32)
-        kb, ku, kh = jax.random.split(jax.random.fold_in(kloop, i), 3)
-        new = _break_stick(kb, st, logb, slot)
-        share = new[leaf, slot] - logb[leaf, K]  # log u at the leaf
-        take = jnp.log(jax.random.uniform(ku, (), logb.dtype)) < share
-        th = cfg.mu0 + jnp.sqrt(cfg.prior_var) * jax.random.normal(kh, cfg.mu0.shape, cfg.mu0.dtype)
-        logb = jnp.where(full, logb, new)
-        theta = jnp.where(full, theta, theta.at[slot].set(th))
-        return logb, take & ~full, i + 1, full, slot, theta
+        rest, untaken, _, _, i = c
+        kb, ku = jax.random.split(jax.random.fold_in(kloop, i))
+        col, rest_after = _break_rest(kb, st, rest)
+        take = (jnp.log(jax.random.uniform(ku, (), f)) < col[leaf] - rest[leaf]) | (i >= max_tries)
+        untaken = jnp.where(take, untaken, jnp.logaddexp(untaken, col))
+        return rest_after, untaken, col, take, i + 1
 
-    init = (st.logb, jnp.bool_(False), jnp.int32(0), jnp.bool_(False), jnp.int32(0), st.theta)
-    logb, _, _, full, slot, theta = jax.lax.while_loop(cond, body, init)
-    # atoms revealed and not taken hold no point: fold them back into every node's rest (exact:
-    # Dirichlet aggregation, as the weight update does for components without points)
-    untaken = ~jnp.isfinite(st.logb[0, :K]) & jnp.isfinite(logb[0, :K]) & (jnp.arange(K) != slot)
-    rest = jnp.logaddexp(logb[:, K], logsumexp(jnp.where(untaken[None, :], logb[:, :K], NEG_INF), axis=1))
-    logb = jnp.where(untaken[None, :], NEG_INF, logb[:, :K])
-    logb = jnp.concatenate([logb, rest[:, None]], axis=1)
+    neg = jnp.full_like(rest0, NEG_INF)
+    rest, untaken, col, _, _ = jax.lax.while_loop(cond, body, (rest0, neg, neg, jnp.bool_(False), jnp.int32(0)))
+    do = need & ~full
+    logb = st.logb.at[:, slot].set(jnp.where(do, col, st.logb[:, slot]))
+    logb = logb.at[:, K].set(jnp.where(do, jnp.logaddexp(rest, untaken), rest0))
     if use_x:
         var = 1.0 / (1.0 / cfg.prior_var + 1.0 / st.sigma2)
         mean = var * (cfg.mu0 / cfg.prior_var + x / st.sigma2)
-        theta = theta.at[slot].set(
-            jnp.where(need, mean + jnp.sqrt(var) * jax.random.normal(kt, mean.shape, mean.dtype), theta[slot])
-        )
-    st = st._replace(logb=logb, theta=theta, overflow=st.overflow | jnp.where(full, OVERFLOW_COMPONENTS, 0))
+    else:
+        var, mean = cfg.prior_var, cfg.mu0
+    th = mean + jnp.sqrt(var) * jax.random.normal(kt, mean.shape, mean.dtype)
+    theta = st.theta.at[slot].set(jnp.where(do, th, st.theta[slot]))
+    st = st._replace(logb=logb, theta=theta, overflow=st.overflow | jnp.where(need & full, OVERFLOW_COMPONENTS, 0))
     return st, slot
 
 
@@ -140,6 +138,25 @@ def _write_path(st: BHMCState, n, path_n, write, newlb, count_minus):
     )
 
 
+def _fold_own_component(st: BHMCState, n):
+    """Point ``n``'s component folded back into every node's rest ``beta*`` when ``n`` is its
+    only member (its ``theta`` dropped; the slot becomes free).
+
+    The point's update integrates out the ``theta`` of every atom the other points do not use
+    (the rest, through ``f*``). An atom held by ``n`` alone is one of them: keeping it with its
+    ``theta`` (drawn given ``x_n``) would condition the update on ``x_n`` twice and make
+    singletons sticky (too many components: 2.74 against the exact 2.65 for five points at
+    depth 2, measured by enumeration). Its weight joins the rest (Dirichlet aggregation); if
+    the point goes back to the rest, `_new_component` instantiates an atom from it again."""
+    K = st.theta.shape[0]
+    k = st.c[n]
+    alone = jnp.sum(st.c == k) == 1
+    col = st.logb[:, k]
+    rest = jnp.where(alone, jnp.logaddexp(st.logb[:, K], col), st.logb[:, K])
+    logb = st.logb.at[:, k].set(jnp.where(alone, NEG_INF, col)).at[:, K].set(rest)
+    return st._replace(logb=logb)
+
+
 def point_update(key, st: BHMCState, n, x, cfg, *, mode: str):
     """Moves point ``n`` (``mode="mcmc"``: Algorithm 2's path MH and Eq. 2 Gibbs for
     ``c_n``) or inserts it by the generative process (``mode="prior"``: the point is absent,
@@ -150,6 +167,8 @@ def point_update(key, st: BHMCState, n, x, cfg, *, mode: str):
     L = st.path.shape[1] - 1
     kp, kb, ka, kc, kn, kx = jax.random.split(key, 6)
     mcmc = mode == "mcmc"
+    if mcmc:
+        st = _fold_own_component(st, n)
     old = st.path[n]
     count_minus = st.count.at[old].add(-1) if mcmc else st.count
     slots = jnp.arange(M)
@@ -273,6 +292,7 @@ def gibbs_point_update(key, st: BHMCState, n, x, cfg, likelihood: bool = True):
     K = K1 - 1
     L = st.path.shape[1] - 1
     kp, kc, kb, kn = jax.random.split(key, 4)
+    st = _fold_own_component(st, n)
     old = st.path[n]
     leaf_lg, branch_lg, _, count_minus, ll, lfs = _path_conditional(st, n, x, cfg, likelihood)
     pick = _categorical(kp, jnp.concatenate([leaf_lg, branch_lg]))

@@ -28,7 +28,7 @@ from numpyro.infer.mcmc import MCMCKernel
 
 from ..._internal.chain import check_chains, map_chains, run_steps
 from ...tree import ParentTree, Tree
-from .init import bhmc_init, tree_init_state
+from .init import auto_starts, bhmc_init, start_level_labels, state_from_level_labels, tree_init_state
 from .moves import gibbs_point_update, point_update
 from .state import (
     NEG_INF,
@@ -43,6 +43,7 @@ from .state import (
     make_config,
     raise_overflow,
 )
+from .summary import BHMCPosterior, posterior_summary
 from .updates import complete_data_log_likelihood, update_hyper, update_theta, update_weights, update_weights_exact
 
 __all__ = [
@@ -68,6 +69,7 @@ def _sweep(
     num_hyper_steps: int,
     path_update: str = "gibbs",
     likelihood: bool = True,
+    num_split_merge: int = 0,
 ):
     N = X.shape[0]
     kperm, kpts, kh, kb, kt = jax.random.split(key, 5)
@@ -87,7 +89,7 @@ def _sweep(
     if path_update == "gibbs":  # alpha, sigma2 given the state; gamma0, gamma with the weights integrated out
         if sample_hyper:  # (without the likelihood sigma2 keeps its value: its target would be the flat prior)
             st = update_hyper(kh, st, X, cfg, num_hyper_steps, (True, False, False, likelihood))
-        st = update_weights_exact(kb, st, cfg, num_hyper_steps if sample_hyper else 0)
+        st = update_weights_exact(kb, st, cfg, num_hyper_steps if sample_hyper else 0, num_split_merge)
     else:
         if sample_hyper:
             st = update_hyper(kh, st, X, cfg, num_hyper_steps)
@@ -107,9 +109,12 @@ def _sweep(
     return st, info
 
 
-@functools.partial(jax.jit, static_argnames=("sample_hyper", "num_hyper_steps", "path_update", "likelihood"))
-def _sweep_jit(key, st, X, cfg, sample_hyper, num_hyper_steps, path_update="gibbs", likelihood=True):
-    return _sweep(key, st, X, cfg, sample_hyper, num_hyper_steps, path_update, likelihood)
+_STATIC = ("sample_hyper", "num_hyper_steps", "path_update", "likelihood", "num_split_merge")
+
+
+@functools.partial(jax.jit, static_argnames=_STATIC)
+def _sweep_jit(key, st, X, cfg, sample_hyper, num_hyper_steps, path_update="gibbs", likelihood=True, num_split_merge=0):
+    return _sweep(key, st, X, cfg, sample_hyper, num_hyper_steps, path_update, likelihood, num_split_merge)
 
 
 def bhmc_step(
@@ -145,22 +150,31 @@ class BHMCSamples(NamedTuple):
     """Output of `bhmc`.
 
     Attributes:
-      tree: `ParentTree` of the reported state (the one with the greatest complete-data
-        likelihood among the kept sweeps): leaves ``0..N-1`` are the points, each under its
-        level-``L`` node; internal nodes follow (``heights`` = their depth, points at ``L+1``).
+      tree: `ParentTree` of the reported answer (``summary="posterior"``: the posterior
+        summary's nested partitions, `BHMCPosterior.tree`; ``"best_joint"``: the state with
+        the greatest complete-data likelihood, ``state_to_tree(best_state)``): leaves
+        ``0..N-1`` are the points, each under its level-``L`` node; internal nodes follow
+        (``heights`` = their depth, points at ``L+1``).
       level_labels: int ``[N, L]``; column ``l - 1`` is every point's node at level ``l``,
-        renumbered ``0..`` per level.
-      paths: int ``[N, L + 1]`` node slots of the reported state.
-      labels: int ``[N]`` component of every point in the reported state.
-      log_likelihood: its complete-data log likelihood.
+        renumbered ``0..`` per level (nested: level ``l + 1`` refines level ``l``).
+      paths: int ``[N, L + 1]`` node slots of ``best_state``.
+      labels: int ``[N]`` components: the posterior consensus (``summary="posterior"``) or
+        ``best_state``'s.
+      log_likelihood: the complete-data log likelihood of ``best_state``.
       trace: dict of ``[num_warmup + num_samples]`` arrays, one entry per sweep
         (``log_likelihood``, ``accept_rate``, ``num_nodes``, ``num_components``, ``alpha``,
         ``gamma0``, ``gamma``, ``sigma2``).
       state: the last `BHMCState` (continue with `bhmc_step`).
-      best_state: the reported `BHMCState`.
+      best_state: the `BHMCState` with the greatest complete-data likelihood among the starts
+        and the kept sweeps of all chains (the paper's criterion).
       config: the `BHMCConfig` used.
-      best_sweep: the sweep that gave it (``-1``: the start, when no kept sweep reached its
+      best_sweep: the sweep that gave it (``-1``: a start, when no kept sweep reached its
         complete-data likelihood).
+      posterior: the `BHMCPosterior` of the kept sweeps of all chains (always computed).
+      summary: which answer ``tree``, ``level_labels`` and ``labels`` hold.
+      starts: the name of every chain's start (``"ward"``, ``"bhc"``, ``"ward-repeat-bottom"``,
+        ``"ward-finer"``, ``"ward-repeat-top"``, ``"tree"``, ``"labels"``, ``"chain"`` or
+        ``"init_state"``).
     """
 
     tree: ParentTree
@@ -173,6 +187,9 @@ class BHMCSamples(NamedTuple):
     best_state: BHMCState
     config: BHMCConfig
     best_sweep: int = -1
+    posterior: Optional[BHMCPosterior] = None
+    summary: str = "posterior"
+    starts: tuple = ()
 
 
 BHMCResult = BHMCSamples  # the former name (kept as an alias)
@@ -226,9 +243,93 @@ def _grow_state(st: BHMCState, M2: int, K2: int) -> BHMCState:
     )
 
 
-@functools.partial(jax.jit, static_argnames=("sample_hyper", "num_hyper_steps", "path_update", "likelihood"))
-def _sweep_chains_jit(keys, st, X, cfg, sample_hyper, num_hyper_steps, path_update="gibbs", likelihood=True):
-    return jax.vmap(lambda k, s: _sweep(k, s, X, cfg, sample_hyper, num_hyper_steps, path_update, likelihood))(keys, st)
+@functools.partial(jax.jit, static_argnames=_STATIC)
+def _sweep_chains_jit(
+    keys, st, X, cfg, sample_hyper, num_hyper_steps, path_update="gibbs", likelihood=True, num_split_merge=0
+):
+    return jax.vmap(
+        lambda k, s: _sweep(k, s, X, cfg, sample_hyper, num_hyper_steps, path_update, likelihood, num_split_merge)
+    )(keys, st)
+
+
+def _check_init(init, N, L):
+    if isinstance(init, str):
+        if init not in ("auto", "ward", "bhc", "chain"):
+            raise ValueError(
+                f"init must be 'auto', 'ward', 'bhc', 'chain', a jaxhc Tree over the {N} points, "
+                f"level labels [N, depth] or a list of these, got {init!r}"
+            )
+    elif isinstance(init, Tree):
+        if init.n_leaves != N:
+            raise ValueError(f"init tree has {init.n_leaves} leaves, expected N={N}")
+    else:
+        lab = np.asarray(init)
+        if lab.shape != (N, L) or lab.dtype.kind not in "iu":
+            raise ValueError(
+                f"init must be 'auto', 'ward', 'bhc', 'chain', a jaxhc Tree over the {N} points, "
+                f"level labels [N, depth] = {(N, L)} or a list of these, got {type(init).__name__} "
+                f"of shape {getattr(lab, 'shape', None)}"
+            )
+        for l in range(1, L):  # nested: a level-(l + 1) cluster inside one level-l cluster
+            _, inv = np.unique(lab[:, l], return_inverse=True)
+            up = np.zeros(inv.max() + 1, np.int64) - 1
+            for i, u in zip(inv.reshape(-1), lab[:, l - 1]):
+                if up[i] >= 0 and up[i] != u:
+                    raise ValueError(f"init level labels are not nested: level {l + 1} splits a level-{l} cluster")
+                up[i] = u
+
+
+def _chain_starts(X, L, inits, num_chains, init_levels, K):
+    """``(name, spec)`` for every chain: ``inits`` in turn (``"auto"`` expands to `auto_starts`,
+    one per chain that takes it); ``spec`` is level labels ``[N, L]`` or ``"chain"``."""
+    out = []
+    auto = None
+    for c in range(num_chains):
+        one = inits[c % len(inits)]
+        if isinstance(one, str) and one == "auto":
+            if auto is None:
+                n_auto = sum(
+                    1
+                    for i in range(num_chains)
+                    if isinstance(inits[i % len(inits)], str) and inits[i % len(inits)] == "auto"
+                )
+                auto = iter(auto_starts(X, L, n_auto, init_levels, K))
+            out.append(next(auto))
+        elif isinstance(one, str) and one == "chain":
+            out.append(("chain", "chain"))
+        else:
+            name = one if isinstance(one, str) else ("tree" if isinstance(one, Tree) else "labels")
+            out.append((name, start_level_labels(X, L, one, init_levels, K)[0]))
+    return out
+
+
+@jax.jit
+def _weight_similarity(path, logb):
+    """``sum over chains`` of the per-level weight similarity of every pair of points ``[L, N,
+    N]``: the cosine ``<beta_a, beta_b> / (|beta_a| |beta_b|)`` of the component weights of
+    their nodes ``a, b`` at that level (1 in one node; ``path [C, N, L + 1]``, ``logb [C, M,
+    K + 1]``)."""
+
+    def one(p, lb):
+        w = jnp.exp(lb[:, :-1])
+        w = w / jnp.maximum(jnp.sqrt(jnp.sum(w * w, 1, keepdims=True)), 1e-300)
+        G = w @ w.T
+        return jnp.stack([G[p[:, l]][:, p[:, l]] for l in range(1, p.shape[1])])
+
+    return jnp.sum(jax.vmap(one)(path, logb), 0)
+
+
+def _summarise(paths, comps, wsim, similarity):
+    """`posterior_summary` of every chain's kept sweeps (``paths [C, S, N, L + 1]``,
+    ``comps [C, S, N]``, mean weight similarity ``wsim [L, N, N]``)."""
+    C, S = paths.shape[:2]
+    return posterior_summary(
+        paths.reshape((C * S,) + paths.shape[2:]),
+        comps.reshape(C * S, -1),
+        np.arange(C),
+        weight_similarity=wsim,
+        similarity=similarity,
+    )
 
 
 def bhmc(
@@ -250,18 +351,34 @@ def bhmc(
     max_nodes: Optional[int] = None,
     max_components: Optional[int] = None,
     num_hyper_steps: int = 5,
-    init="ward",
+    init="auto",
     init_levels=None,
     path_update: str = "gibbs",
     num_chains: int = 1,
     chain_method: str = "vectorized",
     init_state: Optional[BHMCState] = None,
     progress_bar: bool = True,
+    summary: str = "posterior",
+    split_merge: int = 4,
+    similarity: str = "weights",
 ) -> BHMCSamples:
     """Bayesian Hierarchical Mixture Clustering (Huang et al.): ``num_warmup + num_samples``
-    sweeps of the exact block Gibbs sampler (or Algorithm 2's MH); reports the state with the
-    greatest complete-data likelihood ``p(X, c, V | B, theta)`` among the start and the kept
-    sweeps of all chains (the paper's criterion; ``best_sweep`` says which).
+    sweeps of the exact block Gibbs sampler (or Algorithm 2's MH) with split-merge moves on
+    every level's nodes, then a posterior summary of the kept sweeps of all chains: per level,
+    the partition that agrees best with the posterior similarity of the points, nested across
+    levels (`jaxhc.inference.bhmc.summary`). ``summary="best_joint"`` reports instead the
+    state with the greatest complete-data likelihood ``p(X, c, V | B, theta)`` among the starts
+    and the kept sweeps (the paper's criterion; ``best_sweep`` says which): over a chain that is
+    nearly always its start, not a summary of the posterior.
+
+    What the levels can show: the component means are drawn from ``H`` whatever the tree, so
+    the tree sees the data only through which components share nodes. Groups of points that
+    are pure components are found (the leaves), but how such groups nest (which subgroups share
+    a level-1 node) carries no information in the posterior (3 x 2 groups of 25 points: points
+    of two subgroups of one group share a level-1 node as often as points of different groups),
+    and nodes whose points hold the same components split and merge freely (the tree grows
+    with ``alpha``'s hyperprior). The summary's default similarity (``"weights"``) therefore
+    compares the nodes' mixtures rather than their identities.
 
     Defaults work on any data's location and scale: the base measure ``H`` is centred on the
     data's mean with its per-feature variance, ``sigma2`` starts at the pooled within-cluster
@@ -291,15 +408,20 @@ def bhmc(
         ``N L + L + 1`` nodes and 4096 components; given explicitly, running out raises a
         ValueError that names the one to raise.
       num_hyper_steps: MH proposals per hyperparameter per sweep.
-      init: ``"ward"`` (default; `tree_init_state`), a binary `Tree` over the points (e.g. a
-        BHC tree) cut the same way, or ``"chain"`` (the paper's start: every point on one path,
-        components from the root's sticks at random points).
-      init_levels: clusters per level for a tree start (``L`` non-decreasing ints; default
-        `level_sizes_from_gaps`).
+      init: the start of each chain: ``"auto"`` (default: chain ``i`` takes the ``i``-th of
+        `auto_starts`: Ward's tree at its gap sizes, BHC's tree, Ward's with a repeated
+        (pass-through) level, Ward's one level finer, ...; one chain: Ward's), ``"ward"``
+        (every chain Ward's; `tree_init_state`), ``"bhc"``, a binary `Tree` over the points
+        (e.g. a BHC tree) cut at its gaps, int level labels ``[N, L]`` (nested), ``"chain"``
+        (the paper's start: every point on one path, components from the root's sticks at
+        random points), or a list of these, one per chain (repeated in turn).
+      init_levels: clusters per level for the ``"ward"``, ``"bhc"`` and tree starts and the
+        first ``"auto"`` start (``L`` non-decreasing ints; default `level_sizes_from_gaps`).
       path_update: ``"gibbs"`` (exact conditional over every existing path and new-branch
         position, `gibbs_point_update`) or ``"mh"`` (Algorithm 2's nCRP-proposal MH).
-      num_chains: independent chains (different keys, same start); the best state over all of
-        them is reported.
+      num_chains: independent chains (different keys; different starts under ``init="auto"``);
+        the summary pools their kept sweeps (``best_state`` is the best over all of them).
+        Each chain costs about one chain's time (``"vectorized"`` included).
       chain_method: ``"vectorized"`` (one program ``vmap``-ed over chains), ``"sequential"``
         or ``"parallel"`` (the chains' sweeps in the shared thread pool). Chain ``i`` uses the
         ``i``-th split of each sweep's key in all three: ``"sequential"`` and ``"parallel"``
@@ -307,6 +429,17 @@ def bhmc(
       init_state: continue from this state (e.g. ``result.state``) instead of initialising
         (one chain).
       progress_bar: show a tqdm bar over sweeps.
+      summary: ``"posterior"`` (default) or ``"best_joint"``: where ``tree``, ``level_labels``
+        and ``labels`` come from (both are computed; ``posterior`` always holds the summary).
+      split_merge: split-merge proposals per level per sweep (`splitmerge.split_merge_level`;
+        ``path_update="gibbs"`` only; 0 turns them off).
+      similarity: what the summary cuts each level from: ``"weights"`` (default; the
+        posterior mean cosine of the component weights of the two points' nodes, 1 in one
+        node; consensus by Binder's loss: two points go together when that mean exceeds 1/2
+        on balance) or ``"nodes"`` (co-clustering: the fraction of sweeps in which they share
+        the node; consensus by the variation of information). Co-clustering is diffuse here
+        (two points of one subgroup share a leaf in ~20% of the sweeps, since a node whose
+        points hold one component splits at no cost); the weights are not.
 
     Returns:
       `BHMCSamples` (``tree``, ``level_labels [N, L]``, ``trace``, ...; with several chains
@@ -330,10 +463,16 @@ def bhmc(
     if path_update not in ("gibbs", "mh"):
         raise ValueError(f"path_update must be 'gibbs' or 'mh', got {path_update!r}")
     num_chains = check_chains(num_chains, chain_method)
-    if not (isinstance(init, str) and init in ("ward", "chain")) and not isinstance(init, Tree):
-        raise ValueError(f"init must be 'ward', 'chain' or a jaxhc Tree over the {N} points, got {init!r}")
-    if isinstance(init, Tree) and init.n_leaves != N:
-        raise ValueError(f"init tree has {init.n_leaves} leaves, expected N={N}")
+    if summary not in ("posterior", "best_joint"):
+        raise ValueError(f"summary must be 'posterior' or 'best_joint', got {summary!r}")
+    split_merge = check_int(split_merge, "split_merge", 0)
+    if similarity not in ("weights", "nodes"):
+        raise ValueError(f"similarity must be 'weights' or 'nodes', got {similarity!r}")
+    inits = list(init) if isinstance(init, (list, tuple)) else [init]
+    if not inits:
+        raise ValueError("init must not be an empty list")
+    for one in inits:
+        _check_init(one, N, L)
     cfg = make_config(X, mu0=mu0, prior_var=prior_var, sigma2_max=sigma2_max)
     if sample_hyper and sigma2 is not None and sigma2 >= float(cfg.sigma2_max):
         if sigma2_max is not None:  # both given by the user: they contradict each other
@@ -363,32 +502,40 @@ def bhmc(
             raise ValueError(f"init_state.path has shape {tuple(st.path.shape)}, expected {(N, L + 1)}")
         M, K = st.parent.shape[0], st.theta.shape[0]
         num_chains = 1
-    elif init == "chain":
-        s2 = sigma2 if sigma2 is not None else 0.25 * float(cfg.sigma2_max)
-        st = bhmc_init(k_init, Xj, L, cfg, sigma2=s2, epsilon=epsilon, max_nodes=M, max_components=K, **hyper)
     else:
-        st, _ = tree_init_state(
-            X,
-            L,
-            cfg,
-            key=k_init,
-            init=init,
-            level_sizes=init_levels,
-            sigma2=sigma2,
-            max_nodes=M,
-            max_components=K,
-            sample_hyper=sample_hyper,
-            **hyper,
-        )
+        starts = _chain_starts(X, L, inits, num_chains, init_levels, K)
+        kinit = jax.random.split(k_init, num_chains) if num_chains > 1 else [k_init]
+        states = []
+        for c, (_, spec) in enumerate(starts):
+            if isinstance(spec, str) and spec == "chain":
+                s2 = sigma2 if sigma2 is not None else 0.25 * float(cfg.sigma2_max)
+                one = bhmc_init(
+                    kinit[c], Xj, L, cfg, sigma2=s2, epsilon=epsilon, max_nodes=M, max_components=K, **hyper
+                )
+            else:
+                one = state_from_level_labels(
+                    X,
+                    spec,
+                    cfg,
+                    key=kinit[c],
+                    sigma2=sigma2,
+                    max_nodes=M,
+                    max_components=K,
+                    sample_hyper=sample_hyper,
+                    **hyper,
+                )
+            states.append(one)
+        st = states[0] if num_chains == 1 else jax.tree_util.tree_map(lambda *a: jnp.stack(a), *states)
     chains = num_chains > 1
     vec = chains and chain_method == "vectorized"
-    if vec:
-        st = jax.tree_util.tree_map(lambda a: jnp.broadcast_to(a, (num_chains,) + a.shape), st)
-    sts = [st] * num_chains if chains and not vec else None
-    args = (Xj, cfg, bool(sample_hyper), num_hyper_steps, path_update, True)
-    best_sweep = -1  # the start is a candidate too (the sampler may only find worse states)
-    best = jax.tree_util.tree_map(lambda a: a[0], st) if vec else (sts[0] if sts is not None else st)
-    best_val = float(complete_data_log_likelihood(best, Xj))
+    sts = [jax.tree_util.tree_map(lambda a: a[i], st) for i in range(num_chains)] if chains and not vec else None
+    args = (Xj, cfg, bool(sample_hyper), num_hyper_steps, path_update, True, split_merge)
+    best_sweep = -1  # the starts are candidates too (the sampler may only find worse states)
+    firsts = [jax.tree_util.tree_map(lambda a: a[i], st) for i in range(num_chains)] if chains else [st]
+    start_vals = [float(complete_data_log_likelihood(x, Xj)) for x in firsts]
+    best = firsts[int(np.argmax(start_vals))]
+    best_val = max(start_vals)
+    kept_paths, kept_c, wsim = [], [], [None]
     auto_M, auto_K = max_nodes is None, max_components is None
     M_full = N * L + L + 1
 
@@ -430,6 +577,16 @@ def bhmc(
         kept sweep's best chain becomes the reported state when it beats the best so far."""
         nonlocal best, best_val, best_sweep
         if t >= num_warmup:
+            st, sts = carry
+            if chains and not vec:
+                kp, kc = jnp.stack([x.path for x in sts]), jnp.stack([x.c for x in sts])
+                kl = jnp.stack([x.logb for x in sts])
+            else:
+                kp, kc = (st.path, st.c) if vec else (st.path[None], st.c[None])
+                kl = st.logb if vec else st.logb[None]
+            kept_paths.append(kp)
+            kept_c.append(kc)
+            wsim[0] = _weight_similarity(kp, kl) if wsim[0] is None else wsim[0] + _weight_similarity(kp, kl)
             vals = np.atleast_1d(np.asarray(info["log_likelihood"], float))
             i = int(np.argmax(vals))
             if vals[i] > best_val:
@@ -460,10 +617,30 @@ def bhmc(
         if not vec:
             st = jax.tree_util.tree_map(lambda *a: jnp.stack(a), *sts)
     best = jax.device_get(best)
-    tree, level_labels = state_to_tree(best)
     best_ll = float(complete_data_log_likelihood(best, Xj))
+    paths = np.stack(jax.device_get(kept_paths), 1)  # [chains, kept sweeps, N, L + 1]
+    comps = np.stack(jax.device_get(kept_c), 1)
+    post = _summarise(paths, comps, np.asarray(wsim[0]) / (paths.shape[0] * paths.shape[1]), similarity)
+    if summary == "posterior":
+        tree, level_labels, labels = post.tree, post.level_labels, post.labels
+    else:
+        tree, level_labels = state_to_tree(best)
+        labels = np.asarray(best.c)
+    names = tuple(name for name, _ in starts) if init_state is None else ("init_state",)
     return BHMCSamples(
-        tree, level_labels, np.asarray(best.path), np.asarray(best.c), best_ll, trace, st, best, cfg, best_sweep
+        tree,
+        level_labels,
+        np.asarray(best.path),
+        labels,
+        best_ll,
+        trace,
+        st,
+        best,
+        cfg,
+        best_sweep,
+        post,
+        summary,
+        names,
     )
 
 

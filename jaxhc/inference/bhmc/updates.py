@@ -17,6 +17,7 @@ from ...models.ncrp_hdp import (
     normal_diag_logpdf,
 )
 from ..mh import mh_accept
+from .splitmerge import split_merge_level
 from .state import NEG_INF, BHMCConfig, BHMCState
 
 __all__ = [
@@ -58,7 +59,9 @@ def _num_tables(key, counts, log_conc, capacity: int):
     return jax.ops.segment_sum(new.astype(n.dtype), g, num_segments=n.shape[0]).reshape(shape)
 
 
-def update_weights_exact(key, st: BHMCState, cfg: Optional[BHMCConfig] = None, num_hyper_steps: int = 0):
+def update_weights_exact(
+    key, st: BHMCState, cfg: Optional[BHMCConfig] = None, num_hyper_steps: int = 0, num_split_merge: int = 0
+):
     """``B | V, c`` exactly, by the multilevel HDP's table counts (the direct-assignment
     sampler of the hierarchical DP, level by level).
 
@@ -77,7 +80,12 @@ def update_weights_exact(key, st: BHMCState, cfg: Optional[BHMCConfig] = None, n
     entries pin ``gamma`` down): ``gamma`` by MH on ``sum_z [m_z log gamma + log Gamma(gamma)
     - log Gamma(gamma + n_z)]`` over the non-root nodes (``n_z`` customers, ``m_z`` tables in
     total) under ``Unif(0, gamma_max)``, and ``gamma0`` on ``K log gamma0 + log Gamma(gamma0) -
-    log Gamma(gamma0 + n_root)`` (``K`` components in use) under ``Ga(3.5, 1)``."""
+    log Gamma(gamma0 + n_root)`` (``K`` components in use) under ``Ga(3.5, 1)``.
+
+    With ``num_split_merge > 0`` the bottom-up pass also makes that many split-merge proposals
+    on every level's nodes before drawing its tables (`splitmerge.split_merge_level`: the
+    level's weights and those below are integrated out at that point, and all of them are drawn
+    afresh top-down afterwards); the tree's structure then changes too."""
     M, K1 = st.logb.shape
     K = K1 - 1
     N, L1 = st.path.shape
@@ -92,11 +100,27 @@ def update_weights_exact(key, st: BHMCState, cfg: Optional[BHMCConfig] = None, n
     cust = jnp.where(((st.level == L) & nonroot)[:, None], leaf_cnt, 0)
     n_tot = jnp.zeros(M, f)
     m_tot = jnp.zeros(M, f)
+    m_below = jnp.zeros((M, K), jnp.int32)  # tables of the level below (customers here)
     for l in range(L, 0, -1):  # customers at level l -> tables -> customers at level l - 1
+        if num_split_merge > 0:  # level l's nodes split and merged, its weights integrated out
+            st, _ = split_merge_level(jax.random.fold_in(key, 11 + l), st, l, m_below, num_split_merge)
+            active = st.count > 0
+            par = jnp.maximum(st.parent, 0)
+            nonroot = active & (st.parent >= 0)
+            below = (st.level == l + 1) & nonroot
+            if l == L:
+                cnt = jax.ops.segment_sum(jnp.ones(N, jnp.int32), st.path[:, L] * K + st.c, num_segments=M * K)
+                here = cnt.reshape(M, K)
+            else:
+                here = jax.ops.segment_sum(
+                    jnp.where(below[:, None], m_below, 0), jnp.where(below, par, M), num_segments=M + 1
+                )[:M]
+            cust = jnp.where(((st.level == l) & nonroot)[:, None], here, cust)
         sel = (st.level == l) & nonroot
         m = _num_tables(keys[l], jnp.where(sel[:, None], cust, 0), lg + st.logb[par, :K], N)
         n_tot = jnp.where(sel, jnp.sum(cust, 1).astype(f), n_tot)
         m_tot = jnp.where(sel, jnp.sum(m, 1).astype(f), m_tot)
+        m_below = jnp.where(sel[:, None], m, 0)
         up = jax.ops.segment_sum(jnp.where(sel[:, None], m, 0), jnp.where(sel, par, M), num_segments=M + 1)[:M]
         lvl = (st.level == l - 1) & (active | (jnp.arange(M) == 0))
         cust = jnp.where(lvl[:, None], up, cust)
