@@ -645,6 +645,7 @@ def test_defaults_recover_a_two_level_hierarchy_and_are_scale_invariant():
     assert np.all(out.trace["sigma2"] < float(out.config.sigma2_max))
 
 
+@pytest.mark.filterwarnings("ignore:bhmc. the chains disagree")  # five sweeps: they have not mixed
 def test_chains_and_tree_starts():
     X, y = _hier(0)  # the shapes of the defaults test: the single-chain sweep is compiled once per worker
     kw = dict(depth=2, num_warmup=2, num_samples=3, progress_bar=False)

@@ -43,7 +43,7 @@ from .state import (
     make_config,
     raise_overflow,
 )
-from .summary import BHMCPosterior, posterior_summary
+from .summary import BHMCPosterior, coclustering, posterior_summary
 from .updates import complete_data_log_likelihood, update_hyper, update_theta, update_weights, update_weights_exact
 
 __all__ = [
@@ -321,15 +321,33 @@ def _weight_similarity(path, logb):
 
 def _summarise(paths, comps, wsim, similarity):
     """`posterior_summary` of every chain's kept sweeps (``paths [C, S, N, L + 1]``,
-    ``comps [C, S, N]``, mean weight similarity ``wsim [L, N, N]``)."""
+    ``comps [C, S, N]``, mean weight similarity ``wsim [L, N, N]``), with each chain's
+    distance to the others (`BHMCPosterior.chain_distance`); a warning when chains disagree."""
     C, S = paths.shape[:2]
-    return posterior_summary(
+    post = posterior_summary(
         paths.reshape((C * S,) + paths.shape[2:]),
         comps.reshape(C * S, -1),
         np.arange(C),
         weight_similarity=wsim,
         similarity=similarity,
     )
+    if C > 1:
+        L = paths.shape[3] - 1
+        per = np.stack([[coclustering(paths[c, :, :, l]) for l in range(1, L + 1)] for c in range(C)])
+        total = per.sum(0)
+        dist = np.array([np.mean(np.abs(per[c] - (total - per[c]) / (C - 1))) for c in range(C)])
+        post = post._replace(chain_distance=dist)
+        if dist.max() > 0.1:
+            import warnings
+
+            warnings.warn(
+                f"bhmc: the chains disagree (mean |co-clustering difference| to the other chains up to "
+                f"{dist.max():.2f}, chain {int(dist.argmax())}): they have not mixed; the summary pools "
+                f"them all. Run more sweeps (num_warmup, num_samples).",
+                UserWarning,
+                stacklevel=3,
+            )
+    return post
 
 
 def bhmc(

@@ -56,7 +56,14 @@ class BHMCPosterior(NamedTuple):
       expected_loss: float ``[L]`` expected loss of each level's consensus (the VI bound in
         bits, or Binder's loss per pair; ``0``: every sample agrees with it).
       num_samples: kept sweeps summarised (over the chains used).
-      chains: int ``[C]`` the chains whose sweeps were summarised.
+      chains: int ``[C]`` the chains whose sweeps were summarised (all of them: no chain is
+        dropped).
+      weight_similarity: float ``[L, N, N]`` per-level posterior mean cosine of the component
+        weights of the nodes of two points (1 when they share the node), when known.
+      similarity: the matrix the consensus was cut from (``"nodes"``: ``psm``; ``"weights"``).
+      chain_distance: float ``[C]`` (several chains) each chain's mean absolute difference
+        between its co-clustering and the other chains' (over pairs and levels): near 0 when
+        the chains sample the same posterior; `bhmc` warns above 0.1.
     """
 
     level_labels: np.ndarray
@@ -69,6 +76,7 @@ class BHMCPosterior(NamedTuple):
     chains: np.ndarray
     weight_similarity: Optional[np.ndarray] = None
     similarity: str = "nodes"
+    chain_distance: Optional[np.ndarray] = None
 
 
 # ------------------------------------------------------------------------------------------
