@@ -216,8 +216,9 @@ def _allocate(P: _Partition, i: int, j: int, order, T: float, rng=None, side_i=N
 
 class SplitMerge(NamedTuple):
     """A split-merge proposal: the proposed ``views``, ``log_ratio`` (the log MH acceptance
-    ratio ``[S(new) - S(old)] / T + log q(reverse) - log q(forward)``), ``kind`` (``"split"``
-    or ``"merge"``), the ``anchors`` and the allocation ``order`` of the other columns."""
+    ratio ``[S(new) - S(old)] / T + log q(reverse) - log q(forward)``; NaN for a merge that
+    `split_merge_step` rejected before computing it), ``kind`` (``"split"`` or ``"merge"``),
+    the ``anchors`` and the allocation ``order`` of the other columns."""
 
     views: list
     log_ratio: float
@@ -247,7 +248,10 @@ def split_merge_proposal(
     a valid MH ratio (the pair and order probabilities cancel).
 
     Returns a `SplitMerge` (``P`` is not changed)."""
-    T = _check_temperature(temperature)
+    return _proposal(P, rng, _check_temperature(temperature), anchors, order, None)
+
+
+def _proposal(P, rng, T, anchors, order, log_u):
     J = len(P.where)
     if J < 2:
         raise ValueError("a split-merge proposal needs at least two columns")
@@ -267,22 +271,35 @@ def split_merge_proposal(
         order = [int(k) for k in order]
         if sorted(order) != rest:
             raise ValueError(f"order must be a permutation of the other columns {rest}, got {order!r}")
+    if log_u is not None:
+        log_u = log_u()
     if a == b:
         A, B, logq = _allocate(P, i, j, order, T, rng=rng)
         t = P.terms([A, B, S])
         return SplitMerge(others + [A, B], float((t[0] + t[1] - t[2]) / T - logq), "split", (i, j), tuple(order))
     A0, B0 = P.views[a], P.views[b]
-    _, _, logq = _allocate(P, i, j, order, T, side_i=A0)
     t = P.terms([S, A0, B0])
-    return SplitMerge(others + [S], float((t[0] - t[1] - t[2]) / T + logq), "merge", (i, j), tuple(order))
+    gain = float((t[0] - t[1] - t[2]) / T)
+    if log_u is not None and log_u >= gain:  # log q(reverse) <= 0: rejected whatever the replay
+        return SplitMerge(others + [S], float("nan"), "merge", (i, j), tuple(order))
+    _, _, logq = _allocate(P, i, j, order, T, side_i=A0)
+    return SplitMerge(others + [S], gain + logq, "merge", (i, j), tuple(order))
 
 
 def split_merge_step(P: _Partition, rng: np.random.Generator, temperature: float = 1.0):
-    """One Metropolis-Hastings split-merge step (`split_merge_proposal`, accepted with
-    probability ``min(1, exp(log_ratio))``; ``P`` changed in place when accepted). Returns
-    ``(proposal, accepted)``."""
-    prop = split_merge_proposal(P, rng, temperature)
-    accepted = bool(np.log(rng.random()) < prop.log_ratio)
+    """One Metropolis-Hastings split-merge step: a `split_merge_proposal` accepted when ``log
+    u < log_ratio`` (``u`` uniform, drawn after the anchors and the order); ``P`` changed in
+    place when accepted. A merge whose ``[S(new) - S(old)] / T`` is already at most ``log u``
+    is rejected before its replay (``log q(reverse) <= 0`` can only lower the ratio; the
+    decision is the same), its ``log_ratio`` then NaN. Returns ``(proposal, accepted)``."""
+    box = []
+
+    def log_u():
+        box.append(float(np.log(rng.random())))
+        return box[0]
+
+    prop = _proposal(P, rng, _check_temperature(temperature), None, None, log_u)
+    accepted = bool(box[0] < prop.log_ratio)  # False for NaN
     if accepted:
         P.set(prop.views)
     return prop, accepted

@@ -77,9 +77,13 @@ def bhcc(
     columns moved at random, or two views merged, in turn): ``2`` rounds at ``T = 1`` and the
     local search, the best kept. The answer is never worse than ``search="local"``'s (the
     search starts from it and keeps the best), and the tree is rebuilt over it as above. All
-    draws come from ``seed``: the same seed gives the same result. Its cost is a few times
-    the local search's (every round evaluates ``O(J V)`` column sets more), so ``"local"``
-    stays the default.
+    draws come from ``seed``: the same seed gives the same result. It costs many local
+    searches (every Gibbs sweep evaluates ``O(J V)`` column sets, a split ``O(|view|)``, and
+    every restart ends with a local search), so ``"local"`` stays the default: on 60 x 36
+    binary tables of four views where the local search ends below the true partition (7 of
+    50 seeds), the defaults reached or passed the truth's criterion on all 7, in about 10-15
+    s against 1-2 s; on a 100 x 200 table of five views `bhcc` took about 1340 s against 110
+    s with ``"local"`` (2 CPU cores), with the same answer.
 
     Args:
       X: data ``[I, J]`` (rows = data points, columns = dimensions); NaN marks missing
