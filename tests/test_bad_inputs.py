@@ -1263,7 +1263,7 @@ raises(
         [
             "jets",
             "--input",
-            _text("jets.json", '[{"leaves": [[NaN, 1, 1, 1], [2, 1, 1, 1]]}]'),
+            _text("jets.json", '[{"leaves": [[NaN, 1, 1, 1]' + ", [2, 1, 1, 1]" * 5 + "]}]"),
             "--no-cache",
             "--out",
             cli_dir(),

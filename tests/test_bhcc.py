@@ -362,7 +362,7 @@ def test_local_search_reaches_local_optima_brute_force():
     one column and no merge of two views raises the criterion, never below its start nor
     above the best partition found by enumeration."""
     from jaxhc.inference.bhcc.columns import column_model
-    from jaxhc.inference.bhcc.refine import SetEvidence, _local_search, _Partition, greedy_split
+    from jaxhc.inference.bhcc.refine import Partition, SetEvidence, _local_search, greedy_split
 
     X, u, _ = _views_table(2, view_sizes=(2, 3, 3))
     J = X.shape[1]
@@ -370,13 +370,13 @@ def test_local_search_reaches_local_optima_brute_force():
     ev([s for k in range(1, J + 1) for s in itertools.combinations(range(J), k)])
     scores = {}
     for p in _partitions(list(range(J))):
-        P = _Partition(ev, 1.0, p)
+        P = Partition(ev, 1.0, p)
         scores[tuple(P.views)] = P.score()
     best = max(scores.values())
     starts = [[tuple(range(J))], [(c,) for c in range(J)], [(0, 3, 6), (1, 4, 7), (2, 5)], _groups(u)]
     ends = []
     for start in starts:
-        P = _Partition(ev, 1.0, start)
+        P = Partition(ev, 1.0, start)
         s0 = P.score()
         assert _local_search(P, 20, greedy_split(ev, 0.0, {})) > 0  # converged within the passes
         s1 = P.score()
@@ -388,12 +388,12 @@ def test_local_search_reaches_local_optima_brute_force():
             for b in range(len(V)):
                 if b != a:
                     q = [v for i, v in enumerate(V) if i not in (a, b)] + rest + [tuple(sorted(V[b] + (c,)))]
-                    assert _Partition(ev, 1.0, q).score() <= s1 + 1e-8
+                    assert Partition(ev, 1.0, q).score() <= s1 + 1e-8
             q = [v for i, v in enumerate(V) if i != a] + rest + [(c,)]
-            assert _Partition(ev, 1.0, q).score() <= s1 + 1e-8
+            assert Partition(ev, 1.0, q).score() <= s1 + 1e-8
         for a, b in itertools.combinations(range(len(V)), 2):  # no merge improves
             q = [v for i, v in enumerate(V) if i not in (a, b)] + [tuple(sorted(V[a] + V[b]))]
-            assert _Partition(ev, 1.0, q).score() <= s1 + 1e-8
+            assert Partition(ev, 1.0, q).score() <= s1 + 1e-8
         ends.append(s1)
     # here every start reaches the enumerated optimum, as does bhcc (greedy tree + refinement)
     np.testing.assert_allclose(ends, best, rtol=1e-12)

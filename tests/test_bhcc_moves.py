@@ -23,7 +23,7 @@ from jaxhc.inference.bhcc.moves import (
     split_merge_proposal,
     split_merge_step,
 )
-from jaxhc.inference.bhcc.refine import SetEvidence, _Partition
+from jaxhc.inference.bhcc.refine import Partition, SetEvidence
 
 
 def views_table(seed, sizes=(6, 10, 8, 12), n_rows=60, n_clusters=4, conc=0.3):
@@ -78,7 +78,7 @@ def tiny():
     J = X.shape[1]
     ev = SetEvidence(column_model(_bern(J), X), 1.0)
     ev([s for k in range(1, J + 1) for s in itertools.combinations(range(J), k)])
-    scores = {_canon(p): _Partition(ev, 1.0, p).score() for p in _partitions(list(range(J)))}
+    scores = {_canon(p): Partition(ev, 1.0, p).score() for p in _partitions(list(range(J)))}
     assert len(scores) == 52
     return X, ev, scores
 
@@ -86,11 +86,11 @@ def tiny():
 def test_gibbs_conditional_is_the_criterions_exact_conditional(tiny):
     """For every partition of the 5 columns and every column, the sampler's conditional over
     the column's placements equals exp(criterion) of each full partition, normalised over
-    the placements (each scored on its own by `_Partition.score`); at T = 2 exp(criterion / 2)."""
+    the placements (each scored on its own by `Partition.score`); at T = 2 exp(criterion / 2)."""
     _, ev, scores = tiny
     J = 5
     for p in list(_partitions(list(range(J))))[::3]:
-        P = _Partition(ev, 1.0, p)
+        P = Partition(ev, 1.0, p)
         for c in range(J):
             for T in (1.0, 2.0):
                 targets, log_p = gibbs_conditional(P, c, T)
@@ -108,7 +108,7 @@ def test_gibbs_conditional_is_the_criterions_exact_conditional(tiny):
                         views[t] = views[t] + (c,)
                     got[_canon(views)] = lp
                 assert sorted(got) == sorted(cands)  # every placement once
-                s = np.array([_Partition(ev, 1.0, list(q)).score() for q in cands]) / T
+                s = np.array([Partition(ev, 1.0, list(q)).score() for q in cands]) / T
                 want = s - logsumexp(s)
                 np.testing.assert_allclose([got[q] for q in cands], want, rtol=0, atol=1e-10)
                 assert np.isclose(logsumexp(log_p), 0.0, atol=1e-12)
@@ -120,8 +120,8 @@ def _seq_log_q(ev, i, j, order, side_i):
     probability ∝ exp(criterion of the two partial sets with it there)."""
     A, B, lq = [i], [j], 0.0
     for k in order:
-        sa = _Partition(ev, 1.0, [A + [k], B]).score()
-        sb = _Partition(ev, 1.0, [A, B + [k]]).score()
+        sa = Partition(ev, 1.0, [A + [k], B]).score()
+        sb = Partition(ev, 1.0, [A, B + [k]]).score()
         to_a = k in side_i
         lq += (sa if to_a else sb) - np.logaddexp(sa, sb)
         (A if to_a else B).append(k)
@@ -137,7 +137,7 @@ def test_split_merge_ratio_against_enumeration(tiny):
     rng = np.random.default_rng(0)
     kinds = set()
     for start in ([(0, 1, 2, 3, 4)], [(0, 2), (1, 3, 4)], [(0, 1, 3), (2,), (4,)], [(0, 4), (1, 2, 3)]):
-        P = _Partition(ev, 1.0, start)
+        P = Partition(ev, 1.0, start)
         for _ in range(12):
             prop = split_merge_proposal(P, rng)
             i, j = prop.anchors
@@ -166,23 +166,23 @@ def test_split_merge_ratio_against_enumeration(tiny):
                 )
                 want = new - old + allocs[frozenset(P.views[a])] - 0.0
             np.testing.assert_allclose(prop.log_ratio, want, rtol=0, atol=1e-9)
-            back = split_merge_proposal(_Partition(ev, 1.0, prop.views), rng, anchors=(i, j), order=order)
+            back = split_merge_proposal(Partition(ev, 1.0, prop.views), rng, anchors=(i, j), order=order)
             if back.kind == "split":  # a split is random; replay until it proposes the start
                 for _ in range(200):
                     if _canon(back.views) == _canon(P.views):
                         break
-                    back = split_merge_proposal(_Partition(ev, 1.0, prop.views), rng, anchors=(i, j), order=order)
+                    back = split_merge_proposal(Partition(ev, 1.0, prop.views), rng, anchors=(i, j), order=order)
             assert _canon(back.views) == _canon(P.views)
             np.testing.assert_allclose(back.log_ratio, -prop.log_ratio, rtol=0, atol=1e-9)
     assert kinds == {"split", "merge"}
     # tempered: the scores and the allocation probabilities both at 1 / T
-    P = _Partition(ev, 1.0, [(0, 1, 2, 3, 4)])
+    P = Partition(ev, 1.0, [(0, 1, 2, 3, 4)])
     prop = split_merge_proposal(P, rng, temperature=3.0, anchors=(0, 4), order=(2, 1, 3))
     A = next(v for v in prop.views if 0 in v)
     lq, a_, b_ = 0.0, [0], [4]
     for k in (2, 1, 3):
-        sa = _Partition(ev, 1.0, [a_ + [k], b_]).score() / 3.0
-        sb = _Partition(ev, 1.0, [a_, b_ + [k]]).score() / 3.0
+        sa = Partition(ev, 1.0, [a_ + [k], b_]).score() / 3.0
+        sb = Partition(ev, 1.0, [a_, b_ + [k]]).score() / 3.0
         lq += (sa if k in A else sb) - np.logaddexp(sa, sb)
         (a_ if k in A else b_).append(k)
     want = (scores[_canon(prop.views)] - scores[_canon(P.views)]) / 3.0 - lq
@@ -201,13 +201,13 @@ def test_split_merge_step_is_the_mh_decision():
     starts = list(_partitions(list(range(5))))
     seen = set()
     for t in range(300):
-        P = _Partition(ev, 1.0, starts[(7 * t) % len(starts)])
+        P = Partition(ev, 1.0, starts[(7 * t) % len(starts)])
         twin = copy.deepcopy(rng)
         before = list(P.views)
         prop, acc = split_merge_step(P, rng)
         i, j = (int(x) for x in twin.choice(5, 2, replace=False))
         assert (i, j) == prop.anchors
-        Q = _Partition(ev, 1.0, before)
+        Q = Partition(ev, 1.0, before)
         a, b = Q.where[i], Q.where[j]
         S = sorted(Q.views[a] + (Q.views[b] if a != b else ()))
         rest = [k for k in S if k not in (i, j)]
@@ -243,7 +243,7 @@ def test_moves_leave_exp_criterion_invariant(tiny):
         return 0.5 * np.abs(counts / counts.sum() - pi).sum()
 
     rng = np.random.default_rng(1)
-    P = _Partition(ev, 1.0, [(0, 1, 2, 3, 4)])
+    P = Partition(ev, 1.0, [(0, 1, 2, 3, 4)])
     counts = np.zeros(len(keys))
     for _ in range(6000):
         split_merge_step(P, rng)
@@ -252,14 +252,14 @@ def test_moves_leave_exp_criterion_invariant(tiny):
         counts[index[_canon(P.views)]] += 1
     assert tv(counts) < 0.06, tv(counts)
 
-    P = _Partition(ev, 1.0, [(c,) for c in range(5)])
+    P = Partition(ev, 1.0, [(c,) for c in range(5)])
     counts = np.zeros(len(keys))
     for _ in range(3000):
         split_merge_step(P, rng)
         counts[index[_canon(P.views)]] += 1
     assert tv(counts) < 0.1, tv(counts)
     # Gibbs steps of one column at a time alone (a fixed scan) as well
-    P = _Partition(ev, 1.0, [(0, 1, 2, 3, 4)])
+    P = Partition(ev, 1.0, [(0, 1, 2, 3, 4)])
     counts = np.zeros(len(keys))
     for t in range(5000):
         gibbs_step(P, t % 5, rng)
@@ -269,7 +269,7 @@ def test_moves_leave_exp_criterion_invariant(tiny):
 
 def _score(X, views):
     ev = SetEvidence(column_model(_bern(X.shape[1]), X), 1.0)
-    return _Partition(ev, 1.0, views).score()
+    return Partition(ev, 1.0, views).score()
 
 
 def test_stochastic_search_reaches_the_true_partition():

@@ -275,7 +275,10 @@ def test_bad_inputs_name_the_argument():
     Xn = X.copy()
     Xn[1, 0, 2] = np.nan
     with pytest.raises(ValueError, match=r"leaves_padded\[1\]"):
-        fit_lambda(Xn, nl, T_CUT, **ok)
+        fit_lambda(Xn, nl, T_CUT, on_invalid="raise", **ok)
+    with pytest.warns(RuntimeWarning, match=r"leaves_padded\[1\] contains NaN"):
+        skipped = fit_lambda(Xn, nl, T_CUT, steps=2, **ok)
+    assert list(skipped.invalid.index) == [1]
     with pytest.raises(ValueError, match="n_leaves"):
         fit_lambda(X, nl[:-1], T_CUT, **ok)
     with pytest.raises(ValueError, match="n_leaves"):

@@ -403,7 +403,7 @@ def test_cli_jets_simulated_without_fastjet(tmp_path, capsys):
         ('[{"content": []}]', "jet 0 is not an object with 'leaves'"),
         ('[{"leaves": [[1, 2, 3]]}]', "jet 0: 'leaves' must be four-momenta"),
         ('[{"leaves": [[1, 0, 0, 1]]}, {"leaves": [["a", 0, 0, 1]]}]', "jet 1: 'leaves' must be a numeric"),
-        ('[{"leaves": [[1, 0, 0, 1], [-2, 0, 1, 0]]}]', "positive energy"),
+        ('[{"leaves": [[1, 0, 0, 1]' + ", [1, 0, 0, 1]" * 4 + ", [-2, 0, 1, 0]]}]", "(column 0) must be positive"),
         ('[{"leaves": [[1, 0, 0, 1]]}]', "none of its 1 jets has 5 to 7 leaves"),
     ],
 )

@@ -181,7 +181,7 @@ def test_flat_blocks_equal_one_program(jets, monkeypatch):
 
 
 def test_bucket_sizes():
-    from jaxhc.trellis.batch import _bucket
+    from jaxhc.trellis.flat import bucket_size as _bucket
 
     xs = np.arange(1, 5000)
     b = np.array([_bucket(int(x)) for x in xs])
@@ -242,17 +242,17 @@ def test_batch_without_float64_warns_once(jets, monkeypatch):
     float64 it is silent."""
     import warnings
 
-    from jaxhc.trellis import batch as tb
+    from jaxhc.trellis import checks as tb
 
     leaves, nl = jets
     energy = GinkgoEnergy(2.0, 16.0)
     monkeypatch.setattr(tb, "_WARNED_FLOAT32", [])
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        tb._validate_batch(energy, leaves[:3], nl[:3])  # float64 (the tests' setting): silent
+        tb.validate_batch_inputs(energy, leaves[:3], nl[:3])  # float64 (the tests' setting): silent
     monkeypatch.setattr(tb, "_x64_enabled", lambda: False)
     with pytest.warns(RuntimeWarning, match=r"jax_enable_x64 is off.*jax.config.update\('jax_enable_x64', True\)"):
-        tb._validate_batch(energy, leaves[:3], nl[:3])
+        tb.validate_batch_inputs(energy, leaves[:3], nl[:3])
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        tb._validate_batch(energy, leaves[:3], nl[:3])  # once only
+        tb.validate_batch_inputs(energy, leaves[:3], nl[:3])  # once only

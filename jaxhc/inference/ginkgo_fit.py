@@ -36,8 +36,8 @@ from ..models.ginkgo_lambda import check_lam_prior as _check_prior
 from ..models.ginkgo_lambda import check_likelihood as _check_likelihood
 from ..models.ginkgo_lambda import check_positive as _check_positive
 from ..models.ginkgo_lambda import default_lam_prior, lambda_model, prepare_jets
-from ..trellis.batch import PreparedBatch, log_partition_prepared
 from ..trellis.energies import GinkgoEnergy
+from ..trellis.flat import PreparedBatch, log_partition_prepared
 from ..trellis.invalid import InvalidProblems
 
 __all__ = [

@@ -183,7 +183,7 @@ def as_padded_jets(jets, n_leaves=None):
     """``(leaves_padded [B, N_max, 4], n_leaves [B])`` from a jagged awkward array of jets, a
     list of ``[N_b, 4]`` arrays (``n_leaves=None``) or a padded array with ``n_leaves``."""
     if is_awkward(jets):
-        from ..trellis.batch import awkward_or_padded
+        from ..trellis.checks import awkward_or_padded
 
         return awkward_or_padded(jets, n_leaves)
     if n_leaves is None:

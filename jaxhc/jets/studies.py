@@ -229,7 +229,7 @@ def compare_map_methods(
     if not isinstance(energy, Energy):
         raise TypeError(f"energy must be a jaxhc.trellis Energy, got {type(energy).__name__}")
     methods = _check_methods(methods)
-    from ..trellis.batch import awkward_or_padded
+    from ..trellis.checks import awkward_or_padded
 
     leaves_padded, n_leaves = awkward_or_padded(leaves_padded, n_leaves)
     lp = np.asarray(leaves_padded, dtype=np.float64)

@@ -12,8 +12,9 @@ import numpyro.distributions as dist
 
 from .._internal.processes import process_local, sum_over_processes
 from .._internal.validation import check_alpha
-from ..trellis.batch import PreparedBatch, _check_batch, _layout_valid, log_partition_prepared
+from ..trellis.checks import check_batch_inputs
 from ..trellis.energies import GinkgoEnergy
+from ..trellis.flat import PreparedBatch, layout_valid, log_partition_prepared
 from ..trellis.invalid import InvalidProblems, apply_policy, check_on_invalid
 
 __all__ = ["check_lam_prior", "check_likelihood", "check_positive", "default_lam_prior", "lambda_model", "prepare_jets"]
@@ -67,7 +68,7 @@ def prepare_jets(leaves_padded, n_leaves, t_cut, likelihood: str = "exact", on_i
     from ..jets.hep import is_awkward
 
     if is_awkward(leaves_padded):  # jagged jets of four-vectors: n_leaves from the array
-        from ..trellis.batch import awkward_or_padded
+        from ..trellis.checks import awkward_or_padded
 
         leaves_padded, n_leaves = awkward_or_padded(leaves_padded, n_leaves)
     if n_leaves is None:
@@ -80,10 +81,10 @@ def prepare_jets(leaves_padded, n_leaves, t_cut, likelihood: str = "exact", on_i
     with jax.ensure_compile_time_eval():
         # the four-momentum checks collected (never raised) here, the split check added, then
         # the policy applied once to both
-        lp, nl, n_max, invalid = _check_batch(GinkgoEnergy(1.0, tc, likelihood), leaves_padded, n_leaves, None)
+        lp, nl, n_max, invalid = check_batch_inputs(GinkgoEnergy(1.0, tc, likelihood), leaves_padded, n_leaves, None)
         invalid = invalid.merged(_split_check(lp, nl, tc))
         apply_policy(invalid, on_invalid, stacklevel=3)
-        return _layout_valid(lp, nl, n_max, invalid)
+        return layout_valid(lp, nl, n_max, invalid)
 
 
 def _split_check(lp: np.ndarray, nl: np.ndarray, t_cut: float) -> InvalidProblems:

@@ -1,16 +1,7 @@
 """Exact and sparse cluster trellis (Greenberg, Macaluso et al.): partition function, MAP
 hierarchy, cluster marginals and exact sampling over all binary hierarchies."""
 
-from .batch import (
-    PreparedBatch,
-    compact_solution,
-    gather_solutions,
-    log_partition_batch,
-    log_partition_prepared,
-    map_trees,
-    prepare_batch,
-    solve_batch,
-)
+from .batch import compact_solution, gather_solutions, map_trees, solve_batch
 from .energies import (
     CorrelationEnergy,
     DasguptaEnergy,
@@ -31,6 +22,7 @@ from .exact import (
     solve,
     subtree_log_marginal,
 )
+from .flat import PreparedBatch, log_partition_batch, log_partition_prepared, prepare_batch
 from .invalid import InvalidProblems, InvalidProblemsError
 from .sampling import SampledTrees, sample
 from .search import SearchResult, beam, greedy

@@ -1,10 +1,10 @@
-"""Stochastic moves over the column partition under the CDPM criterion of `_Partition` (see
+"""Stochastic moves over the column partition under the CDPM criterion of `Partition` (see
 `jaxhc.bhcc`, ``search="stochastic"``): exact Gibbs reassignment of one column, a
 sequentially-allocated split-merge of views (Dahl 2003, after Jain & Neal 2004) and a search
 driver that runs them, tempered and then at unit temperature, keeps the best partition seen,
 polishes it by the deterministic local search and restarts from perturbed partitions.
 
-Every move targets ``pi(u) ∝ exp(S(u) / T)``, ``S`` the criterion `_Partition.score` (the
+Every move targets ``pi(u) ∝ exp(S(u) / T)``, ``S`` the criterion `Partition.score` (the
 CRP(alpha) prior of the column partition without its constant plus every view's row-BHC DPM
 lower bound) at temperature ``T``; at ``T = 1`` the moves leave ``exp(S)`` normalised over the
 partitions invariant. The views' terms come from `SetEvidence` (cached per column set), so
@@ -24,7 +24,7 @@ from typing import Callable, NamedTuple, Optional, Sequence
 
 import numpy as np
 
-from .refine import _Partition, _union
+from .refine import Partition, union_cols
 from .views import VIEW_CHUNK
 
 
@@ -35,7 +35,7 @@ def _key(s) -> frozenset:
     return frozenset(int(c) for c in s)
 
 
-def _fetch(P: _Partition, required, speculative=()) -> None:
+def _fetch(P: Partition, required, speculative=()) -> None:
     """Evaluates the ``required`` sets not yet cached, together with speculative ones (in
     order) while the batch stays within `VIEW_CHUNK` new sets beyond the required ones."""
     cache = P.ev.cache
@@ -79,19 +79,19 @@ def _check_temperature(temperature: float) -> float:
 # ------------------------------------------------------------------------------------------
 # Gibbs reassignment of one column
 # ------------------------------------------------------------------------------------------
-def _gibbs_sets(P: _Partition, c: int) -> list:
+def _gibbs_sets(P: Partition, c: int) -> list:
     """The sets the conditional of column ``c`` needs (views themselves are cached terms)."""
     a = P.where[c]
     A = P.views[a]
     out = [(c,)]
     if len(A) > 1:
         out.append(tuple(x for x in A if x != c))
-    out += [_union(B, (c,)) for b, B in enumerate(P.views) if b != a]
+    out += [union_cols(B, (c,)) for b, B in enumerate(P.views) if b != a]
     out += list(P.views)
     return out
 
 
-def gibbs_conditional(P: _Partition, c: int, temperature: float = 1.0):
+def gibbs_conditional(P: Partition, c: int, temperature: float = 1.0):
     """The exact conditional of column ``c``'s view given the others, ``p(c -> b | rest) ∝
     exp(S(u_b) / T)`` with ``u_b`` the partition with ``c`` moved to ``b``.
 
@@ -100,7 +100,7 @@ def gibbs_conditional(P: _Partition, c: int, temperature: float = 1.0):
     ``c`` is alone, staying alone is ``-1``: its view is not listed twice); ``log_p`` the
     normalised log probabilities. The weights differ from ``S(u_b) / T`` by a constant (the
     terms of the views ``c`` does not touch): joining ``B`` adds ``t(B + c) - t(B)``, a new
-    view ``t({c})``, ``t`` the per-view terms of `_Partition.terms`."""
+    view ``t({c})``, ``t`` the per-view terms of `Partition.terms`."""
     T = _check_temperature(temperature)
     a = P.where[c]
     A = P.views[a]
@@ -113,7 +113,7 @@ def gibbs_conditional(P: _Partition, c: int, temperature: float = 1.0):
             sets += [A, tuple(x for x in A if x != c)]
         else:
             targets.append(b)
-            sets += [_union(B, (c,)), B]
+            sets += [union_cols(B, (c,)), B]
     targets.append(-1)
     sets += [(c,), ()]
     t = P.terms(sets)
@@ -127,14 +127,14 @@ def _moved(views: Sequence[tuple], c: int, target: int) -> list:
     for b, v in enumerate(views):
         v = tuple(x for x in v if x != c)
         if b == target:
-            v = _union(v, (c,))
+            v = union_cols(v, (c,))
         out.append(v)
     if target < 0:
         out.append((c,))
     return out
 
 
-def gibbs_step(P: _Partition, c: int, rng: np.random.Generator, temperature: float = 1.0) -> bool:
+def gibbs_step(P: Partition, c: int, rng: np.random.Generator, temperature: float = 1.0) -> bool:
     """Draws column ``c``'s view from `gibbs_conditional` and moves it (``P`` changed in
     place). Returns whether the partition changed."""
     targets, log_p = gibbs_conditional(P, c, temperature)
@@ -147,10 +147,10 @@ def gibbs_step(P: _Partition, c: int, rng: np.random.Generator, temperature: flo
 
 
 def gibbs_sweep(
-    P: _Partition,
+    P: Partition,
     rng: np.random.Generator,
     temperature: float = 1.0,
-    on_move: Optional[Callable[[_Partition], None]] = None,
+    on_move: Optional[Callable[[Partition], None]] = None,
 ) -> int:
     """One Gibbs sweep: every column, in an order drawn from ``rng``, is redrawn from its
     exact conditional (`gibbs_step`). The sets of the next columns of the order are evaluated
@@ -171,7 +171,7 @@ def gibbs_sweep(
 # ------------------------------------------------------------------------------------------
 # sequentially-allocated split-merge of views
 # ------------------------------------------------------------------------------------------
-def _allocate(P: _Partition, i: int, j: int, order, T: float, rng=None, side_i=None):
+def _allocate(P: Partition, i: int, j: int, order, T: float, rng=None, side_i=None):
     """Sequential allocation of the columns ``order`` to two views started by the anchors
     ``i`` and ``j``: column ``k`` joins side ``A`` (with ``i``) with probability ``∝ exp((t(A +
     k) - t(A)) / T)`` and side ``B`` with ``∝ exp((t(B + k) - t(B)) / T)`` (the conditional of
@@ -185,8 +185,8 @@ def _allocate(P: _Partition, i: int, j: int, order, T: float, rng=None, side_i=N
         target = _key(side_i)
         req, a, b = [], A, B
         for k in order:
-            req += [_union(a, (k,)), _union(b, (k,))]
-            a, b = (_union(a, (k,)), b) if k in target else (a, _union(b, (k,)))
+            req += [union_cols(a, (k,)), union_cols(b, (k,))]
+            a, b = (union_cols(a, (k,)), b) if k in target else (a, union_cols(b, (k,)))
         _fetch(P, req + [A, B])
     for n, k in enumerate(order):
         if side_i is None:
@@ -195,12 +195,12 @@ def _allocate(P: _Partition, i: int, j: int, order, T: float, rng=None, side_i=N
             for k2 in order[n + 1 : n + 4]:
                 nxt = []
                 for a, b in states:
-                    ak, bk = _union(a, (k2,)), _union(b, (k2,))
+                    ak, bk = union_cols(a, (k2,)), union_cols(b, (k2,))
                     nxt += [(ak, b), (a, bk)]
                 states = nxt
                 spec += [s for st in states for s in st]
-            _fetch(P, [A, B, _union(A, (k,)), _union(B, (k,))], spec)
-        t = P.terms([_union(A, (k,)), A, _union(B, (k,)), B])
+            _fetch(P, [A, B, union_cols(A, (k,)), union_cols(B, (k,))], spec)
+        t = P.terms([union_cols(A, (k,)), A, union_cols(B, (k,)), B])
         lw = _log_softmax(np.array([t[0] - t[1], t[2] - t[3]]) / T)
         if side_i is None:
             to_a = rng.random() < np.exp(lw[0])
@@ -208,9 +208,9 @@ def _allocate(P: _Partition, i: int, j: int, order, T: float, rng=None, side_i=N
             to_a = k in target
         logq += float(lw[0] if to_a else lw[1])
         if to_a:
-            A = _union(A, (k,))
+            A = union_cols(A, (k,))
         else:
-            B = _union(B, (k,))
+            B = union_cols(B, (k,))
     return A, B, logq
 
 
@@ -228,7 +228,7 @@ class SplitMerge(NamedTuple):
 
 
 def split_merge_proposal(
-    P: _Partition,
+    P: Partition,
     rng: np.random.Generator,
     temperature: float = 1.0,
     anchors: Optional[tuple] = None,
@@ -263,7 +263,7 @@ def _proposal(P, rng, T, anchors, order, log_u):
             raise ValueError(f"anchors must be two distinct columns, got {anchors!r}")
     a, b = P.where[i], P.where[j]
     others = [v for n, v in enumerate(P.views) if n not in (a, b)]
-    S = P.views[a] if a == b else _union(P.views[a], P.views[b])
+    S = P.views[a] if a == b else union_cols(P.views[a], P.views[b])
     rest = [k for k in S if k not in (i, j)]
     if order is None:
         order = [rest[n] for n in rng.permutation(len(rest))]
@@ -286,7 +286,7 @@ def _proposal(P, rng, T, anchors, order, log_u):
     return SplitMerge(others + [S], gain + logq, "merge", (i, j), tuple(order))
 
 
-def split_merge_step(P: _Partition, rng: np.random.Generator, temperature: float = 1.0):
+def split_merge_step(P: Partition, rng: np.random.Generator, temperature: float = 1.0):
     """One Metropolis-Hastings split-merge step: a `split_merge_proposal` accepted when ``log
     u < log_ratio`` (``u`` uniform, drawn after the anchors and the order); ``P`` changed in
     place when accepted. A merge whose ``[S(new) - S(old)] / T`` is already at most ``log u``
@@ -321,7 +321,7 @@ class SearchStats(NamedTuple):
     gain: float
 
 
-def perturb(P: _Partition, rng: np.random.Generator, kind: int, fraction: float = 0.2) -> list:
+def perturb(P: Partition, rng: np.random.Generator, kind: int, fraction: float = 0.2) -> list:
     """A random perturbation of ``P``'s partition (returned; ``P`` unchanged), of one of three
     kinds: ``0``: a view of two or more columns (drawn uniformly) split by a split proposal
     (`split_merge_proposal`, two anchors drawn from the view; taken whatever its ratio);
@@ -340,7 +340,7 @@ def perturb(P: _Partition, rng: np.random.Generator, kind: int, fraction: float 
         return split_merge_proposal(P, rng, anchors=(i, j)).views
     if kind == 2:
         a, b = (int(x) for x in rng.choice(len(views), 2, replace=False))
-        return [v for n, v in enumerate(views) if n not in (a, b)] + [_union(views[a], views[b])]
+        return [v for n, v in enumerate(views) if n not in (a, b)] + [union_cols(views[a], views[b])]
     J = len(P.where)
     for c in rng.choice(J, int(np.ceil(fraction * J)), replace=False):
         c = int(c)
@@ -350,14 +350,14 @@ def perturb(P: _Partition, rng: np.random.Generator, kind: int, fraction: float 
         if b == len(views):
             views.append((c,))
         else:
-            views[b] = _union(views[b], (c,))
+            views[b] = union_cols(views[b], (c,))
     return views
 
 
 def stochastic_search(
-    P: _Partition,
+    P: Partition,
     rng: np.random.Generator,
-    local: Callable[[_Partition], object],
+    local: Callable[[Partition], object],
     *,
     rounds: int = 3,
     temperatures: Sequence[float] = (2.0, 1.0),

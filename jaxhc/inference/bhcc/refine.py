@@ -70,7 +70,7 @@ class SetEvidence:
                 self.cache[keys[i]] = v
 
 
-class _Partition:
+class Partition:
     """A partition of the columns into views, scored by the CDPM criterion without its
     constant: ``sum_v [log alpha + log Gamma(|v|) + log p(X_v | BHC)]`` (the CRP(alpha) prior
     of the column partition times the views' row-BHC evidences, up to ``Gamma(alpha) /
@@ -98,11 +98,11 @@ class _Partition:
         return float(np.sum(self.terms(self.views)))
 
 
-def _union(a, b) -> tuple:
+def union_cols(a, b) -> tuple:
     return tuple(sorted(a + b))
 
 
-def _move_columns(P: _Partition, targets=None) -> bool:
+def _move_columns(P: Partition, targets=None) -> bool:
     """One sweep of single-column moves, columns in index order: each column goes to the
     candidate (another view, or a new view of its own) with the largest gain, if that gain is
     positive (beyond `_REFINE_TOL`). ``targets`` restricts the candidates (screened mode):
@@ -130,7 +130,7 @@ def _move_columns(P: _Partition, targets=None) -> bool:
         A = P.views[a]
         out = [A, tuple(x for x in A if x != c)]
         for b in candidates(c):
-            out += [(c,)] if b < 0 else [P.views[b], _union(P.views[b], (c,))]
+            out += [(c,)] if b < 0 else [P.views[b], union_cols(P.views[b], (c,))]
         return [s for s in out if len(s)]
 
     changed, stale = False, True
@@ -151,7 +151,7 @@ def _move_columns(P: _Partition, targets=None) -> bool:
                 gains.append(base + P.terms([(c,)])[0])
             else:
                 B = P.views[b]
-                t = P.terms([_union(B, (c,)), B])
+                t = P.terms([union_cols(B, (c,)), B])
                 gains.append(base + t[0] - t[1])
         i = int(np.argmax(gains))
         if gains[i] > _REFINE_TOL:
@@ -160,13 +160,13 @@ def _move_columns(P: _Partition, targets=None) -> bool:
             if cand[i] < 0:
                 views.append((c,))
             else:
-                views[cand[i]] = _union(P.views[cand[i]], (c,))
+                views[cand[i]] = union_cols(P.views[cand[i]], (c,))
             P.set(views)
             changed = stale = True
     return changed
 
 
-def _merge_views(P: _Partition) -> bool:
+def _merge_views(P: Partition) -> bool:
     """Merges the pair of views with the largest positive gain, repeatedly. Returns whether
     the partition changed."""
     changed = False
@@ -174,17 +174,17 @@ def _merge_views(P: _Partition) -> bool:
         V = P.views
         pairs = [(a, b) for a in range(len(V)) for b in range(a + 1, len(V))]
         tv = P.terms(V)
-        g = P.terms([_union(V[a], V[b]) for a, b in pairs]) - np.array([tv[a] + tv[b] for a, b in pairs])
+        g = P.terms([union_cols(V[a], V[b]) for a, b in pairs]) - np.array([tv[a] + tv[b] for a, b in pairs])
         i = int(np.argmax(g))
         if g[i] <= _REFINE_TOL:
             break
         a, b = pairs[i]
-        P.set([v for k, v in enumerate(V) if k not in (a, b)] + [_union(V[a], V[b])])
+        P.set([v for k, v in enumerate(V) if k not in (a, b)] + [union_cols(V[a], V[b])])
         changed = True
     return changed
 
 
-def _split_views(P: _Partition, propose) -> bool:
+def _split_views(P: Partition, propose) -> bool:
     """Splits every view whose proposed split ``propose(view) -> (left, right)`` (None: no
     proposal) has a positive gain. Returns whether the partition changed."""
     props = [(v, propose(v)) for v in P.views if len(v) > 1]
@@ -269,7 +269,7 @@ def tree_splits(children, J, node_h1) -> dict:
     sets = [(c,) for c in range(J)]
     out = {}
     for t, (a, b) in enumerate(np.asarray(children).reshape(-1, 2)):
-        sets.append(_union(sets[a], sets[b]))
+        sets.append(union_cols(sets[a], sets[b]))
         if np.isfinite(node_h1[a]) and np.isfinite(node_h1[b]):
             out[frozenset(sets[-1])] = (sets[a], sets[b])
     return out
@@ -350,11 +350,11 @@ def _column_estimates(cd: ColumnData, alpha: float, X: np.ndarray, views, budget
     return {c: r for _, c, r in best[:budget]}
 
 
-def _local_search(P: _Partition, passes: int, propose, estimates=None) -> int:
+def _local_search(P: Partition, passes: int, propose, estimates=None) -> int:
     """Up to ``passes`` passes over ``P`` (changed in place), each: single-column moves
     (`_move_columns`, restricted to ``estimates(views)`` when given), merges of two views
     (`_merge_views`), splits of a view by ``propose`` (`_split_views`). Every accepted change
-    strictly increases the criterion of `_Partition`. Stops after the first pass that changes
+    strictly increases the criterion of `Partition`. Stops after the first pass that changes
     nothing. Returns the number of passes left."""
     left = int(passes)
     while left > 0:
@@ -402,7 +402,7 @@ def refine_partition(
     J = X.shape[1]
     la = float(np.log(alpha))
     views0 = _tree_views(children, J, node_r)
-    P = _Partition(ev, alpha, views0)
+    P = Partition(ev, alpha, views0)
     start = P.score()
     start_views = list(P.views)
     estimates = None if screen is None else (lambda views: _column_estimates(cd, alpha, X, views, screen))

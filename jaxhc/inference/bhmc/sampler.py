@@ -43,7 +43,7 @@ from .state import (
     make_config,
     raise_overflow,
 )
-from .summary import BHMCPosterior, coclustering, posterior_summary
+from .summary import BHMCPosterior, summarise_chains, weight_similarity
 from .updates import complete_data_log_likelihood, update_hyper, update_theta, update_weights, update_weights_exact
 
 __all__ = [
@@ -303,53 +303,6 @@ def _chain_starts(X, L, inits, num_chains, init_levels, K):
     return out
 
 
-@jax.jit
-def _weight_similarity(path, logb):
-    """``sum over chains`` of the per-level weight similarity of every pair of points ``[L, N,
-    N]``: the cosine ``<beta_a, beta_b> / (|beta_a| |beta_b|)`` of the component weights of
-    their nodes ``a, b`` at that level (1 in one node; ``path [C, N, L + 1]``, ``logb [C, M,
-    K + 1]``)."""
-
-    def one(p, lb):
-        w = jnp.exp(lb[:, :-1])
-        w = w / jnp.maximum(jnp.sqrt(jnp.sum(w * w, 1, keepdims=True)), 1e-300)
-        G = w @ w.T
-        return jnp.stack([G[p[:, l]][:, p[:, l]] for l in range(1, p.shape[1])])
-
-    return jnp.sum(jax.vmap(one)(path, logb), 0)
-
-
-def _summarise(paths, comps, wsim, similarity):
-    """`posterior_summary` of every chain's kept sweeps (``paths [C, S, N, L + 1]``,
-    ``comps [C, S, N]``, mean weight similarity ``wsim [L, N, N]``), with each chain's
-    distance to the others (`BHMCPosterior.chain_distance`); a warning when chains disagree."""
-    C, S = paths.shape[:2]
-    post = posterior_summary(
-        paths.reshape((C * S,) + paths.shape[2:]),
-        comps.reshape(C * S, -1),
-        np.arange(C),
-        weight_similarity=wsim,
-        similarity=similarity,
-    )
-    if C > 1:
-        L = paths.shape[3] - 1
-        per = np.stack([[coclustering(paths[c, :, :, l]) for l in range(1, L + 1)] for c in range(C)])
-        total = per.sum(0)
-        dist = np.array([np.mean(np.abs(per[c] - (total - per[c]) / (C - 1))) for c in range(C)])
-        post = post._replace(chain_distance=dist)
-        if dist.max() > 0.1:
-            import warnings
-
-            warnings.warn(
-                f"bhmc: the chains disagree (mean |co-clustering difference| to the other chains up to "
-                f"{dist.max():.2f}, chain {int(dist.argmax())}): they have not mixed; the summary pools "
-                f"them all. Run more sweeps (num_warmup, num_samples).",
-                UserWarning,
-                stacklevel=3,
-            )
-    return post
-
-
 def bhmc(
     key,
     X,
@@ -604,7 +557,7 @@ def bhmc(
                 kl = st.logb if vec else st.logb[None]
             kept_paths.append(kp)
             kept_c.append(kc)
-            wsim[0] = _weight_similarity(kp, kl) if wsim[0] is None else wsim[0] + _weight_similarity(kp, kl)
+            wsim[0] = weight_similarity(kp, kl) if wsim[0] is None else wsim[0] + weight_similarity(kp, kl)
             vals = np.atleast_1d(np.asarray(info["log_likelihood"], float))
             i = int(np.argmax(vals))
             if vals[i] > best_val:
@@ -638,7 +591,7 @@ def bhmc(
     best_ll = float(complete_data_log_likelihood(best, Xj))
     paths = np.stack(jax.device_get(kept_paths), 1)  # [chains, kept sweeps, N, L + 1]
     comps = np.stack(jax.device_get(kept_c), 1)
-    post = _summarise(paths, comps, np.asarray(wsim[0]) / (paths.shape[0] * paths.shape[1]), similarity)
+    post = summarise_chains(paths, comps, np.asarray(wsim[0]) / (paths.shape[0] * paths.shape[1]), similarity)
     if summary == "posterior":
         tree, level_labels, labels = post.tree, post.level_labels, post.labels
     else:

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 from typing import NamedTuple, Optional
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from ...tree import ParentTree
@@ -37,6 +39,8 @@ __all__ = [
     "expected_binder_loss",
     "expected_vi_bound",
     "posterior_summary",
+    "summarise_chains",
+    "weight_similarity",
     "tree_from_level_labels",
 ]
 
@@ -335,3 +339,50 @@ def posterior_summary(
         None if weight_similarity is None else np.asarray(weight_similarity),
         similarity,
     )
+
+
+@jax.jit
+def weight_similarity(path, logb):
+    """``sum over chains`` of the per-level weight similarity of every pair of points ``[L, N,
+    N]``: the cosine ``<beta_a, beta_b> / (|beta_a| |beta_b|)`` of the component weights of
+    their nodes ``a, b`` at that level (1 in one node; ``path [C, N, L + 1]``, ``logb [C, M,
+    K + 1]``)."""
+
+    def one(p, lb):
+        w = jnp.exp(lb[:, :-1])
+        w = w / jnp.maximum(jnp.sqrt(jnp.sum(w * w, 1, keepdims=True)), 1e-300)
+        G = w @ w.T
+        return jnp.stack([G[p[:, l]][:, p[:, l]] for l in range(1, p.shape[1])])
+
+    return jnp.sum(jax.vmap(one)(path, logb), 0)
+
+
+def summarise_chains(paths, comps, wsim, similarity):
+    """`posterior_summary` of every chain's kept sweeps (``paths [C, S, N, L + 1]``,
+    ``comps [C, S, N]``, mean weight similarity ``wsim [L, N, N]``), with each chain's
+    distance to the others (`BHMCPosterior.chain_distance`); a warning when chains disagree."""
+    C, S = paths.shape[:2]
+    post = posterior_summary(
+        paths.reshape((C * S,) + paths.shape[2:]),
+        comps.reshape(C * S, -1),
+        np.arange(C),
+        weight_similarity=wsim,
+        similarity=similarity,
+    )
+    if C > 1:
+        L = paths.shape[3] - 1
+        per = np.stack([[coclustering(paths[c, :, :, l]) for l in range(1, L + 1)] for c in range(C)])
+        total = per.sum(0)
+        dist = np.array([np.mean(np.abs(per[c] - (total - per[c]) / (C - 1))) for c in range(C)])
+        post = post._replace(chain_distance=dist)
+        if dist.max() > 0.1:
+            import warnings
+
+            warnings.warn(
+                f"bhmc: the chains disagree (mean |co-clustering difference| to the other chains up to "
+                f"{dist.max():.2f}, chain {int(dist.argmax())}): they have not mixed; the summary pools "
+                f"them all. Run more sweeps (num_warmup, num_samples).",
+                UserWarning,
+                stacklevel=3,
+            )
+    return post
