@@ -40,12 +40,16 @@ Lemma A.7: a missing cell, by the nodes on the path from the root to its column,
 row-tree nodes on the path to its row).
 
 Modules: ``columns`` (per-column data and checks), ``views`` (batched row BHC over padded
-views), ``merges`` (Algorithm 1's merge loop), ``refine`` (the local search), ``result``
-(`BHCCResult`, `BHCCView`), ``search`` (`bhcc`, `rbhcc`), ``predictive`` (section 6). The
-functions are exported at the top level (``jaxhc.bhcc``, ...).
+views), ``merges`` (Algorithm 1's merge loop), ``refine`` (the local search), ``moves`` (the
+stochastic search, ``search="stochastic"``: exact Gibbs reassignment of a column, split-merge
+of views, perturbed restarts), ``exact`` (the CDPM's exact criterion of a column partition on
+tables of at most `MAX_EXACT_ROWS` rows, `cdpm_log_joint_exact`), ``result`` (`BHCCResult`,
+`BHCCView`), ``search`` (`bhcc`, `rbhcc`), ``predictive`` (section 6). The functions are
+exported at the top level (``jaxhc.bhcc``, ...).
 """
 
 from ...components import IndependentNormal
+from .exact import MAX_EXACT_ROWS, cdpm_log_joint_exact
 from .predictive import bhcc_predictive_cell, bhcc_predictive_column, bhcc_predictive_row
 from .result import BHCCResult, BHCCView
 from .search import bhcc, rbhcc
@@ -54,9 +58,11 @@ __all__ = [
     "BHCCResult",
     "BHCCView",
     "IndependentNormal",
+    "MAX_EXACT_ROWS",
     "bhcc",
     "bhcc_predictive_cell",
     "bhcc_predictive_column",
     "bhcc_predictive_row",
+    "cdpm_log_joint_exact",
     "rbhcc",
 ]

@@ -2,8 +2,10 @@
 CRP(u; alpha) + sum_v log p_DPM(X_v)``, each view's DPM marginal likelihood summed exactly
 over all Bell(N) row partitions by a dynamic program over row subsets (``O(3^N)`` per column
 set), against which BHCC's criterion (the same with each view's row-BHC lower bound,
-`BHCCResult.views_log_joint`) is checked, and which `jaxhc.bhcc` can search under
-(``criterion="exact"``) where it is affordable (``N <= MAX_EXACT_ROWS``)."""
+`BHCCResult.views_log_joint`) is checked (``benchmarks/bhcc_bound_vs_exact.py``), and with
+which candidate column partitions can be ranked by the model itself where that is affordable
+(``N <= MAX_EXACT_ROWS``; `ExactSetEvidence` is the exact twin of the search's evidence
+cache)."""
 
 from __future__ import annotations
 
