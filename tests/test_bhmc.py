@@ -209,7 +209,9 @@ def test_prior_sampler_and_numpyro_program_match_the_crp():
     n1_np, nk_np = [], []
     for s in range(60):
         with numpyro.handlers.seed(rng_seed=s):
-            out = M.ncrp_hdp(N, 1, L, alpha=a, gamma0=1.2, gamma=0.8, sigma2=0.3, prior_var=4.0, epsilon=1.0)
+            out = M.ncrp_hdp(
+                num_points=N, dim=1, depth=L, alpha=a, gamma0=1.2, gamma=0.8, sigma2=0.3, prior_var=4.0, epsilon=1.0
+            )
         n1_np.append(int(np.sum(out.level == 1)))
         nk_np.append(np.unique(out.c).size)
         assert out.paths.shape == (N, L + 1) and out.X.shape == (N, 1)
@@ -236,7 +238,7 @@ def test_new_components_are_shared_as_in_the_hdp():
     hits = 0
     for s in range(150):
         with numpyro.handlers.seed(rng_seed=1000 + s):
-            out = M.ncrp_hdp(2, 1, 1, alpha=a, gamma0=g0, gamma=g, epsilon=1.0)
+            out = M.ncrp_hdp(num_points=2, dim=1, depth=1, alpha=a, gamma0=g0, gamma=g, epsilon=1.0)
         hits += int(out.c[0] == out.c[1])
     assert abs(hits / 150 - want) < 4.5 * np.sqrt(want * (1 - want) / 150), (hits / 150, want)
 
@@ -250,9 +252,11 @@ def test_numpyro_program_scores_observed_data():
     assert np.isfinite(float(lp))
     assert "x_3" in tr and tr["x_3"]["is_observed"]
     with pytest.raises(ValueError, match="alpha"):
-        numpyro.handlers.seed(M.ncrp_hdp, rng_seed=0)(4, 2, 2, alpha=-1.0)
+        numpyro.handlers.seed(M.ncrp_hdp, rng_seed=0)(num_points=4, dim=2, depth=2, alpha=-1.0)
     for seed in range(3):  # tiny gamma: parents' weights underflow to 0, children keep them at 0
-        out = numpyro.handlers.seed(M.ncrp_hdp, rng_seed=seed)(30, 2, 3, gamma=0.02, gamma0=4.0, epsilon=1.0)
+        out = numpyro.handlers.seed(M.ncrp_hdp, rng_seed=seed)(
+            num_points=30, dim=2, depth=3, gamma=0.02, gamma0=4.0, epsilon=1.0
+        )
         assert np.all(np.isfinite(out.log_beta[out.paths[:, -1], out.c]))
 
 

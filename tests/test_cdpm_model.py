@@ -132,14 +132,14 @@ def test_cdpm_gaussian_full_cov_single_view_matches_dpm():
 def test_dpm_program_determinism_shapes_sites_and_crp_density():
     comp = BetaBernoulli(jnp.array([0.5, 1.0, 2.0]), 1.0)
     key = jax.random.PRNGKey(3)
-    s1 = handlers.seed(D.dpm, key)(component=comp, alpha=1.5, num_rows=4)
-    s2 = handlers.seed(D.dpm, key)(component=comp, alpha=1.5, num_rows=4)
+    s1 = handlers.seed(D.dpm, key)(component=comp, alpha=1.5, num_points=4)
+    s2 = handlers.seed(D.dpm, key)(component=comp, alpha=1.5, num_points=4)
     np.testing.assert_array_equal(s1.X, s2.X)
     np.testing.assert_array_equal(s1.labels, s2.labels)
     assert s1.X.shape == (4, 3) and s1.labels.shape == (4,)
     assert set(np.unique(np.asarray(s1.X))) <= {0.0, 1.0}
     assert not bool(s1.truncated)
-    tr = handlers.trace(handlers.seed(D.dpm, key)).get_trace(component=comp, alpha=1.5, num_rows=4)
+    tr = handlers.trace(handlers.seed(D.dpm, key)).get_trace(component=comp, alpha=1.5, num_points=4)
     assert {"z", "theta", "X", "truncated"} <= set(tr)
     assert tr["theta"]["value"].shape == (4, 3)
     z = tr["z"]["value"]
@@ -147,10 +147,10 @@ def test_dpm_program_determinism_shapes_sites_and_crp_density():
     lp = jnp.sum(tr["z"]["fn"].log_prob(z))
     assert np.isclose(float(lp), float(D.crp_log_prob(z, 1.5)), atol=1e-12)
     # conditioning on data: X is observed
-    trc = handlers.trace(handlers.seed(D.dpm, key)).get_trace(np.asarray(s1.X), comp, 1.5)
+    trc = handlers.trace(handlers.seed(D.dpm, key)).get_trace(X=np.asarray(s1.X), component=comp, alpha=1.5)
     assert trc["X"]["is_observed"]
     # NormalKnownCov
-    g = handlers.seed(D.dpm, key)(component=NormalKnownCov(jnp.zeros(2)), alpha=1.0, num_rows=4)
+    g = handlers.seed(D.dpm, key)(component=NormalKnownCov(jnp.zeros(2)), alpha=1.0, num_points=4)
     assert g.X.shape == (4, 2)
 
 
@@ -165,7 +165,7 @@ def test_dpm_exchangeable_labels_density_and_normalisation():
     allz = np.array(list(itertools.product(range(n), repeat=n)))
 
     def lp(z, labels):
-        model = lambda: D.dpm(component=comp, alpha=alpha, num_rows=n, num_cols=1, labels=labels)
+        model = lambda: D.dpm(component=comp, alpha=alpha, num_points=n, dim=1, labels=labels)
         return log_density(handlers.block(handlers.seed(model, 0), hide=["theta", "X"]), (), {}, {"z": z})[0]
 
     ex = np.asarray(jax.jit(jax.vmap(lambda z: lp(z, "exchangeable")))(allz))
@@ -178,16 +178,16 @@ def test_dpm_exchangeable_labels_density_and_normalisation():
     assert np.all(np.isneginf(ordered[~in_order])) and np.all(np.isfinite(ordered[in_order]))
     np.testing.assert_allclose(np.exp(ordered).sum(), 1.0, atol=1e-12)
     draws = jax.vmap(
-        lambda key: handlers.seed(D.dpm, key)(component=comp, alpha=alpha, num_rows=n, labels="exchangeable").labels
+        lambda key: handlers.seed(D.dpm, key)(component=comp, alpha=alpha, num_points=n, labels="exchangeable").labels
     )(jax.random.split(jax.random.PRNGKey(0), 200))
     assert np.mean(np.asarray(draws)[:, 0] != 0) > 0.5  # labels are not in first-appearance order
     with pytest.raises(ValueError, match="labels"):
-        D.dpm(component=comp, num_rows=n, labels="sorted")
+        D.dpm(component=comp, num_points=n, labels="sorted")
 
 
 def test_dpm_truncation_flag():
     s = handlers.seed(D.dpm, jax.random.PRNGKey(0))(
-        component=BetaBernoulli(), alpha=1e6, num_rows=5, num_cols=2, max_clusters=2
+        component=BetaBernoulli(), alpha=1e6, num_points=5, dim=2, max_clusters=2
     )
     assert bool(s.truncated)
     assert int(jnp.max(s.labels)) <= 1
@@ -201,11 +201,11 @@ def _canon(labels):
 def test_cdpm_program_and_column_partition_prior():
     comp = BetaBinomial(1.0, 1.0, trials=2)
     key = jax.random.PRNGKey(11)
-    s1 = handlers.seed(C.cdpm, key)(component=comp, alpha=0.9, num_rows=4, num_cols=3)
-    s2 = handlers.seed(C.cdpm, key)(component=comp, alpha=0.9, num_rows=4, num_cols=3)
+    s1 = handlers.seed(C.cdpm, key)(component=comp, alpha=0.9, num_points=4, dim=3)
+    s2 = handlers.seed(C.cdpm, key)(component=comp, alpha=0.9, num_points=4, dim=3)
     np.testing.assert_array_equal(s1.X, s2.X)
     assert s1.X.shape == (4, 3) and s1.column_views.shape == (3,) and s1.row_labels.shape == (4, 3)
-    tr = handlers.trace(handlers.seed(C.cdpm, key)).get_trace(component=comp, alpha=0.9, num_rows=4, num_cols=3)
+    tr = handlers.trace(handlers.seed(C.cdpm, key)).get_trace(component=comp, alpha=0.9, num_points=4, dim=3)
     assert {"column_view", "row_cluster", "theta", "X", "truncated"} <= set(tr)
     assert tr["theta"]["value"].shape == (3, 4, 3)
     # the trace's CRP sites have density log CRP(u) + sum over view slots log CRP(Z_v)
@@ -217,7 +217,7 @@ def test_cdpm_program_and_column_partition_prior():
     # Monte Carlo: column partitions follow CRP(alpha) on 3 columns
     alpha, N = 0.9, 4000
     pred = Predictive(C.cdpm, num_samples=N, return_sites=["column_view"])
-    draws = np.asarray(pred(jax.random.PRNGKey(5), component=comp, alpha=alpha, num_rows=2, num_cols=3)["column_view"])
+    draws = np.asarray(pred(jax.random.PRNGKey(5), component=comp, alpha=alpha, num_points=2, dim=3)["column_view"])
     parts = [tuple(int(v) for v in p) for p in D.set_partitions(3)]
     counts = Counter(_canon(d) for d in draws)
     assert set(counts) <= set(parts)
@@ -227,7 +227,7 @@ def test_cdpm_program_and_column_partition_prior():
     assert sps.chisquare(obs, exp).pvalue > 1e-3
 
     # Gaussian (diagonal) program
-    g = handlers.seed(C.cdpm, key)(component=NormalKnownCov(jnp.zeros(3), 2.0, 0.5), alpha=1.0, num_rows=5)
+    g = handlers.seed(C.cdpm, key)(component=NormalKnownCov(jnp.zeros(3), 2.0, 0.5), alpha=1.0, num_points=5)
     assert g.X.shape == (5, 3)
 
 
@@ -259,19 +259,19 @@ def test_bad_input():
         C.cdpm_log_joint(X, [0, 1], {0: [0, 1]}, comp, 1.0)
     with pytest.raises(TypeError, match="DirichletMultinomial"):
         C.cdpm_log_joint(X, [0, 1], {0: [0, 1], 1: [0, 0]}, DirichletMultinomial(jnp.ones(2)), 1.0)
-    with pytest.raises(ValueError, match="num_rows"):
+    with pytest.raises(ValueError, match="num_points"):
         handlers.seed(D.dpm, 0)(component=comp, alpha=1.0)
     with pytest.raises(ValueError, match="max_clusters"):
-        handlers.seed(D.dpm, 0)(component=comp, alpha=1.0, num_rows=3, max_clusters=0)
+        handlers.seed(D.dpm, 0)(component=comp, alpha=1.0, num_points=3, max_clusters=0)
     with pytest.raises(TypeError, match="NormalInverseWishart|supports"):
         from jaxhc.components import NormalInverseWishart
 
-        handlers.seed(C.cdpm, 0)(component=NormalInverseWishart(jnp.zeros(2)), alpha=1.0, num_rows=3)
+        handlers.seed(C.cdpm, 0)(component=NormalInverseWishart(jnp.zeros(2)), alpha=1.0, num_points=3)
     with pytest.raises(ValueError, match="diagonal"):
         handlers.seed(C.cdpm, 0)(
-            component=NormalKnownCov(jnp.zeros(2), jnp.array([[1.0, 0.5], [0.5, 1.0]])), alpha=1.0, num_rows=3
+            component=NormalKnownCov(jnp.zeros(2), jnp.array([[1.0, 0.5], [0.5, 1.0]])), alpha=1.0, num_points=3
         )
     with pytest.raises(ValueError, match="missing"):
-        handlers.seed(C.cdpm, 0)(np.array([[0.0, np.nan]]), comp, 1.0)
-    with pytest.raises(ValueError, match="num_rows"):
-        handlers.seed(C.cdpm, 0)(X, comp, 1.0, num_rows=3)
+        handlers.seed(C.cdpm, 0)(X=np.array([[0.0, np.nan]]), component=comp, alpha=1.0)
+    with pytest.raises(ValueError, match="num_points"):
+        handlers.seed(C.cdpm, 0)(X=X, component=comp, alpha=1.0, num_points=3)

@@ -31,7 +31,7 @@ def test_dpm_gibbs_samples_drive_the_dpm_program():
     z = np.asarray(mcmc.get_samples())
     assert z.shape == (300, 12)
     out = Predictive(D.dpm, posterior_samples={"z": z}, return_sites=["X", "z"])(
-        jax.random.key(1), component=comp, num_rows=12
+        jax.random.key(1), component=comp, num_points=12
     )
     Xr = np.asarray(out["X"])
     assert Xr.shape == (300, 12, 4) and set(np.unique(Xr)) <= {0.0, 1.0}
@@ -105,7 +105,7 @@ def test_cdpm_gibbs_samples_drive_the_cdpm_program():
     u, Z = np.asarray(s["column_views"]), np.asarray(s["row_labels"])
     assert u.shape == (300, 3) and Z.shape == (300, 10, 3)
     out = Predictive(C.cdpm, posterior_samples={"column_view": u, "row_cluster": Z}, return_sites=["X"])(
-        jax.random.key(5), component=comp, num_rows=10, num_cols=3
+        jax.random.key(5), component=comp, num_points=10, dim=3
     )
     Xr = np.asarray(out["X"])
     assert Xr.shape == (300, 10, 3) and set(np.unique(Xr)) <= {0.0, 1.0}

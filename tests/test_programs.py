@@ -24,10 +24,10 @@ from jaxhc.models import ginkgo as G
 from jaxhc.models import ncrp_hdp as NH
 
 PROGRAMS = {
-    "dpm": (D.dpm, dict(component=jaxhc.BetaBernoulli(np.ones(3), np.ones(3)), num_rows=5), "X", (5, 3)),
+    "dpm": (D.dpm, dict(component=jaxhc.BetaBernoulli(np.ones(3), np.ones(3)), num_points=5), "X", (5, 3)),
     "cdpm": (
         C.cdpm,
-        dict(component=jaxhc.BetaBernoulli(np.ones(3), np.ones(3)), num_rows=5, num_cols=3),
+        dict(component=jaxhc.BetaBernoulli(np.ones(3), np.ones(3)), num_points=5, dim=3),
         "X",
         (5, 3),
     ),
@@ -141,8 +141,8 @@ def test_truncated_ncrp_hdp_shares_components_as_the_hdp():
 
 def test_truncated_ncrp_hdp_bad_arguments():
     with pytest.raises(ValueError, match="both max_children and max_components"):
-        handlers.seed(NH.ncrp_hdp, 0)(3, 1, 2, max_children=3)
+        handlers.seed(NH.ncrp_hdp, 0)(num_points=3, dim=1, depth=2, max_children=3)
     with pytest.raises(ValueError, match="max_components"):
-        handlers.seed(NH.ncrp_hdp, 0)(3, 1, 2, max_children=3, max_components=0)
+        handlers.seed(NH.ncrp_hdp, 0)(num_points=3, dim=1, depth=2, max_children=3, max_components=0)
     with pytest.raises(ValueError, match="alpha"):
-        handlers.seed(NH.ncrp_hdp, 0)(3, 1, 2, alpha=-1.0, max_children=3, max_components=3)
+        handlers.seed(NH.ncrp_hdp, 0)(num_points=3, dim=1, depth=2, alpha=-1.0, max_children=3, max_components=3)

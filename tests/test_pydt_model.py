@@ -403,7 +403,7 @@ def test_numpyro_program_density():
     from numpyro.infer.util import log_density
 
     c, alpha, beta, s2 = 1.2, 1.0, 0.2, 0.6
-    tr = handlers.trace(handlers.seed(P.pydt, 3)).get_trace(5, 2, c=c, alpha=alpha, beta=beta, sigma2=s2)
+    tr = handlers.trace(handlers.seed(P.pydt, 3)).get_trace(num_points=5, dim=2, c=c, alpha=alpha, beta=beta, sigma2=s2)
     tree = np.asarray(tr["tree"]["value"])
     par, t = tree[0].astype(int), tree[1]
     loc = np.asarray(tr["locations"]["value"]).copy()
@@ -414,7 +414,7 @@ def test_numpyro_program_density():
         P.log_locations(par[used], t[used], loc[used], s2)
     )
     params = {"tree": tree, "increments": tr["increments"]["value"]}
-    got, _ = log_density(P.pydt, (5, 2), dict(c=c, alpha=alpha, beta=beta, sigma2=s2, X=X), params)
+    got, _ = log_density(P.pydt, (), dict(num_points=5, dim=2, c=c, alpha=alpha, beta=beta, sigma2=s2, X=X), params)
     np.testing.assert_allclose(float(got), want, rtol=1e-10)
     # the leaves given the tree integrate to the message-passing marginal
     assert np.isfinite(float(P.log_marginal_likelihood(par, t, X, s2)))

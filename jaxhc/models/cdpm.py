@@ -34,6 +34,7 @@ import numpyro
 import numpyro.distributions as dist
 from jax.scipy.special import logsumexp
 
+from .._internal.deprecation import keyword_program
 from .._internal.validation import check_component as _check_component
 from ..components import BetaBernoulli, BetaBinomial, Component, NormalKnownCov
 from .dpm import (
@@ -50,6 +51,7 @@ from .dpm import check_program_component as _check_program_component
 from .dpm import col_vec as _col_vec
 from .dpm import crp_scan as _crp_scan
 from .dpm import program_data as _program_data
+from .dpm import program_sizes as _program_sizes
 
 __all__ = [
     "CDPMSample",
@@ -88,30 +90,39 @@ class CDPMSample(NamedTuple):
     truncated: jax.Array
 
 
+@keyword_program("X", "component", "alpha", "num_points", "dim")
 def cdpm(
+    *,
     X=None,
     component: Optional[Component] = None,
     alpha=1.0,
-    num_rows: Optional[int] = None,
-    num_cols: Optional[int] = None,
-    *,
+    num_points: Optional[int] = None,
+    dim: Optional[int] = None,
     max_views: Optional[int] = None,
     max_clusters: Optional[int] = None,
+    num_rows: Optional[int] = None,
+    num_cols: Optional[int] = None,
 ) -> CDPMSample:
     """The CDPM (Eq. 1-4) as a NumPyro program (see the module docstring for the sites).
+
+    Every argument is a keyword, as in `jaxhc.models.dpm.dpm`; the former positional order
+    ``(X, component, alpha, num_rows, num_cols)`` still works for one release, with a
+    ``DeprecationWarning``.
 
     Args:
       X: data ``[N, J]`` to condition on, or None to sample it.
       component: `BetaBernoulli`, `BetaBinomial`, or `NormalKnownCov` with diagonal
-        covariances (columns are independent given their cluster).
+        covariances (columns are independent given their cluster); required.
       alpha: concentration of every CRP (> 0).
-      num_rows, num_cols: table size (required when ``X`` is None; ``num_cols`` defaults to
-        ``component.dim``).
+      num_points, dim: table size ``N``, ``J`` (taken from ``X`` when given; ``num_points``
+        is required when ``X`` is None, ``dim`` defaults to ``component.dim``).
       max_views, max_clusters: CRP capacities (defaults ``J`` and ``N``: exact).
+      num_rows, num_cols: deprecated spellings of ``num_points`` and ``dim``.
     """
+    num_points, dim = _program_sizes(num_points, dim, num_rows, num_cols, "jaxhc.models.cdpm.cdpm")
     _check_program_component(component)
     alpha = _check_alpha(alpha)
-    Xo, n, d = _program_data(X, component, num_rows, num_cols)
+    Xo, n, d = _program_data(X, component, num_points, dim)
     V = d if max_views is None else min(_check_count(max_views, "max_views"), d)
     K = n if max_clusters is None else min(_check_count(max_clusters, "max_clusters"), n)
     if isinstance(component, NormalKnownCov):

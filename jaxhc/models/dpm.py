@@ -39,6 +39,7 @@ import numpyro.distributions as dist
 from jax.scipy.special import gammaln, logsumexp
 from numpyro.contrib.control_flow import scan
 
+from .._internal.deprecation import keyword_program, renamed_argument
 from .._internal.dtypes import float_dtype as _float
 from .._internal.validation import check_alpha, check_component
 from ..components import BetaBernoulli, BetaBinomial, Component, NormalKnownCov
@@ -192,27 +193,27 @@ def check_program_component(component):
         )
 
 
-def program_data(X, component, num_rows, num_cols, name="X"):
+def program_data(X, component, num_points, dim, name="X"):
     """Eager checks shared by `dpm` and `cdpm`; returns (X or None, n, d)."""
     if X is not None:
         if isinstance(X, jax.core.Tracer):
             Xa = X
             if Xa.ndim != 2:
-                raise ValueError(f"{name} must be 2-D [num_rows, num_cols], got shape {Xa.shape}")
+                raise ValueError(f"{name} must be 2-D [num_points, dim], got shape {Xa.shape}")
         else:
             Xa = component.validate_data(X, name)
             if np.any(np.isnan(Xa)):
                 raise ValueError(f"{name} has missing entries (NaN); the generative program needs complete data")
         n, d = Xa.shape
-        if num_rows is not None and check_count(num_rows, "num_rows") != n:
-            raise ValueError(f"num_rows={num_rows} but {name} has {n} rows")
-        if num_cols is not None and check_count(num_cols, "num_cols") != d:
-            raise ValueError(f"num_cols={num_cols} but {name} has {d} columns")
+        if num_points is not None and check_count(num_points, "num_points") != n:
+            raise ValueError(f"num_points={num_points} but {name} has {n} rows")
+        if dim is not None and check_count(dim, "dim") != d:
+            raise ValueError(f"dim={dim} but {name} has {d} columns")
         return jnp.asarray(Xa, _float()), n, d
-    if num_rows is None:
-        raise ValueError("num_rows is required when X is None (sampling data)")
-    n = check_count(num_rows, "num_rows")
-    d = check_count(num_cols, "num_cols", allow_none=True)
+    if num_points is None:
+        raise ValueError("num_points is required when X is None (sampling data)")
+    n = check_count(num_points, "num_points")
+    d = check_count(dim, "dim", allow_none=True)
     if d is None:
         d = component.dim
     elif (
@@ -220,33 +221,48 @@ def program_data(X, component, num_rows, num_cols, name="X"):
         or np.ndim(getattr(component, "a", 0))
         or np.ndim(getattr(component, "b", 0))
     ) and d != component.dim:
-        raise ValueError(f"num_cols={d} but the component was built for {component.dim} columns")
+        raise ValueError(f"dim={d} but the component was built for {component.dim} columns")
     return None, n, d
+
+
+def program_sizes(num_points, dim, num_rows, num_cols, where: str):
+    """``(num_points, dim)`` from the program's keywords and their deprecated spellings
+    ``num_rows`` / ``num_cols`` (a ``DeprecationWarning`` names the new one)."""
+    num_points = renamed_argument(num_points, num_rows, old="num_rows", new="num_points", where=where, stacklevel=5)
+    dim = renamed_argument(dim, num_cols, old="num_cols", new="dim", where=where, stacklevel=5)
+    return num_points, dim
 
 
 def col_vec(v, d):
     return jnp.broadcast_to(jnp.asarray(v, _float()), (d,))
 
 
+@keyword_program("X", "component", "alpha", "num_points")
 def dpm(
+    *,
     X=None,
     component: Optional[Component] = None,
     alpha=1.0,
-    num_rows: Optional[int] = None,
-    *,
-    num_cols: Optional[int] = None,
+    num_points: Optional[int] = None,
+    dim: Optional[int] = None,
     max_clusters: Optional[int] = None,
     labels: str = "ordered",
+    num_rows: Optional[int] = None,
+    num_cols: Optional[int] = None,
 ) -> DPMSample:
     """The DPM as a NumPyro program (see the module docstring for the sites).
 
+    Every argument is a keyword (``dpm(X=X, component=c)`` conditions on data,
+    ``dpm(component=c, num_points=n)`` samples it); the former positional order ``(X,
+    component, alpha, num_rows)`` still works for one release, with a ``DeprecationWarning``.
+
     Args:
       X: data ``[n, d]`` to condition on, or None to sample it.
-      component: a `BetaBernoulli`, `BetaBinomial` or `NormalKnownCov`.
+      component: a `BetaBernoulli`, `BetaBinomial` or `NormalKnownCov` (required).
       alpha: CRP concentration (> 0).
-      num_rows: number of rows (required when ``X`` is None).
-      num_cols: number of columns when sampling (default ``component.dim``).
-      max_clusters: capacity of the CRP (default ``num_rows``: exact).
+      num_points: number of rows ``n`` (required when ``X`` is None; else taken from ``X``).
+      dim: number of columns ``d`` when sampling (default ``component.dim``; else from ``X``).
+      max_clusters: capacity of the CRP (default ``num_points``: exact).
       labels: ``"ordered"`` (default): a new cluster takes the next free label, so ``z`` is in
         order of first appearance and ``sum log p(z) = crp_log_prob(z, alpha)``.
         ``"exchangeable"``: a new cluster takes one of the unused labels uniformly at random;
@@ -255,13 +271,15 @@ def dpm(
         probability. Use it when a sampler updates single labels (NumPyro's
         ``DiscreteHMCGibbs``): with ordered labels, a cluster other than the last one can never
         be emptied, so such a chain can only add clusters.
+      num_rows, num_cols: deprecated spellings of ``num_points`` and ``dim``.
 
     Returns:
       `DPMSample` ``(X, labels, truncated)``.
     """
+    num_points, dim = program_sizes(num_points, dim, num_rows, num_cols, "jaxhc.models.dpm.dpm")
     check_program_component(component)
     alpha = check_alpha_jax(alpha)
-    Xo, n, d = program_data(X, component, num_rows, num_cols)
+    Xo, n, d = program_data(X, component, num_points, dim)
     K = n if max_clusters is None else check_count(max_clusters, "max_clusters")
     K = min(K, n)
     if labels not in ("ordered", "exchangeable"):

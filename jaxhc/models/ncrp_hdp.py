@@ -40,6 +40,8 @@ import numpyro.distributions as dist
 from jax.scipy.special import gammaln, logsumexp
 from numpyro.contrib.control_flow import scan
 
+from .._internal.deprecation import keyword_program
+
 __all__ = [
     "NCRPHDPSample",
     "beta_log",
@@ -56,6 +58,22 @@ _NEG = -jnp.inf
 
 
 _GAMMA_MAX_TRIES = 200
+
+# capacities of the truncated program that `ncrp_hdp` runs when it is traced without them
+# (``max_children`` also at most the number of points, where the paths are exact)
+TRACED_MAX_CHILDREN = 10
+TRACED_MAX_COMPONENTS = 50
+
+
+def _concrete(v):
+    """A draw of the exact (Python control flow) process, which needs concrete values."""
+    if isinstance(v, jax.core.Tracer):
+        raise ValueError(
+            "ncrp_hdp: the exact process (max_children=None, max_components=None) needs concrete draws, "
+            "but a value was traced (e.g. substituted inside jit); give max_children and max_components "
+            "for the truncated program"
+        )
+    return v
 
 
 # ---------------------------------------------------------------------------------------
@@ -266,11 +284,13 @@ def _program_sizes(num_points, dim, depth, X):
     return X, N, D, L
 
 
+@keyword_program("num_points", "dim", "depth")
 def ncrp_hdp(
-    num_points: int = None,
-    dim: int = None,
-    depth: int = 3,
     *,
+    X=None,
+    num_points: Optional[int] = None,
+    dim: Optional[int] = None,
+    depth: int = 3,
     alpha=1.0,
     gamma0=1.0,
     gamma=1.0,
@@ -278,7 +298,6 @@ def ncrp_hdp(
     mu0=0.0,
     prior_var=1.0,
     epsilon=1e-3,
-    X=None,
     max_children: Optional[int] = None,
     max_components: Optional[int] = None,
 ) -> NCRPHDPSample:
@@ -293,27 +312,43 @@ def ncrp_hdp(
     ``Beta(1, gamma0)`` at the root, ``Beta(gamma beta_parent,k, gamma beta*_parent)`` below),
     ``take_k`` (whether the draw of ``c_n`` that revealed atom ``k`` takes it) and ``x_n``.
 
+    Every argument is a keyword (``ncrp_hdp(X=X)`` conditions on data, ``ncrp_hdp(num_points=N,
+    dim=D)`` samples it); the former positional order ``(num_points, dim, depth)`` still works
+    for one release, with a ``DeprecationWarning``.
+
     Args:
-      num_points, dim: ``N`` and ``D`` (taken from ``X`` when given).
+      X: optional observed data ``[N, D]``.
+      num_points, dim: ``N`` and ``D`` (required when ``X`` is None; else taken from ``X``).
       depth: ``L`` >= 1, the number of levels below the root.
       alpha, gamma0, gamma: nCRP and HDP concentrations (> 0).
       sigma2: observation variance (``Sigma = sigma2 I``).
       mu0, prior_var: ``H = N(mu0, diag(prior_var))``.
       epsilon: stop breaking the root stick once ``beta* < epsilon`` (``epsilon >= 1``
         starts with no component; every component is then made on demand).
-      X: optional observed data ``[N, D]``.
-      max_children, max_components: give both for the truncated program in JAX (runs under
-        ``jit``, ``vmap`` over keys and `numpyro.infer.Predictive`; see
-        `ncrp_hdp_truncated`); leave both None for the exact process above (Python control
-        flow, one site per random choice: ``handlers.seed``/``trace`` only).
+      max_children, max_components: give both for the truncated program in JAX (see
+        `ncrp_hdp_truncated`). Left None, the exact process above runs (Python control flow,
+        one site per random choice) when the program is run with a concrete key
+        (``handlers.seed``/``trace``); when the key is traced (``jit``, ``vmap`` over keys,
+        `numpyro.infer.Predictive` with ``parallel=True`` or ``False``) the exact process
+        cannot run, and the truncated program runs instead with ``max_children =
+        min(TRACED_MAX_CHILDREN, N)`` (10) and ``max_components = TRACED_MAX_COMPONENTS``
+        (50), its sites and return values being those of `ncrp_hdp_truncated`. A traced value
+        met on the exact path (a substituted site inside ``jit``) raises a ``ValueError``
+        naming these arguments.
     """
     if (max_children is None) != (max_components is None):
         raise ValueError("give both max_children and max_components (the truncated program), or neither")
+    if max_children is None and isinstance(numpyro.prng_key(), jax.core.Tracer):
+        # traced (jit, vmap, Predictive): the exact process's Python control flow cannot run on
+        # traced draws, so the truncated program with its default capacities runs instead
+        max_children = min(TRACED_MAX_CHILDREN, _program_sizes(num_points, dim, depth, X)[1])
+        max_components = TRACED_MAX_COMPONENTS
     if max_children is not None:
         return ncrp_hdp_truncated(
-            num_points,
-            dim,
-            depth,
+            X=X,
+            num_points=num_points,
+            dim=dim,
+            depth=depth,
             alpha=alpha,
             gamma0=gamma0,
             gamma=gamma,
@@ -322,7 +357,6 @@ def ncrp_hdp(
             prior_var=prior_var,
             max_children=max_children,
             max_components=max_components,
-            X=X,
         )
     X, N, D, L = _program_sizes(num_points, dim, depth, X)
     for v, name in ((alpha, "alpha"), (gamma0, "gamma0"), (gamma, "gamma"), (sigma2, "sigma2"), (epsilon, "epsilon")):
@@ -336,7 +370,7 @@ def ncrp_hdp(
     theta = []
     k = 0
     while np.exp(log_root[-1]) >= epsilon:
-        u = numpyro.sample(f"u_root_{k}", dist.Beta(1.0, gamma0))
+        u = _concrete(numpyro.sample(f"u_root_{k}", dist.Beta(1.0, gamma0)))
         rest = log_root.pop()
         log_root += [rest + float(np.log(u)), rest + float(np.log1p(-u))]
         theta.append(np.asarray(numpyro.sample(f"theta_{k}", dist.Normal(mu0, sd0).to_event(1))))
@@ -367,7 +401,7 @@ def ncrp_hdp(
         for l in range(1, L + 1):
             ch = children[z]
             w = np.array([counts[c] for c in ch] + [alpha], float)
-            pick = int(numpyro.sample(f"path_{n}_{l}", dist.Categorical(probs=w / w.sum())))
+            pick = int(_concrete(numpyro.sample(f"path_{n}_{l}", dist.Categorical(probs=w / w.sum()))))
             if pick == len(ch):
                 j = len(beta)
                 conc = gamma * np.exp(beta[z])
@@ -388,7 +422,7 @@ def ncrp_hdp(
             counts[z] += 1
             paths[n, l] = z
         p = np.exp(beta[z])
-        cn = int(numpyro.sample(f"c_{n}", dist.Categorical(probs=p / p.sum())))
+        cn = int(_concrete(numpyro.sample(f"c_{n}", dist.Categorical(probs=p / p.sum()))))
         while cn == len(theta):  # the rest was drawn: reveal its atoms until the drawn one
             star_before = beta[z][-1]
             add_component()
@@ -423,11 +457,13 @@ def _check_cap(v, name):
     return int(v)
 
 
+@keyword_program("num_points", "dim", "depth")
 def ncrp_hdp_truncated(
-    num_points: int = None,
-    dim: int = None,
-    depth: int = 3,
     *,
+    X=None,
+    num_points: Optional[int] = None,
+    dim: Optional[int] = None,
+    depth: int = 3,
     alpha=1.0,
     gamma0=1.0,
     gamma=1.0,
@@ -436,7 +472,6 @@ def ncrp_hdp_truncated(
     prior_var=1.0,
     max_children: int = 10,
     max_components: int = 50,
-    X=None,
 ) -> NCRPHDPSample:
     """The nCRP + HDP of `ncrp_hdp`, truncated to fixed shapes so it runs in JAX (``jit``,
     ``vmap`` over keys, `numpyro.infer.Predictive` with ``parallel=True``).

@@ -52,7 +52,7 @@ checks and run the kernel, so they batch with ``jax.vmap`` directly.
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -62,6 +62,7 @@ import numpyro.distributions as dist
 from jax.scipy.special import gammaln, log_ndtr
 from numpyro.distributions import constraints
 
+from .._internal.deprecation import keyword_program
 from .._internal.validation import numpy_rng
 from ..tree import ParentTree
 from .pydt_math import (
@@ -630,7 +631,10 @@ def _accumulate(parent, times, inc):
     return jax.lax.fori_loop(0, m, body, jnp.zeros((m, D), inc.dtype))
 
 
-def pydt(num_points: int = None, dim: int = None, *, c=1.0, alpha=0.0, beta=0.0, sigma2=1.0, X=None):
+@keyword_program("num_points", "dim")
+def pydt(
+    *, X=None, num_points: Optional[int] = None, dim: Optional[int] = None, c=1.0, alpha=0.0, beta=0.0, sigma2=1.0
+):
     """The PYDT with Gaussian observations as a NumPyro program.
 
     Sites:
@@ -646,10 +650,14 @@ def pydt(num_points: int = None, dim: int = None, *, c=1.0, alpha=0.0, beta=0.0,
     `numpyro.infer.Predictive` (prior and posterior predictive, ``parallel=True`` or not);
     `sample_prior` is the NumPy reference of the same process.
 
+    Every argument is a keyword (``pydt(X=X)`` conditions on data, ``pydt(num_points=N,
+    dim=D)`` samples it); the former positional order ``(num_points, dim)`` still works for one
+    release, with a ``DeprecationWarning``.
+
     Args:
-      num_points, dim: ``N`` and ``D`` (taken from ``X`` when given).
-      c, alpha, beta, sigma2: hyperparameters.
       X: float ``[N, D]`` data or None to sample.
+      num_points, dim: ``N`` and ``D`` (required when ``X`` is None; else taken from ``X``).
+      c, alpha, beta, sigma2: hyperparameters.
 
     Returns:
       ``(parent int [2N - 1], times [2N - 1], X [N, D])``.
