@@ -94,3 +94,19 @@ def test_top_level_modules_are_not_shadowed():
     for info in pkgutil.iter_modules(inf.__path__):
         obj = getattr(inf, info.name, None)
         assert obj is None or hasattr(obj, "__file__"), f"jaxhc.inference.{info.name} is {obj!r}, not the module"
+
+
+def test_trellis_never_imports_jets():
+    """DESIGN.md: imports run downhill, `jaxhc.trellis` knows nothing of `jaxhc.jets` (issue 43
+    part 4: awkward / vector inputs are converted once, by `jaxhc.trellis.ragged`, which the
+    jets layer re-exports). Imports inside functions count too."""
+    bad = []
+    for n, p in _modules():
+        if not n.startswith("jaxhc.trellis"):
+            continue
+        mods = [m for m, _ in _imports(n, p)]
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.Import):
+                mods += [a.name for a in node.names]
+        bad += [(n, m) for m in mods if m == "jaxhc.jets" or m.startswith("jaxhc.jets.")]
+    assert not bad, bad

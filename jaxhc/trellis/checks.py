@@ -15,6 +15,7 @@ from .._internal.validation import real_array
 from .energies import Energy
 from .exact import check_num_leaves
 from .invalid import InvalidProblems, apply_policy, check_on_invalid
+from .ragged import is_awkward, padded_from_awkward
 
 __all__ = ["check_batch_inputs", "validate_batch_inputs", "awkward_or_padded"]
 
@@ -84,10 +85,8 @@ def check_batch_inputs(energy: Energy, leaves_padded, n_leaves, on_invalid: str,
 
 def awkward_or_padded(leaves_padded, n_leaves):
     """``(leaves_padded, n_leaves)`` as given, or from a jagged awkward array of jets
-    (`jaxhc.jets.hep.jets_from_awkward`; ``n_leaves`` then optional, and checked against the
-    array when given)."""
-    from ..jets.hep import is_awkward, jets_from_awkward
-
+    (`jaxhc.trellis.ragged.padded_from_awkward`; ``n_leaves`` then optional, and checked
+    against the array when given)."""
     # a global jax.Array over several processes: this process's jets
     leaves_padded, n_leaves = process_local(leaves_padded, "leaves_padded"), process_local(n_leaves, "n_leaves")
     if is_awkward(leaves_padded):
@@ -96,7 +95,7 @@ def awkward_or_padded(leaves_padded, n_leaves):
                 f"n_leaves={n_leaves!r} is a scalar: with awkward jets leave n_leaves out (None) and pass the "
                 "arguments after it by keyword"
             )
-        lp, counts = jets_from_awkward(leaves_padded, "leaves_padded")
+        lp, counts = padded_from_awkward(leaves_padded, "leaves_padded")
         if n_leaves is not None and not np.array_equal(np.asarray(n_leaves).reshape(-1), counts):
             raise ValueError("n_leaves disagrees with the jagged array's leaf counts (leave it out for awkward input)")
         return lp, counts

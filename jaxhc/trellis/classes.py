@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._internal import vmath
+from .energies import pad_on_host
 from .subsets import level_tables, select_features, take_rows
 
 __all__ = ["size_class", "class_call", "PUSH_FLOOR"]
@@ -397,16 +398,43 @@ def _class_core(energy, leaves, n, tabs, sched_in, num_in, sched_out, num_out, b
     return log_z[root], None if best is None else best[root], log_m, log_z, best, bp
 
 
+#: the device copies of `_class_tables` (keyed by ``(n, bound)``, each with the host tuple it
+#: was made from, so a cleared or patched `_class_tables` is followed)
+_DEVICE_TABLES: dict = {}
+
+
+def _device_tables(n: int, bound: int):
+    """``(n, (order, offset, count), sched_in, num_in, sched_out, num_out)`` as device arrays,
+    made once per ``(n, bound)``: a call then puts only the leaves on the device."""
+    host = _class_tables(n, bound)
+    got = _DEVICE_TABLES.get((n, bound))
+    if got is None or got[0] is not host:
+        order, offset, count, (s_in, c_in), (s_out, c_out) = host
+        dev = jax.device_put((np.int32(n), (order, offset, count), s_in, np.int32(c_in), s_out, np.int32(c_out)))
+        got = _DEVICE_TABLES[(n, bound)] = (host, dev)
+    return got[1]
+
+
 def _class_args(energy, leaves, n, bound):
-    """The positional arguments of `_class_core` for ``n`` leaves run in the class of ``bound``."""
-    order, offset, count, (s_in, c_in), (s_out, c_out) = _class_tables(n, bound)
-    lp = energy.pad_leaves(jnp.asarray(leaves), bound)
-    return energy, lp, jnp.int32(n), (order, offset, count), s_in, jnp.int32(c_in), s_out, jnp.int32(c_out)
+    """The positional arguments of `_class_core` for ``n`` leaves run in the class of ``bound``
+    (a host ``leaves`` array is padded on the host, `pad_on_host`)."""
+    nn, tabs, s_in, c_in, s_out, c_out = _device_tables(n, bound)
+    if isinstance(leaves, np.ndarray):
+        lp = pad_on_host(energy, leaves, bound)
+    else:
+        lp = energy.pad_leaves(jnp.asarray(leaves), bound)
+    return energy, lp, nn, tabs, s_in, c_in, s_out, c_out
+
+
+@partial(jax.jit, static_argnames=("size",))
+def _cut_tables(tables, size: int):
+    """The first ``size`` entries of each table (one dispatch for all of them)."""
+    return jax.tree_util.tree_map(lambda x: x[:size], tables)
 
 
 def class_call(energy, leaves, n, with_map, marginals, tables=True):
-    """Runs `_class_core` for ``n`` leaves (``leaves [n, ...]``); tables of ``2^n`` subsets
-    (cut on the host; ``tables=False``: ``log Z`` alone, traceable). None when ``n`` is
+    """Runs `_class_core` for ``n`` leaves (``leaves [n, ...]``, a host or JAX array); tables
+    of ``2^n`` subsets (``tables=False``: ``log Z`` alone, traceable). None when ``n`` is
     above every size class."""
     bound = size_class(n)
     if bound is None:
@@ -414,7 +442,5 @@ def class_call(energy, leaves, n, with_map, marginals, tables=True):
     res = _class_core(*_class_args(energy, leaves, n, bound), bound=bound, with_map=with_map, marginals=marginals)
     if not tables:
         return res[0]
-    size = 2**n
-    cut = lambda x: None if x is None else jnp.asarray(np.asarray(x)[:size])
     log_z, map_v, log_m, tz, tb, bp = res
-    return log_z, map_v, cut(log_m), cut(tz), cut(tb), cut(bp)
+    return (log_z, map_v, *_cut_tables((log_m, tz, tb, bp), 2**n))

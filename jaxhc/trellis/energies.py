@@ -31,6 +31,7 @@ import numpy as np
 from .._internal import vmath
 from .._internal.dtypes import float_dtype as _float
 from .._internal.validation import real_array
+from .ragged import host_rows
 
 __all__ = [
     "Energy",
@@ -42,6 +43,7 @@ __all__ = [
     "UnitEnergy",
     "SplitReport",
     "all_subset_masks",
+    "pad_on_host",
     "subset_sums",
     "log_phi_of_tree",
 ]
@@ -64,6 +66,11 @@ def subset_sums(leaves):
     for b in range(n):
         p = p + jnp.where((((S >> b) & 1) == 1)[:, None], leaves[b][None, :], 0.0)
     return p, jax.lax.population_count(S).astype(leaves.dtype)
+
+
+def _namespace(x):
+    """NumPy for a host array, else ``jax.numpy``."""
+    return np if isinstance(x, np.ndarray) else jnp
 
 
 class Energy(eqx.Module):
@@ -109,21 +116,19 @@ class Energy(eqx.Module):
 
     def pad_leaves(self, leaves, n_max: int):
         """Pads one problem's leaves to ``n_max`` elements (the padding never enters any
-        subset of the real elements)."""
+        subset of the real elements). The built-in energies pad a NumPy array with NumPy
+        (`pad_on_host`) and a JAX array, traced or not, with JAX."""
+        xp = _namespace(leaves)
         n = leaves.shape[0]
-        pad = jnp.repeat(leaves[:1], n_max - n, axis=0)
-        return jnp.concatenate([leaves, pad], axis=0)
+        pad = xp.repeat(leaves[:1], n_max - n, axis=0)
+        return xp.concatenate([leaves, pad], axis=0)
 
     def explain(self, leaves, tree) -> list:
         """Every split of ``tree`` (a `jaxhc.Tree` over ``leaves``) as a `SplitReport`: its
         ``log psi`` and, for each impossible split (``-inf``), the constraint that failed
         (`why_impossible`). The splits whose reason is not None are what makes
         ``log phi(tree) = -inf``."""
-        if any(c.__module__.split(".")[0] == "awkward" for c in type(leaves).__mro__):  # one jet
-            from ..jets.hep import jet_from_awkward
-
-            leaves = jet_from_awkward(leaves)
-        arr = self.validate_leaves(leaves)
+        arr = self.validate_leaves(host_rows(leaves))  # one awkward jet: its rows
         n = self.n_elements(arr)
         if tree.n_leaves != n:
             raise ValueError(f"tree has {tree.n_leaves} leaves but leaves has {n} elements")
@@ -251,7 +256,7 @@ class AffinityEnergy(Energy):
 
     def pad_leaves(self, leaves, n_max: int):
         n = leaves.shape[0]
-        return jnp.pad(leaves, ((0, n_max - n), (0, n_max - n)))
+        return _namespace(leaves).pad(leaves, ((0, n_max - n), (0, n_max - n)))
 
 
 class DasguptaEnergy(AffinityEnergy):
@@ -389,7 +394,7 @@ class FourMomentumEnergy(Energy):
         """Pads with zero four-momenta (they mark padding: the root is the set of the rows
         with ``E > 0``)."""
         n = leaves.shape[0]
-        return jnp.pad(leaves, ((0, n_max - n), (0, 0)))
+        return _namespace(leaves).pad(leaves, ((0, n_max - n), (0, 0)))
 
     def check_batch(self, leaves_padded: np.ndarray, n_leaves: np.ndarray, name: str = "leaves_padded"):
         """`Energy.check_batch` of every jet at once (the same checks and messages as
@@ -657,6 +662,16 @@ class GinkgoEnergy(SummedMomentumEnergy):
             core = vmath.log(tt)
         out = jnp.where(ok, P.base + m + core, -jnp.inf)
         return out + L.support + R.support
+
+
+def pad_on_host(energy: Energy, leaves: np.ndarray, n_max: int):
+    """`Energy.pad_leaves` of one problem's host array: with NumPy (no JAX dispatch, a host
+    array out) where the energy pads with a built-in method, else through JAX (a user's
+    ``pad_leaves`` gets the JAX array it may expect)."""
+    pad = type(energy).pad_leaves  # through the class: no bound method built per call (equinox)
+    if pad in (Energy.pad_leaves, AffinityEnergy.pad_leaves, FourMomentumEnergy.pad_leaves):
+        return pad(energy, np.asarray(leaves), n_max)
+    return pad(energy, jnp.asarray(leaves), n_max)
 
 
 def log_phi_of_tree(energy: Energy, leaves, tree) -> jax.Array:
