@@ -1,4 +1,4 @@
-"""Dendrogram purity of BHC vs scipy single / complete / average linkage.
+"""Dendrogram purity of BHC vs scipy single / complete / average / Ward linkage.
 
 Usage::
 
@@ -28,7 +28,7 @@ mean-matched Beta prior, fitted on the subset) for the digits and
 ``BetaBernoulli(1, 1)`` prior, and on iris / wine also (supplementary) BHC with
 ``NormalInverseWishart.from_data(X, cov_fraction=1.0)`` (prior expected covariance equal
 to the data's per-feature variances instead of 0.1 times them). Baselines: ``scipy.cluster.hierarchy.linkage(X, method)``
-with Euclidean distance for ``single``, ``complete`` and ``average``, on the same
+with Euclidean distance for ``single``, ``complete``, ``average`` and ``ward``, on the same
 (binarized / standardized) features. Score: exact dendrogram purity
 (``jaxhc.metrics.dendrogram_purity``). Reported: mean and standard error
 (``std(ddof=1) / sqrt(reps)``) over the subsets.
@@ -58,7 +58,7 @@ from jaxhc.tree import Tree  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_OUT = os.path.join(HERE, "results", "bhc_purity.json")
-LINKAGES = ("single", "complete", "average")
+LINKAGES = ("single", "complete", "average", "ward")
 DATASETS = ("digits3", "digits10", "iris", "wine")
 LEARN_OUT = os.path.join(HERE, "results", "bhc_learning.json")
 

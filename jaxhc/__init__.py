@@ -16,6 +16,7 @@ from .components import (
     NormalInverseWishart,
     NormalKnownCov,
 )
+from .inference.bhc.auto import BHCFit, fit_bhc
 from .inference.bhc.greedy import BHCResult, bhc, tree_log_evidence
 from .inference.bhc.hyperopt import HyperoptResult, learn_hyperparameters
 from .inference.bhc.predictive import bhc_predictive, bhc_predictive_cell
@@ -39,6 +40,7 @@ from .tree import ParentTree, Tree
 __version__ = "0.1.0"
 
 __all__ = [
+    "BHCFit",
     "BHCCResult",
     "BHCCView",
     "BHCResult",
@@ -72,6 +74,7 @@ __all__ = [
     "enable_compilation_cache",
     "components",
     "datasets",
+    "fit_bhc",
     "fit_lambda",
     "jets",
     "learn_hyperparameters",

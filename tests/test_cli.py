@@ -64,13 +64,13 @@ def test_demo_quick(tmp_path, capsys):
         assert nwk.startswith("(") and nwk.endswith(";")
         row = next(line for line in text.splitlines() if line.startswith(name))
         purities = re.findall(r"\s(0\.\d{3}|1\.000)\s", row + " ")
-        assert len(purities) == 4, row  # BHC, average, complete, single
+        assert len(purities) == 5, row  # BHC, average, complete, single, ward
         assert all(0 < float(p) <= 1 for p in purities)
     assert "dendrogram purity" in text and "log p(D|T)" in text
     last = text.strip().splitlines()[-1]
     assert last.startswith("demo done: 3 data sets") and "/3" in last and str(out) in last
     # hyperparameters learned by default: a non-negative evidence gain per data set; the
-    # real-valued sets pick their family by evidence; every loss to average linkage is
+    # real-valued sets pick their family by evidence; every loss to the best linkage is
     # explained by the model's scores of the true classes
     assert "gain" in text
     wins = 0
@@ -78,15 +78,17 @@ def test_demo_quick(tmp_path, capsys):
         cells = next(line for line in text.splitlines() if line.startswith(name)).split()
         gain = float(next(c for c in cells if c.startswith("+") or c.startswith("-0")))
         assert gain >= 0
-        bhc, average = float(cells[-5]), float(cells[-4])
+        bhc, linkages = float(cells[-6]), dict(zip(("average", "complete", "single", "ward"), map(float, cells[-5:-1])))
+        best = max(linkages, key=linkages.get)
         verdict = [line for line in text.splitlines() if line.startswith(f"{name}: BHC's purity")]
-        assert len(verdict) == (bhc < average)
+        assert len(verdict) == (bhc < linkages[best])  # the verdict compares with the best linkage
         if verdict:
+            assert f"below {best} linkage's {linkages[best]:.3f} (the best linkage)" in verdict[0]
             assert "true classes" in verdict[0] and "DPM bound" in verdict[0] and "log p(D, c)" in verdict[0]
-        wins += bhc >= average
+        wins += bhc >= linkages[best]
     for name in ("iris", "wine4"):
         assert any(line.startswith(f"{name}: family chosen by the DPM evidence bound") for line in text.splitlines())
-    assert f"on {wins}/3" in last
+    assert f"at least the best linkage's on {wins}/3" in last
     # the digits leaves are named class_index, so the Newick file holds 120 leaves
     assert (out / "digits024.nwk").read_text().count("_") == 120
 
@@ -148,6 +150,56 @@ def test_bhc_learns_and_picks_the_family_by_evidence(tmp_path, capsys, blobs):
     row = next(line for line in text.splitlines() if line.startswith("blobs "))
     assert f"{gain:+.1f}" in row.split()
     assert "family chosen by the DPM evidence bound" in text
+
+
+def test_bhc_cli_and_fit_bhc_agree_on_iris(tmp_path, capsys):
+    """``jaxhc bhc FILE`` is `jaxhc.fit_bhc` plus output: the same family, tree, numbers and
+    hyperparameters on a built-in data set (iris, 20 rows per class: the [60, 4] shape of the
+    blobs, so the compiled programs are shared)."""
+    X, y = jaxhc.datasets.load_iris()
+    idx = np.concatenate([np.flatnonzero(y == c)[:20] for c in np.unique(y)])
+    X, y = np.asarray(X, float)[idx], np.asarray(y)[idx]
+    csv = _write_csv(tmp_path / "iris60.csv", X, labels=y)
+    out = tmp_path / "out"
+    assert main(["bhc", csv, "--labels-column", "-1", "--no-cache", "--out", str(out), "--no-progress"]) == 0
+    capsys.readouterr()
+    summary = json.loads((out / "iris60_bhc.json").read_text())
+    fit = jaxhc.fit_bhc(X)
+    assert isinstance(fit, jaxhc.BHCFit) and fit.learned
+    assert summary["component"] == fit.family and set(fit.bounds) == {"niw", "normalgamma"}
+    assert fit.bounds[fit.family] == max(fit.bounds.values()) == fit.dpm_lower_bound
+    np.testing.assert_array_equal(np.asarray(jaxhc.Tree.from_dict(summary["tree"]).children), fit.tree.children)
+    want_tree = fit.tree.to_dict()
+    assert summary["tree"]["children"] == want_tree["children"]
+    np.testing.assert_allclose(summary["tree"]["values"]["log_r"], want_tree["values"]["log_r"], rtol=1e-9, atol=1e-12)
+    assert summary["flat_labels"] == np.asarray(fit.result.cut(0.5)).tolist()
+    for key, want in (
+        ("log_evidence", fit.log_evidence),
+        ("dpm_lower_bound", fit.dpm_lower_bound),
+        ("dpm_lower_bound_fixed_prior", fit.start_bound),
+        ("alpha", fit.alpha),
+    ):
+        assert summary[key] == pytest.approx(want, rel=1e-9), key
+    for fam, bound in fit.bounds.items():
+        assert summary["families_dpm_lower_bound"][fam] == pytest.approx(bound, rel=1e-9)
+    assert summary["hyperparameters"]["family"] == type(fit.component).__name__
+    for name, v in summary["hyperparameters"].items():
+        if name != "family":
+            np.testing.assert_allclose(v, np.asarray(getattr(fit.component, name)), rtol=1e-9)
+
+
+def test_fit_bhc_bad_arguments(blobs):
+    X, _ = blobs
+    with pytest.raises(ValueError, match="families: unknown family 'gauss'"):
+        jaxhc.fit_bhc(X, ["gauss"])
+    with pytest.raises(ValueError, match="X: the data do not fit the bernoulli family"):
+        jaxhc.fit_bhc(X, "bernoulli")
+    with pytest.raises(ValueError, match="trials"):
+        jaxhc.fit_bhc(X, "binomial")
+    with pytest.raises(ValueError, match="alpha"):
+        jaxhc.fit_bhc(X, alpha=0.0)
+    with pytest.raises(ValueError, match="X must be"):
+        jaxhc.fit_bhc(X[:1])
 
 
 def test_class_respecting_tree():
@@ -213,10 +265,10 @@ def test_bhc_labels_column(tmp_path, capsys, blobs, spec):
     )
     text = capsys.readouterr().out
     row = next(line for line in text.splitlines() if line.startswith("lab "))
-    assert len(re.findall(r"\s(0\.\d{3}|1\.000)\s", row + " ")) == 4
+    assert len(re.findall(r"\s(0\.\d{3}|1\.000)\s", row + " ")) == 5  # BHC and four linkages
     summary = json.loads((out / "lab_bhc.json").read_text())
     assert summary["d"] == 4 and summary["columns"] == ["a", "b", "c", "d"] and summary["standardize"]
-    assert set(summary["dendrogram_purity"]) == {"bhc", "average", "complete", "single"}
+    assert set(summary["dendrogram_purity"]) == {"bhc", "average", "complete", "single", "ward"}
     assert summary["dendrogram_purity"]["bhc"] > 0.9
     assert "setosa_0" in (out / "lab.nwk").read_text()
 

@@ -6,7 +6,7 @@ Subcommands:
   [--cache-dir DIR] [--no-compilation-cache]`` - BHC on binarized digits (0, 2, 4;
   Beta-Bernoulli), iris and wine (standardized; Normal-inverse-Wishart or per-feature
   Normal-Gamma, whichever has the higher DPM evidence bound), compared by dendrogram purity
-  with scipy's average / complete / single linkage.
+  with scipy's average / complete / single / Ward linkage.
 * ``jaxhc bhc FILE [--component ...] [--alpha A] [--labels-column C] [--standardize]
   [--fixed-prior] [--out DIR] [--no-progress] [--cache-dir DIR] [--no-compilation-cache]``
   - BHC on a CSV (header optional) or ``.npy`` file.
@@ -15,13 +15,13 @@ Subcommands:
 bound on the DPM marginal likelihood ``p(D | alpha, prior)`` (`jaxhc.learn_hyperparameters`
 with ``objective="dpm_lower_bound"``, starting from the data-derived prior; ``--fixed-prior``
 keeps that prior) and, without ``--component``, fit every candidate family and keep the one
-of highest bound. The bound, not the tree evidence ``log p(D|T)``, is the objective because
+of highest bound (`jaxhc.fit_bhc`, the same pipeline as a library call). The bound, not the tree evidence ``log p(D|T)``, is the objective because
 alpha and the prior are hyperparameters of the DPM that BHC approximates, and the bound is a
 lower bound on that model's evidence; ``log p(D|T)`` is the evidence of a tree-restricted
 model, and maximised over alpha it drives alpha up (55 to 200 on the built-in sets) until
 the merges above the clusters carry no weight, which leaves the upper hierarchy undecided.
 The table reports the bound's gain over the starting prior. Where BHC's dendrogram purity is
-below average linkage's, a line under the table gives the model's own scores of the true
+below the best linkage's, a line under the table gives the model's own scores of the true
 classes against BHC's answer: the bound of the class-respecting tree closest to BHC's
 (`class_respecting_tree`) and the DPM joint ``log p(D, c)`` of the true classes against BHC's
 clusters, so a reader sees whether the model or the greedy search is to blame.

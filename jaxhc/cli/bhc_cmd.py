@@ -14,6 +14,16 @@ from typing import List, Optional, Sequence
 
 import numpy as np
 
+from ..inference.bhc.auto import (
+    FAMILIES,
+    LEARN_OBJECTIVE,
+    REAL_FAMILIES,
+    BHCFit,
+    FamilyFit,
+    candidate_families,
+    fit_bhc,
+    make_component,
+)
 from .common import InputError, enable_compile_cache, log
 from .tables import read_table
 
@@ -29,15 +39,15 @@ __all__ = [
     "class_respecting_tree",
     "cmd_bhc",
     "cmd_demo",
+    "linkage_purities",
 ]
 
-LINKAGE_METHODS = ("average", "complete", "single")
-COMPONENTS = ("niw", "normalgamma", "bernoulli", "binomial", "multinomial", "normal")
-# families compared by the DPM evidence bound for real-valued data when --component is not given
-REAL_FAMILIES = ("niw", "normalgamma")
-# what learning maximises and families are compared by: BHC's lower bound on the DPM marginal
-# likelihood p(D | alpha, prior) (the model BHC approximates; see the module docstring)
-LEARN_OBJECTIVE = "dpm_lower_bound"
+# scipy's linkages BHC is compared with (Euclidean); Ward is scikit-learn's default
+LINKAGE_METHODS = ("average", "complete", "single", "ward")
+# the families (`jaxhc.fit_bhc`: the CLI's pipeline as a library call), its candidates for
+# real-valued data and its objective: BHC's lower bound on the DPM marginal likelihood
+COMPONENTS = FAMILIES
+Fit = FamilyFit
 # alcohol, flavanoids, colour intensity, proline: wine's classic discriminating features
 QUICK_WINE_FEATURES = [0, 6, 9, 12]
 
@@ -45,29 +55,6 @@ QUICK_WINE_FEATURES = [0, 6, 9, 12]
 # ---------------------------------------------------------------------------------------
 # running BHC and reporting
 # ---------------------------------------------------------------------------------------
-@dataclass
-class Fit:
-    """One family's BHC fit: with hyperparameters learned (`learn_hyperparameters`, the
-    objective = the DPM lower bound; its value at the data-derived starting prior kept as
-    ``fixed_bound``) or fixed."""
-
-    kind: str
-    component: object
-    alpha: float
-    result: object
-    fixed_bound: float
-    learned: bool
-    seconds: float
-
-    @property
-    def log_evidence(self) -> float:
-        return float(self.result.log_evidence)
-
-    @property
-    def bound(self) -> float:
-        return float(self.result.dpm_lower_bound)
-
-
 @dataclass
 class Verdict:
     """Why BHC's tree loses to a linkage tree when it does: the model's own scores of the
@@ -97,39 +84,9 @@ class Report:
     verdict: Optional[Verdict] = None
 
 
-def _is_binary(X: np.ndarray) -> bool:
-    v = X[~np.isnan(X)]
-    return v.size > 0 and bool(np.all((v == 0) | (v == 1)))
-
-
-def _make_component(kind: str, X: np.ndarray, trials: Optional[int]):
-    import jaxhc
-
-    if kind == "niw":
-        return jaxhc.NormalInverseWishart.from_data(X)
-    if kind == "normalgamma":
-        return jaxhc.NormalGamma.from_data(X)
-    if kind == "normal":
-        return jaxhc.NormalKnownCov.from_data(X)
-    if kind == "bernoulli":
-        return jaxhc.BetaBernoulli.from_data(X)
-    if kind == "binomial":
-        if trials is None:
-            raise InputError("--component binomial needs --trials T (the number of trials per entry)")
-        return jaxhc.BetaBinomial.from_data(X, trials)
-    if kind == "multinomial":
-        return jaxhc.DirichletMultinomial.from_data(X)
-    raise InputError(f"unknown component {kind!r}; choose one of {', '.join(COMPONENTS)}")
-
-
-def _candidate_kinds(X: np.ndarray) -> tuple:
-    """The families compared by the DPM evidence bound when ``--component`` is not given: Beta-Bernoulli
-    for 0/1 data; otherwise full-covariance Normal-inverse-Wishart against independent
-    per-feature Normal-Gamma."""
-    return ("bernoulli",) if _is_binary(X) else REAL_FAMILIES
-
-
-def _linkage_purities(X: np.ndarray, labels) -> dict:
+def linkage_purities(X: np.ndarray, labels, methods: Sequence[str] = LINKAGE_METHODS) -> dict:
+    """``{method: dendrogram purity}`` of scipy's linkage trees (Euclidean) of ``X`` against
+    ``labels``; missing entries are imputed by column means first."""
     from scipy.cluster.hierarchy import linkage
 
     from ..metrics import dendrogram_purity
@@ -138,7 +95,7 @@ def _linkage_purities(X: np.ndarray, labels) -> dict:
     out = {}
     if np.isnan(X).any():  # linkage cannot handle missing entries; impute column means
         X = np.where(np.isnan(X), np.nanmean(X, axis=0), X)
-    for m in LINKAGE_METHODS:
+    for m in methods:
         out[m] = dendrogram_purity(Tree.from_linkage(linkage(X, method=m, metric="euclidean")), labels)
     return out
 
@@ -148,23 +105,6 @@ def _has_pairs(labels) -> bool:
         return False
     _, counts = np.unique(np.asarray(labels), return_counts=True)
     return bool(np.any(counts >= 2))
-
-
-def _fit_family(X, kind, comp, alpha, learn: bool, progress: bool) -> Fit:
-    import jax
-
-    import jaxhc
-
-    t0 = time.perf_counter()
-    if learn:
-        fit = jaxhc.learn_hyperparameters(X, comp, alpha, objective=LEARN_OBJECTIVE)
-        res, comp, alpha = fit.result, fit.component, fit.alpha
-        fixed = float(fit.trace[0])  # the E-step at the starting prior: BHC with it fixed
-    else:
-        res = jaxhc.bhc(X, comp, alpha, progress_bar=None if progress else False)
-        fixed = float(res.dpm_lower_bound)
-    jax.block_until_ready(res.log_evidence)
-    return Fit(kind, comp, float(alpha), res, fixed, learn, time.perf_counter() - t0)
 
 
 def _restricted(nested, keep):
@@ -209,7 +149,7 @@ def class_respecting_tree(tree, labels, score):
     return Tree.from_nested(groups[0])
 
 
-def _verdict(X, fit: Fit, labels) -> Verdict:
+def _verdict(X, fit: BHCFit, labels) -> Verdict:
     """The model's scores of the true classes against BHC's tree and clusters."""
     from ..inference.bhc.greedy import tree_log_evidence
     from ..models.dpm import dpm_log_joint
@@ -227,27 +167,9 @@ def _verdict(X, fit: Fit, labels) -> Verdict:
     )
 
 
-def _fit_candidates(X, kinds, alpha, progress: bool, learn: bool = True, trials=None) -> list:
-    """One job per candidate family: a callable returning a `Fit`, or the error raised when
-    the data do not fit the family."""
-
-    def job(kind):
-        def run():
-            try:
-                comp = _make_component(kind, X, trials)
-                comp.validate_data(X)
-            except (ValueError, TypeError) as e:
-                return e
-            return _fit_family(X, kind, comp, alpha, learn, progress)
-
-        return run
-
-    return [job(k) for k in kinds]
-
-
 def _run_jobs(jobs, workers: int) -> list:
     """Runs the jobs, ``workers`` at a time in threads (JAX compiles and runs outside the
-    GIL, so the compilations of different families and data sets overlap)."""
+    GIL, so the compilations of different data sets overlap)."""
     if workers <= 1 or len(jobs) <= 1:
         return [j() for j in jobs]
     from concurrent.futures import ThreadPoolExecutor
@@ -260,38 +182,38 @@ def _workers() -> int:
     return max(1, min(4, os.cpu_count() or 1))
 
 
-def _report(name, X, kinds, outs, labels, learn: bool):
-    """The fit of highest DPM lower bound among the candidates, its dendrogram purity beside scipy's
-    linkages, and a `Verdict` when BHC's purity is below average linkage's."""
+def best_linkage(purity: dict) -> str:
+    """The linkage of highest purity in a purity table (first of `LINKAGE_METHODS` on ties)."""
+    return max((m for m in LINKAGE_METHODS if m in purity), key=lambda m: purity[m])
+
+
+def _report(name, X, fit: BHCFit, labels):
+    """The `Report` of a `fit_bhc` result: its dendrogram purity beside scipy's linkages, and
+    a `Verdict` when BHC's purity is below the best linkage's."""
     from ..metrics import dendrogram_purity
 
-    fits = [f for f in outs if isinstance(f, Fit)]
-    if not fits:
-        raise InputError(f"{name}: data do not fit --component {kinds[0]}: {outs[0]}")
-    best = max(fits, key=lambda f: f.bound)
-    res = best.result
+    res = fit.result
     purity, verdict = {}, None
     if _has_pairs(labels):
         purity["bhc"] = dendrogram_purity(res.tree, labels)
-        purity.update(_linkage_purities(X, labels))
-        if purity["bhc"] < purity["average"]:
-            verdict = _verdict(X, best, labels)
-    rep = Report(
+        purity.update(linkage_purities(X, labels))
+        if purity["bhc"] < purity[best_linkage(purity)]:
+            verdict = _verdict(X, fit, labels)
+    return Report(
         name,
         X.shape[0],
         X.shape[1],
-        best.kind,
-        best.log_evidence,
-        float(res.dpm_lower_bound),
+        fit.family,
+        fit.log_evidence,
+        fit.dpm_lower_bound,
         res.n_clusters(0.5),
-        sum(f.seconds for f in fits),
+        sum(f.seconds for f in fit.fits.values()),
         purity,
-        best.fixed_bound if learn else None,
-        best.alpha,
-        {f.kind: f.bound for f in fits},
+        fit.start_bound if fit.learned else None,
+        fit.alpha,
+        dict(fit.bounds),
         verdict,
     )
-    return res, rep
 
 
 def _format_table(reports: Sequence[Report]) -> str:
@@ -299,7 +221,7 @@ def _format_table(reports: Sequence[Report]) -> str:
     head = (
         ["data set", "n", "d", "component", "log p(D|T)", "DPM bound"]
         + (["gain"] if learned else [])
-        + ["K(r<.5)", "BHC", "average", "complete", "single", "time[s]"]
+        + ["K(r<.5)", "BHC", *LINKAGE_METHODS, "time[s]"]
     )
     rows = []
     for r in reports:
@@ -326,7 +248,8 @@ def _format_table(reports: Sequence[Report]) -> str:
     def fmt(cells):
         return "  ".join(c.ljust(w) if j in left else c.rjust(w) for j, (c, w) in enumerate(zip(cells, widths)))
 
-    group = " " * (sum(widths[:p0]) + 2 * p0) + "dendrogram purity".center(sum(widths[p0 : p0 + 4]) + 2 * 3, "-")
+    k = 1 + len(LINKAGE_METHODS)
+    group = " " * (sum(widths[:p0]) + 2 * p0) + "dendrogram purity".center(sum(widths[p0 : p0 + k]) + 2 * (k - 1), "-")
     lines = [group, fmt(head), fmt(["-" * w for w in widths])] + [fmt(row) for row in rows]
     return "\n".join(lines)
 
@@ -366,8 +289,10 @@ def _explain(r: Report) -> List[str]:
             why = "a better tree exists under the model: the greedy search stopped short of the model's optimum"
         else:
             why = "the model itself prefers BHC's tree, not only the greedy search"
+        m = best_linkage(r.purity)
         lines.append(
-            f"{r.name}: BHC's purity {r.purity['bhc']:.3f} is below average linkage's {r.purity['average']:.3f}; "
+            f"{r.name}: BHC's purity {r.purity['bhc']:.3f} is below {m} linkage's {r.purity[m]:.3f} (the best "
+            f"linkage); "
             f"{why}. At the fitted prior (alpha = {r.alpha:.3g}) the tree that keeps the {v.n_classes} true "
             f"classes together has DPM bound {v.class_tree_bound:.2f} against BHC's {r.dpm_bound:.2f}, and the DPM "
             f"scores the true classes log p(D, c) = {v.truth_joint:.1f}, {abs(dj):.1f} {side(dj)} BHC's "
@@ -456,20 +381,19 @@ def cmd_demo(args) -> int:
         enable_compile_cache(args.cache_dir, progress, "demo")
     reports, written, notes = [], [], []
     t_all = time.perf_counter()
-    jobs, spans = [], []
+    jobs = []
     for name, X, y in problems:
-        kinds = _candidate_kinds(X)
+        kinds = candidate_families(X)
         log(
             progress,
             f"[jaxhc demo] BHC on {name} (n={X.shape[0]}, d={X.shape[1]}; "
             f"{' vs '.join(kinds)}{', hyperparameters learned' if learn else ', fixed prior'})",
         )
-        spans.append((len(jobs), kinds))
-        jobs += _fit_candidates(X, kinds, args.alpha, False, learn=learn)
-    log(progress, f"[jaxhc demo] {len(jobs)} fits, {_workers()} at a time ...")
-    outs = _run_jobs(jobs, _workers())
-    for (name, X, y), (start, kinds) in zip(problems, spans):
-        res, rep = _report(name, X, kinds, outs[start : start + len(kinds)], y, learn)
+        jobs.append(lambda X=X, kinds=kinds: fit_bhc(X, kinds, alpha=args.alpha, learn=learn, workers=len(kinds)))
+    log(progress, f"[jaxhc demo] {len(jobs)} data sets, {_workers()} at a time ...")
+    fits = _run_jobs(jobs, _workers())
+    for (name, X, y), fit in zip(problems, fits):
+        res, rep = fit.result, _report(name, X, fit, y)
         reports.append(rep)
         notes += _explain(rep)
         leaf_names = [f"{c}_{i}" for i, c in enumerate(y)]
@@ -488,11 +412,11 @@ def cmd_demo(args) -> int:
         print(line)
     for p in written:
         print(f"wrote {p}")
-    wins = sum(r.purity["bhc"] >= r.purity["average"] for r in reports)
+    wins = sum(r.purity["bhc"] >= r.purity[best_linkage(r.purity)] for r in reports)
     explained = sum(r.verdict is not None for r in reports)
     print(
         f"demo done: {len(reports)} data sets{' (quick)' if args.quick else ''} in "
-        f"{time.perf_counter() - t_all:.1f} s, BHC purity at least average linkage's on {wins}/{len(reports)}"
+        f"{time.perf_counter() - t_all:.1f} s, BHC purity at least the best linkage's on {wins}/{len(reports)}"
         + (f" ({explained} explained above)" if explained else "")
         + f"; outputs in {args.out}"
     )
@@ -512,7 +436,9 @@ def cmd_bhc(args) -> int:
         )
     if args.alpha <= 0 or not math.isfinite(args.alpha):
         raise InputError(f"--alpha must be a positive number, got {args.alpha}")
-    kinds = (args.component,) if args.component else _candidate_kinds(X)
+    kinds = (args.component,) if args.component else candidate_families(X)
+    if kinds == ("binomial",) and args.trials is None:
+        raise InputError("--component binomial needs --trials T (the number of trials per entry)")
     if args.trials is not None and kinds != ("binomial",):
         raise InputError("--trials only applies to --component binomial")
     if args.standardize:
@@ -526,7 +452,7 @@ def cmd_bhc(args) -> int:
         raise InputError(f"{args.file}: need at least 2 data rows to build a hierarchy, got {X.shape[0]}")
     if args.component:  # a named family must fit the data; candidates that do not are skipped
         try:
-            _make_component(args.component, X, args.trials).validate_data(X)
+            make_component(args.component, X, args.trials).validate_data(X)
         except (ValueError, TypeError) as e:
             raise InputError(f"{args.file}: data do not fit --component {args.component}: {e}") from None
     learn = not args.fixed_prior
@@ -539,8 +465,13 @@ def cmd_bhc(args) -> int:
         f"alpha={args.alpha:g}{' (learned with the hyperparameters)' if learn else ', fixed prior'}"
         + (", header row detected" if table.has_header else ""),
     )
-    jobs = _fit_candidates(X, kinds, args.alpha, progress and len(kinds) == 1, learn=learn, trials=args.trials)
-    res, rep = _report(stem, X, kinds, _run_jobs(jobs, _workers()), table.labels, learn)
+    try:
+        fit = fit_bhc(
+            X, kinds, alpha=args.alpha, learn=learn, trials=args.trials, workers=_workers(), progress_bar=progress
+        )
+    except ValueError as e:
+        raise InputError(f"{args.file}: {e}") from None
+    res, rep = fit.result, _report(stem, X, fit, table.labels)
     kind = rep.component
     flat = res.cut(0.5)
     labels = table.labels
