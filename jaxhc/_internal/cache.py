@@ -9,15 +9,27 @@ setting, so nothing is cached unless a script, notebook or the CLI calls it.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import platform
 import sys
 import warnings
 from typing import Optional, Union
 
-__all__ = ["CACHE_DIR_ENV", "NO_CACHE_ENV", "default_cache_dir", "enable_compilation_cache"]
+__all__ = [
+    "CACHE_DIR_ENV",
+    "HOST_MARKER",
+    "NO_CACHE_ENV",
+    "default_cache_dir",
+    "enable_compilation_cache",
+    "host_cpu_signature",
+    "quiet_cache_loads",
+]
 
 CACHE_DIR_ENV = "JAXHC_CACHE_DIR"
 NO_CACHE_ENV = "JAXHC_NO_COMPILATION_CACHE"
+# the file in a cache folder naming the CPU its entries were compiled on
+HOST_MARKER = "jaxhc-host-cpu.txt"
 
 
 def default_cache_dir() -> str:
@@ -37,6 +49,73 @@ def default_cache_dir() -> str:
     return os.path.join(base, "jaxhc", "xla")
 
 
+def host_cpu_signature() -> str:
+    """A short hash of this machine's CPU: architecture, vendor, model and instruction-set
+    flags (``/proc/cpuinfo`` on Linux, else ``platform.processor()``). Two machines with the
+    same signature run each other's XLA:CPU executables."""
+    parts = [platform.machine()]
+    try:
+        with open("/proc/cpuinfo") as f:
+            info = f.read()
+    except OSError:
+        info = ""
+    keys = ("vendor_id", "cpu family", "model", "model name", "flags", "CPU implementer", "CPU part", "Features")
+    seen = {}
+    for line in info.splitlines():
+        k, _, v = line.partition(":")
+        k = k.strip()
+        if k in keys and k not in seen:
+            seen[k] = " ".join(sorted(v.split()))
+    parts += [f"{k}={seen[k]}" for k in sorted(seen)] if seen else [platform.processor()]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def quiet_cache_loads(folder: str) -> bool:
+    """Silences XLA's C++ log lines (absl minimum level FATAL) when the cache ``folder`` holds
+    executables compiled on this machine's CPU; returns whether it did.
+
+    Why: loading a cached XLA:CPU executable logs a warning (``pjrt_executable.cc: Assume
+    version compatibility``) and, on hosts whose LLVM CPU model carries tuning-only features
+    (AMD Zen 4: ``+prefer-no-gather``, ``+prefer-no-scatter``), an error per executable from
+    ``cpu_aot_loader.cc`` claiming the executable was compiled for another machine and may
+    raise SIGILL. That check compares the compile-time feature list, tuning flags included,
+    with the host's ISA features, which never list tuning flags (openxla/xla issue 44565), so
+    it fails for executables compiled on this very machine; the executable is loaded and
+    runs correctly all the same. The folder's `HOST_MARKER` file records the CPU signature
+    (`host_cpu_signature`) of the first process that used it: when it matches, every entry
+    was compiled here and the lines are false alarms; when it does not (a folder shared
+    between different machines, where the warning can be real), nothing is silenced.
+    ``TF_CPP_MIN_LOG_LEVEL=0`` in the environment (all C++ logs asked for) is left alone. The level is process-wide: other C++ errors of XLA are silenced too (errors that
+    stop a computation still raise Python exceptions)."""
+    if os.environ.get("TF_CPP_MIN_LOG_LEVEL", "").strip() == "0":  # (importing jax sets "1" when unset)
+        return False
+    sig = host_cpu_signature()
+    marker = os.path.join(folder, HOST_MARKER)
+    try:
+        with open(marker) as f:
+            recorded = f.read().strip()
+    except OSError:
+        recorded = None
+    if recorded is None:
+        try:
+            with open(marker, "w") as f:
+                f.write(sig + "\n")
+        except OSError:
+            return False
+    elif recorded != sig:
+        return False
+    try:
+        from jaxlib import utils
+    except ImportError:  # pragma: no cover - jaxlib always ships it
+        return False
+    set_level = getattr(utils, "absl_set_min_log_level", None)
+    if set_level is None:  # an older jaxlib: the variable works if jaxlib is not loaded yet
+        os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+        return True
+    set_level(3)
+    return True
+
+
 def _make_folder(path: str, name: str) -> str:
     path = os.path.abspath(os.path.expanduser(path))
     try:
@@ -48,7 +127,7 @@ def _make_folder(path: str, name: str) -> str:
     return path
 
 
-def enable_compilation_cache(path: Optional[Union[str, os.PathLike]] = None) -> Optional[str]:
+def enable_compilation_cache(path: Optional[Union[str, os.PathLike]] = None, *, quiet: bool = True) -> Optional[str]:
     """Turns on JAX's persistent compilation cache; returns the folder it uses.
 
     Compiled programs are written to the folder and loaded from it by later processes, so a
@@ -67,6 +146,10 @@ def enable_compilation_cache(path: Optional[Union[str, os.PathLike]] = None) -> 
         ``$JAXHC_CACHE_DIR``, or ``~/.cache/jaxhc/xla`` (``$XDG_CACHE_HOME/jaxhc/xla``;
         ``~/Library/Caches/jaxhc/xla`` on macOS, ``%LOCALAPPDATA%\\jaxhc\\xla`` on
         Windows). A ``path`` given explicitly always wins, moving an existing configuration.
+      quiet: silence XLA's C++ log lines when the folder's executables were compiled on this
+        machine's CPU (`quiet_cache_loads`: every load of a cached executable logs a warning,
+        and on AMD Zen 4 a false SIGILL error, openxla/xla issue 44565); ``False`` leaves
+        XLA's logging as it is.
 
     Returns:
       The absolute folder in use, or ``None`` when the cache stays off: the environment
@@ -96,7 +179,10 @@ def enable_compilation_cache(path: Optional[Union[str, os.PathLike]] = None) -> 
     current = jax.config.jax_compilation_cache_dir
     if path is None:
         if current:
-            return os.path.abspath(current)
+            folder = os.path.abspath(current)
+            if quiet and os.path.isdir(folder):
+                quiet_cache_loads(folder)
+            return folder
         try:
             folder = _make_folder(default_cache_dir(), "the default folder")
         except ValueError as e:
@@ -112,4 +198,6 @@ def enable_compilation_cache(path: Optional[Union[str, os.PathLike]] = None) -> 
             # JAX opens its cache once per process, at the first compilation: a folder that
             # was in use is only replaced after a reset
             cc.reset_cache()
+    if quiet:
+        quiet_cache_loads(folder)
     return folder
