@@ -200,6 +200,12 @@ def test_fit_bhc_bad_arguments(blobs):
         jaxhc.fit_bhc(X, alpha=0.0)
     with pytest.raises(ValueError, match="X must be"):
         jaxhc.fit_bhc(X[:1])
+    with pytest.raises(TypeError, match="X must be a real numeric array"):
+        jaxhc.fit_bhc(X + 1j)
+    with pytest.raises(TypeError, match="X must be a real numeric array"):
+        jaxhc.fit_bhc(X.astype(str))
+    with pytest.raises(ValueError, match="X contains inf"):
+        jaxhc.fit_bhc(np.where(X > 5, np.inf, X))
 
 
 def test_class_respecting_tree():

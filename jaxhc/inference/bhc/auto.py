@@ -204,12 +204,14 @@ def fit_bhc(
       `BHCFit`: the chosen family, its hyperparameters, its `BHCResult`, and every
       candidate's DPM lower bound.
     """
-    from ..._internal.validation import check_alpha
+    from ..._internal.validation import check_alpha, real_array
 
     check_alpha(alpha, "alpha")
-    X = np.asarray(X, dtype=float)
+    X = real_array(X, "X", "[n, d]").astype(float)
     if X.ndim != 2 or X.shape[0] < 2:
         raise ValueError(f"X must be [n, d] with n >= 2 rows, got shape {X.shape}")
+    if np.any(np.isinf(X)):
+        raise ValueError("X contains inf (NaN entries are missing values; inf is not)")
     if families is None:
         families = candidate_families(X)
     elif isinstance(families, str):
