@@ -65,7 +65,7 @@ def prepare_jets(leaves_padded, n_leaves, t_cut, likelihood: str = "exact", on_i
         if n_leaves is not None:
             raise ValueError("n_leaves must be None when leaves_padded is a PreparedBatch")
         return leaves_padded
-    from ..jets.hep import is_awkward
+    from ..trellis.ragged import is_awkward  # the trellis's conversion door (not jaxhc.jets: imports run downhill)
 
     if is_awkward(leaves_padded):  # jagged jets of four-vectors: n_leaves from the array
         from ..trellis.checks import awkward_or_padded
