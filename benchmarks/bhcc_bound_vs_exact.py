@@ -47,7 +47,7 @@ def draw(seed: int, n: int, J: int):
     alpha = float(rng.uniform(0.5, 2.0))
     comp = jaxhc.BetaBernoulli(rng.uniform(0.2, 1.0, J), rng.uniform(0.2, 1.0, J))
     with numpyro.handlers.seed(rng_seed=30_000 + seed):
-        s = cdpm.cdpm(None, comp, alpha, num_rows=n, num_cols=J)
+        s = cdpm.cdpm(component=comp, alpha=alpha, num_points=n, dim=J)
     return np.asarray(s.X, float), np.asarray(s.column_views), comp, alpha
 
 
