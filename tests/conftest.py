@@ -78,6 +78,11 @@ if os.environ.get("JAX_COMPILATION_CACHE_DIR") and os.environ.get("JAXHC_TEST_NO
     )
     if "JAX_COMPILATION_CACHE_MAX_SIZE" in os.environ:
         jax.config.update("jax_compilation_cache_max_size", int(os.environ["JAX_COMPILATION_CACHE_MAX_SIZE"]))
+    # no XLA C++ log line per cached executable (a false SIGILL error on AMD Zen 4, openxla/xla
+    # issue 44565) when the folder was filled on this CPU, as jaxhc.enable_compilation_cache does
+    from jaxhc._internal.cache import quiet_cache_loads
+
+    quiet_cache_loads(os.environ["JAX_COMPILATION_CACHE_DIR"])
 
 
 # Tests over ~10 s on 2 cores in the last full CI run (--durations; notes in the commit log):
