@@ -176,7 +176,7 @@ def enable_compilation_cache(path: Optional[Union[str, os.PathLike]] = None, *, 
     import jax
     from jax.experimental.compilation_cache import compilation_cache as cc
 
-    current = jax.config.jax_compilation_cache_dir
+    current = getattr(jax.config, "jax_compilation_cache_dir")  # (a config attribute mypy cannot see)
     if path is None:
         if current:
             folder = os.path.abspath(current)

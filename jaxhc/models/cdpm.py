@@ -25,7 +25,7 @@ the CDPM with one column is the DPM.
 
 from __future__ import annotations
 
-from typing import Mapping, NamedTuple, Optional, Sequence
+from typing import Mapping, NamedTuple, Optional, Sequence, Union
 
 import jax
 import jax.numpy as jnp
@@ -66,14 +66,13 @@ __all__ = [
 MAX_BRUTEFORCE_COLS = 4
 
 
-def restrict_columns(component: Component, cols: Sequence[int]) -> Component:
+def restrict_columns(component: Component, cols: Union[Sequence[int], np.ndarray]) -> Component:
     """The component of the columns ``cols`` alone (its prior marginalised to them), by the
     family's `Component.restrict_columns`: Beta families slice their per-column parameters;
     `NormalKnownCov` takes the sub-vector and sub-matrices. Families whose columns are not
     separable raise `jaxhc.components.ColumnSplitError` (a ``TypeError``)."""
     _check_component(component)
-    cols = np.asarray(cols, dtype=np.int64)
-    return component.restrict_columns(cols, name="the CDPM")
+    return component.restrict_columns(np.asarray(cols, dtype=np.int64), name="the CDPM")
 
 
 # ------------------------------------------------------------------------------------------
@@ -120,7 +119,7 @@ def cdpm(
       num_rows, num_cols: deprecated spellings of ``num_points`` and ``dim``.
     """
     num_points, dim = _program_sizes(num_points, dim, num_rows, num_cols, "jaxhc.models.cdpm.cdpm")
-    _check_program_component(component)
+    component = _check_program_component(component)
     alpha = _check_alpha(alpha)
     Xo, n, d = _program_data(X, component, num_points, dim)
     V = d if max_views is None else min(_check_count(max_views, "max_views"), d)

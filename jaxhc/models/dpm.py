@@ -183,7 +183,8 @@ class DPMSample(NamedTuple):
 _PROGRAM_FAMILIES = (BetaBernoulli, BetaBinomial, NormalKnownCov)
 
 
-def check_program_component(component):
+def check_program_component(component) -> "BetaBernoulli | BetaBinomial | NormalKnownCov":
+    """``component`` if it is one of the families the generative programs draw from."""
     check_component(component)
     if not isinstance(component, _PROGRAM_FAMILIES):
         raise TypeError(
@@ -191,6 +192,7 @@ def check_program_component(component):
             f"components, got {type(component).__name__} (the collapsed log joint and "
             f"brute-force evidence accept any component)"
         )
+    return component
 
 
 def program_data(X, component, num_points, dim, name="X"):
@@ -277,7 +279,7 @@ def dpm(
       `DPMSample` ``(X, labels, truncated)``.
     """
     num_points, dim = program_sizes(num_points, dim, num_rows, num_cols, "jaxhc.models.dpm.dpm")
-    check_program_component(component)
+    component = check_program_component(component)
     alpha = check_alpha_jax(alpha)
     Xo, n, d = program_data(X, component, num_points, dim)
     K = n if max_clusters is None else check_count(max_clusters, "max_clusters")
