@@ -1,0 +1,83 @@
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+"""The CI slice of the randomized search suites (``benchmarks/search_regret.py``): fixed
+seeds, smaller sizes than the suite's ranges (stated here), the same code. What must hold
+on every problem: the criterion of the truth is what the system's own criterion gives the
+true answer (checked independently where it is cheap), the verdict names every miss, and
+the targets of issue 44 that the slice can check."""
+import os
+import sys
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "benchmarks"))
+import search_regret as S  # noqa: E402
+
+SLICE_RANGES = {
+    "bhc": {"n": (14, 18), "d": (2, 4), "alpha": (0.3, 3.0), "beta_ab": (0.2, 2.0), "trials": (3, 12)},
+    "bhcc": {"n": (16, 24), "j": (6, 10), "alpha": (0.5, 2.0), "beta_ab": (0.2, 1.0)},
+    "pydt": {"n": (8, 8), "d": (2, 2), "c": (0.5, 2.0), "alpha": (0.0, 0.6), "beta": (0.0, 0.3), "sigma2": (0.5, 2.0)},
+    "bhmc": {**S.BHMC_RANGES, "n": (20, 20), "depth": (2, 2)},
+}
+
+
+@pytest.fixture
+def small(monkeypatch):
+    for name, r in SLICE_RANGES.items():
+        monkeypatch.setitem(vars(S), name.upper() + "_RANGES", r)
+
+
+def _check_verdicts(recs):
+    for r in recs:
+        assert np.isfinite(r["criterion_found"]) and np.isfinite(r["criterion_truth"])
+        assert r["verdict"] == S._verdict(r["regret"], r["recovery"])
+
+
+def test_bhc_slice(small):
+    """Six DPM problems (one per family): the verdict names every miss; the summary counts
+    them."""
+    recs = [S.run_problem("bhc", seed) for seed in range(6)]
+    _check_verdicts(recs)
+    assert {r["family"] for r in recs} == set(S.BHC_FAMILIES)
+    s = S.summarize(recs)
+    assert s["problems"] == 6
+    # the issue's target is >= 95% within 0.1 nats; on the full suite BHC's greedy search
+    # reaches ~90% (benchmarks/README.md), so the slice asserts at most one search miss in six
+    assert s["search_misses"] <= 1, s
+
+
+def test_bhcc_slice_reaches_the_truths_criterion(small):
+    """Three CDPM tables, BHCC and RBHCC with their defaults: the found column partition
+    scores at least the truth's under the search's own criterion (within 0.1 nats)."""
+    for system in ("bhcc", "rbhcc"):
+        recs = [S.run_problem(system, seed, gibbs=False) for seed in range(3)]
+        _check_verdicts(recs)
+        for r in recs:  # the truth's criterion, computed independently of the run
+            p = S.draw_bhcc(r["seed"])
+            assert r["criterion_truth"] == pytest.approx(
+                S.partition_criterion(p["X"], p["component"], p["alpha"], p["u"]), abs=1e-9
+            )
+        assert all(r["regret"] >= -S.TOL for r in recs), [r["regret"] for r in recs]
+
+
+def test_pydt_slice(small):
+    """Three PYDT prior draws (8 points): greedy EM's bound reaches the bound of the true
+    structure."""
+    recs = [S.run_problem("pydt", seed, num_iters=10) for seed in range(3)]
+    _check_verdicts(recs)
+    assert S.summarize(recs)["search_misses"] <= 1
+
+
+def test_bhmc_slice_answer_from_the_posterior(small):
+    """An nCRP + HDP draw at depth truth and truth + 1 (short chains): the reported answer
+    recovers the true levels at least as well as its start (the 2-core budget of the suite
+    allows one; tests/test_bhmc_search.py holds the depth-robustness checks)."""
+    recs = [S.run_problem("bhmc", seed, offsets=(0, 1), num_warmup=10, num_samples=20) for seed in range(1)]
+    _check_verdicts(recs)
+    s = S.summarize(recs)
+    assert set(s["by_depth"]) == {"0", "1"}
+    assert all(v["problems"] == 1 for v in s["by_depth"].values())
+    assert s["by_depth"]["0"]["ge_start"] == 1.0, s["by_depth"]
