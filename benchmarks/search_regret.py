@@ -138,7 +138,7 @@ def draw_bhc(seed: int, family=None) -> dict:
             scale = float(rng.uniform(1.0, 4.0))
             comp = jaxhc.NormalKnownCov(np.zeros(d), scale**2 * np.eye(d), np.eye(d))
         with numpyro.handlers.seed(rng_seed=int(seed)):
-            s = dpm.dpm(None, comp, alpha, num_rows=n, num_cols=d)
+            s = dpm.dpm(component=comp, alpha=alpha, num_points=n, dim=d)
         X, z = np.asarray(s.X, float), np.asarray(s.labels)
     else:  # the DPM with this base measure, drawn in NumPy (the program covers the three above)
         z = _crp(rng, n, alpha)
@@ -241,7 +241,7 @@ def draw_bhcc(seed: int) -> dict:
     a, b = rng.uniform(*BHCC_RANGES["beta_ab"], J), rng.uniform(*BHCC_RANGES["beta_ab"], J)
     comp = jaxhc.BetaBernoulli(a, b)
     with numpyro.handlers.seed(rng_seed=int(10_000 + seed)):
-        s = cdpm.cdpm(None, comp, alpha, num_rows=n, num_cols=J)
+        s = cdpm.cdpm(component=comp, alpha=alpha, num_points=n, dim=J)
     return {
         "system": "bhcc",
         "seed": int(seed),
