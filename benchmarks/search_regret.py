@@ -637,6 +637,9 @@ def main(argv=None) -> int:
         for s in range(args.first_seed, args.first_seed + args.problems):
             kw = {"gibbs": not args.no_gibbs} if system in ("bhcc", "rbhcc") else {}
             recs.append(run_problem(system, s, **kw))
+            # every problem compiles programs for its own shapes: without this a process holds
+            # them all and, after ~90 problems, LLVM cannot allocate memory for the next ones
+            _jax().clear_caches()
             print(
                 f"{system} {s}: regret {recs[-1]['regret']:+.2f} recovery {recs[-1]['recovery']:.2f} "
                 f"({recs[-1]['verdict']})",
