@@ -16,6 +16,7 @@ import numpy as np
 
 from ...components.base import Component
 from .hostmath import host_gammaln
+from .refine import SetEvidence
 
 __all__ = [
     "MAX_EXACT_ROWS",
@@ -109,9 +110,10 @@ def dpm_log_evidence_exact(tables, alpha: float) -> np.ndarray:
     return f[:, T - 1] + float(host_gammaln(alpha) - host_gammaln(n + alpha))
 
 
-class ExactSetEvidence:
-    """``log p_DPM(X[:, S])`` (exact, all row partitions) of column sets ``S``, cached by
-    ``frozenset``: the drop-in exact twin of `jaxhc.inference.bhcc.refine.SetEvidence`."""
+class ExactSetEvidence(SetEvidence):
+    """``log p_DPM(X[:, S])`` (exact, all row partitions) of column sets ``S``: the exact twin
+    of `jaxhc.inference.bhcc.refine.SetEvidence` (its cache by ``frozenset``, the sets not yet
+    cached evaluated together by `dpm_log_evidence_exact`)."""
 
     def __init__(self, X, component: Component, alpha: float):
         self.tables = column_subset_tables(X, component)
@@ -119,15 +121,11 @@ class ExactSetEvidence:
         self.cache: dict = {}
         self.n_evaluated = 0
 
-    def __call__(self, sets) -> np.ndarray:
-        keys = [s if isinstance(s, frozenset) else frozenset(int(c) for c in s) for s in sets]
-        missing = [k for k in dict.fromkeys(keys) if k not in self.cache]
-        if missing:
-            self.n_evaluated += len(missing)
-            tabs = np.stack([self.tables[sorted(k)].sum(axis=0) for k in missing])
-            for k, v in zip(missing, dpm_log_evidence_exact(tabs, self.alpha)):
-                self.cache[k] = float(v)
-        return np.array([self.cache[k] for k in keys], float)
+    def _evaluate(self, keys):
+        self.n_evaluated += len(keys)
+        tabs = np.stack([self.tables[sorted(k)].sum(axis=0) for k in keys])
+        for k, v in zip(keys, dpm_log_evidence_exact(tabs, self.alpha)):
+            self.cache[k] = float(v)
 
 
 def cdpm_log_joint_exact(X, component: Component, alpha: float, column_labels, evidence=None) -> float:
