@@ -35,6 +35,19 @@ def time_calls(fn, min_time: float, max_calls: int = 50):
     return statistics.median(times), len(times)
 
 
+def median_time(fn, calls: int, warmup: int = 1) -> float:
+    """Median wall time of ``calls`` calls of ``fn()`` after ``warmup`` untimed ones (``fn``
+    returns host values: nothing to block on)."""
+    for _ in range(warmup):
+        fn()
+    ts = []
+    for _ in range(calls):
+        t = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t)
+    return statistics.median(ts)
+
+
 def time_calls_interleaved(fns: dict, min_time: float, max_calls: int = 50) -> dict:
     """``{name: (median seconds, calls)}`` of the callables ``fns``, called in turn (one
     call of each per round, after one warm-up round) for ~``min_time`` s per callable: the

@@ -38,7 +38,6 @@ import json
 import math
 import os
 import pathlib
-import statistics
 import sys
 import time
 
@@ -46,6 +45,8 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import numpy as np
+
+from _harness import median_time
 
 try:
     import numba
@@ -213,16 +214,6 @@ def ginkgo_log_z(leaves, lam, t_cut, masks, off, n):
     return z[(1 << n) - 1]
 
 
-def _median_time(fn, calls):
-    fn()
-    ts = []
-    for _ in range(calls):
-        t = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t)
-    return statistics.median(ts)
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--ns", default="10,11,12,13,14,15,16")
@@ -259,12 +250,12 @@ def main():
             t0 = time.perf_counter()
             ours = float(trellis.log_partition(energy, leaves))
             first = time.perf_counter() - t0
-            t_ours = _median_time(lambda: float(trellis.log_partition(energy, leaves)), calls)
+            t_ours = median_time(lambda: float(trellis.log_partition(energy, leaves)), calls)
             res = {}
             for th in (1, 2):
                 numba.set_num_threads(th)
                 ref = dp()
-                res[th] = (_median_time(dp, calls), ref)
+                res[th] = (median_time(dp, calls), ref)
             err = max(abs(res[th][1] - ours) for th in (1, 2))
             rel = err / max(1.0, abs(ours))
             splits = (3**n + 1) // 2 - 2**n

@@ -83,18 +83,13 @@ def worker(args) -> dict:
     sys.path.insert(0, str(HERE))
     from trellis import reference_trellis
 
+    from _harness import median_time
+
     jet = _jet(args.n)
     out = {"src": str(pathlib.Path(trellis.__file__).parents[2])}
 
     def med(fn, calls):
-        for _ in range(20):
-            fn()
-        ts = []
-        for _ in range(calls):
-            t = time.perf_counter()
-            fn()
-            ts.append(time.perf_counter() - t)
-        return statistics.median(ts)
+        return median_time(fn, calls, warmup=20)
 
     for lk in ("exact", "paper"):
         e = trellis.GinkgoEnergy(2.5, 16.0, likelihood=lk)
