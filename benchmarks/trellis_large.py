@@ -14,7 +14,7 @@ compilation, run) and one warm call, wall time. A program is skipped when the pr
 from the previous one (warm time x 2.2 for the MAP, x 1.8 for the marginals) exceeds
 ``--max-s`` (default 180 s). ``maxrss`` = the worker's ``ru_maxrss`` at its end (compiler
 included); ``model`` = `jaxhc.trellis.memory_required(N)` and the per-subset table bytes of
-the size-class program (benchmarks/README.md, "Memory model").
+the size-class program (benchmarks/notes/trellis.md, "Memory model").
 """
 
 from __future__ import annotations
