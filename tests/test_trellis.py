@@ -902,10 +902,10 @@ def test_size_class_chunks_that_split_a_parent(monkeypatch, row_bits):
 
 @pytest.mark.parametrize("with_map,marginals", [(True, True), (False, False), (False, True)])
 def test_larger_size_classes_give_the_same_solution(with_map, marginals):
-    # the programs of the 13..16 and 17..20 classes (chunks of 1024 rows of 32 splits) run a
-    # small problem padded to their bound: the same tables, MAP and marginals as its own
-    # class's program (rows of 16), for the MAP program, the log-Z-only one (linear sums)
-    # and the marginals without the MAP
+    # the programs of the 9..10, 11..12, 13..16 and 17..20 classes (chunks of 32 rows of 16
+    # splits, 128 or 1024 rows of 32) run a small problem padded to their bound: the same
+    # tables, MAP and marginals as its own class's program, for the MAP program, the
+    # log-Z-only one (linear sums) and the marginals without the MAP
     rng = np.random.default_rng(31)
     X = perturb_jet(rng, np.asarray(generator_jets()[0]["leaves"]))
     energy, n = GinkgoEnergy(2.0, 16.0, likelihood="exact"), X.shape[0]
@@ -917,7 +917,7 @@ def test_larger_size_classes_give_the_same_solution(with_map, marginals):
 
     ref = run(8)
     assert np.isfinite(ref[0])
-    for bound in (16, 20):
+    for bound in (10, 12, 16, 20):
         got = run(bound)
         for a, b in zip(got[:5], ref[:5]):
             assert (a is None) == (b is None)

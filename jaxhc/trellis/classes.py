@@ -1,7 +1,7 @@
 """One compiled program per size class for the exact trellis (`jaxhc.trellis.exact`).
 
 A problem of ``n`` leaves runs in the program of the smallest class bound ``>= n`` (``N <=
-8``, ``9..12``, ``13..16``, ``17..20``; `size_class`): the leaves are padded to the bound,
+8``, ``9..10``, ``11..12``, ``13..16``, ``17..20``; `size_class`): the leaves are padded to the bound,
 the tables span ``2^bound`` subsets (the first ``2^n`` used), and the levels are one
 ``fori_loop`` over chunks of rows (a row: ``2^bits`` consecutive splits of one parent, its
 left sides built from the parent's bits) scheduled by host tables passed as arguments; a
@@ -38,13 +38,16 @@ __all__ = ["size_class", "class_call", "PUSH_FLOOR"]
 #: size classes: a problem of ``n`` leaves runs in the program of the smallest bound
 #: ``>= n`` (its leaves padded with `Energy.pad_leaves`, its tables over ``2^bound``
 #: subsets of which it uses the first ``2^n``); above the last bound, one program per ``n``
-_SIZE_CLASSES = (8, 12, 16, 20)
+_SIZE_CLASSES = (8, 10, 12, 16, 20)
 #: ``(rows per chunk, row bits)`` of each class: a row holds ``2^bits`` consecutive splits
 #: of one parent, a chunk ``rows x 2^bits`` split evaluations. Wider rows halve the per-row
 #: work (parent gathers, segment reductions, scatters); narrower ones waste fewer slots on
 #: the small levels (a parent of ``k`` elements has ``2^(k-1) - 1`` splits), which weigh
-#: more at small ``n`` (benchmarks/README.md, "Rows of 32 splits")
-_CLASS_SHAPE = {8: (1 << 5, 4), 12: (1 << 7, 5), 16: (1 << 10, 5), 20: (1 << 10, 5)}
+#: more at small ``n`` (benchmarks/README.md, "Rows of 32 splits"). The class of 10 exists for
+#: latency: 9 and 10 leaves (the most common Ginkgo jets) in the class of 12 spent most of
+#: their time on the empty slots of its 4096-split chunks (a warm 9-leaf kernel 1.10 ms there,
+#: 0.69 ms in chunks of 512; benchmarks/trellis_latency.py)
+_CLASS_SHAPE = {8: (1 << 5, 4), 10: (1 << 5, 4), 12: (1 << 7, 5), 16: (1 << 10, 5), 20: (1 << 10, 5)}
 
 
 def size_class(n: int) -> Optional[int]:

@@ -202,16 +202,18 @@ def tree_from_backpointers(bp: np.ndarray, n: int, root: Optional[int] = None) -
     """Builds the MAP `Tree` by following backpointers from the root mask."""
     bp = np.asarray(bp)
     root = (1 << n) - 1 if root is None else root
+    bp = bp.tolist()  # Python ints: one conversion, not one NumPy scalar per split
     splits = []  # (S, L, R) in BFS order
-    queue = [root]
-    while queue:
-        S = queue.pop(0)
+    queue = [int(root)]
+    for S in queue:  # the queue grows while it is read: breadth first
         if S & (S - 1) == 0:
             continue
-        L = int(bp[S])
+        L = bp[S]
         R = S ^ L
+        if L <= 0 or R <= 0 or L | R != S:
+            raise ValueError(f"backpointer of subset {S:#x} is {L:#x}, not a split of it")
         splits.append((S, L, R))
-        queue.extend([L, R])
+        queue += (L, R)
     return tree_from_splits(splits, n)
 
 
@@ -226,7 +228,9 @@ def tree_from_splits(splits, n: int) -> Tree:
         a, b = ids[int(L)], ids[int(R)]
         children[m - 1 - t] = (min(a, b), max(a, b))
         ids[int(S)] = node
-    return Tree(children).validate() if n > 1 else Tree(np.zeros((0, 2), np.int64))
+    # valid by construction from top-down splits of one root (each side a proper subset of
+    # its parent, named before it): no `Tree.validate` (its host time)
+    return Tree(children) if n > 1 else Tree(np.zeros((0, 2), np.int64))
 
 
 def prepare_leaves(energy, leaves, max_leaves, max_bytes):
@@ -333,9 +337,10 @@ def solve(
 
 
 def _check_log_z(log_z):
-    if float(log_z) == np.inf or np.isnan(float(log_z)):
+    v = float(log_z)
+    if v == np.inf or v != v:
         msg = "the energy's log potentials of these leaves overflow float64; rescale the leaves or the energy's"
-        raise ValueError(f"log Z is {float(log_z)}: {msg} parameters (e.g. beta)")
+        raise ValueError(f"log Z is {v}: {msg} parameters (e.g. beta)")
 
 
 def log_partition(energy: Energy, leaves) -> jax.Array:
