@@ -62,6 +62,9 @@ def _session_compilation_cache():
 
 
 _CREATED_CACHE = _session_compilation_cache()
+# the trellis programs are traced in every test (tests patch module settings a traced
+# program reads; tests/test_trellis_exported.py turns the exported modules on where it checks them)
+os.environ.setdefault("JAXHC_NO_EXPORTED_PROGRAMS", "1")
 
 import jax  # noqa: E402  (after the cache variables above)
 import pytest  # noqa: E402

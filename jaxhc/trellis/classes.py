@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._internal import vmath
+from . import exported
 from .energies import pad_on_host
 from .subsets import level_tables, select_features, take_rows
 
@@ -442,7 +443,8 @@ def class_call(energy, leaves, n, with_map, marginals, tables=True):
     bound = size_class(n)
     if bound is None:
         return None
-    res = _class_core(*_class_args(energy, leaves, n, bound), bound=bound, with_map=with_map, marginals=marginals)
+    static = dict(bound=bound, with_map=with_map, marginals=marginals)
+    res = exported.call("class_core", _class_core, _class_args(energy, leaves, n, bound), static)
     if not tables:
         return res[0]
     log_z, map_v, log_m, tz, tb, bp = res
