@@ -81,7 +81,7 @@ def _key(name: str, static: dict, flat: list, tdef) -> str:
         jaxlib.__version__,
         _source_hash(),
         jax.default_backend(),
-        str(jax.config.jax_enable_x64),
+        str(getattr(jax.config, "jax_enable_x64")),  # (a config attribute mypy cannot see)
         repr(sorted(static.items())),
         repr(tdef),
         repr([(np.shape(x), str(getattr(x, "dtype", None) or np.result_type(x))) for x in flat]),
