@@ -59,6 +59,7 @@ leaves = np.asarray({leaves!r})
 sol = trellis.solve(trellis.GinkgoEnergy(2.5, 16.0, likelihood="exact"), leaves)
 lz = float(sol.log_z)
 t2 = time.perf_counter()
+assert jaxhc.__file__.startswith({src!r}), (jaxhc.__file__, {src!r})  # the tree under test
 print("RESULT", t1 - t0, t2 - t1, lz)
 """
 
@@ -127,13 +128,17 @@ def run_worker(src, args) -> dict:
 def fresh(src, runs: int) -> dict:
     leaves = _jet(9).tolist()
     with tempfile.TemporaryDirectory() as cache:
-        script = FRESH_SCRIPT.format(cache=cache, leaves=leaves)
+        script = FRESH_SCRIPT.format(cache=cache, leaves=leaves, src=str(src))
         env = dict(os.environ, PYTHONPATH=str(src))
         rows = []
         for i in range(runs + 1):  # the first run fills the cache
             t = time.perf_counter()
             p = subprocess.Popen(
-                [sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+                [sys.executable, "-c", script],
+                env=env,
+                cwd=cache,  # not the checkout: `python -c` puts the working folder first on sys.path
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
             )
             out = p.stdout.read().decode()
             _, status, ru = os.wait4(p.pid, 0)
