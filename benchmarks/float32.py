@@ -8,7 +8,8 @@ Usage::
 Each case runs in two fresh subprocesses, one with ``jax_enable_x64`` on and one with it
 off (JAX's default, float32), and compares the outputs: relative error of the log evidence /
 log partition function, and whether the tree (or MAP tree) is the same. ``tests/test_float32.py``
-checks the CI-sized part against the tolerances documented in the README ("Precision").
+checks the CI-sized part against the tolerances documented in docs/guides/versions-and-cache.md
+("Precision and long runs").
 """
 
 from __future__ import annotations

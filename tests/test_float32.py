@@ -1,7 +1,7 @@
-"""What holds without ``jax_enable_x64`` (README, "Precision"; `benchmarks/float32.py` has
-the full table): in float32 the BHC log evidence and the exact trellis log Z agree with
-float64 to 1e-5 relative (the cluster marginals to 2e-4), and the trees and flat cuts are the
-same on continuous data."""
+"""What holds without ``jax_enable_x64`` (docs/guides/versions-and-cache.md, "Precision and
+long runs"; `benchmarks/float32.py` has the full table): in float32 the BHC log evidence and
+the exact trellis log Z agree with float64 to 1e-5 relative (the cluster marginals to 2e-4),
+and the trees and flat cuts are the same on continuous data."""
 
 import json
 import os

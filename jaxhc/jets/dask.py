@@ -10,7 +10,8 @@ shapes (one leaf count ``n_max`` for all, bucketed batch layouts), so a worker c
 few programs for the whole run, not one per partition.
 
 Works with any cluster a ``Client`` reaches: ``LocalCluster`` on one machine, or e.g.
-``dask_jobqueue.SLURMCluster`` on a batch system (see the README, "Scaling out").
+``dask_jobqueue.SLURMCluster`` on a batch system (see the jets guide, docs/guides/jets.md,
+"Scaling out").
 """
 
 from __future__ import annotations

@@ -626,10 +626,9 @@ class BHMC(MCMCKernel):
     num_samples=...).run(key)`` collects ``{"paths": [N, L + 1], "c": [N]}`` of every kept
     sweep (node and component slots; only the partitions they induce matter).
 
-    Args:
-      X, depth, alpha, gamma0, gamma, sigma2, mu0, prior_var, epsilon, max_nodes,
-      max_components, sample_hyper, num_hyper_steps, init, path_update: as in `bhmc` (the
-      same data-adaptive defaults; ``init`` is ``"ward"`` or ``"chain"``).
+    The arguments (``X, depth, alpha, gamma0, gamma, sigma2, mu0, prior_var, epsilon,
+    max_nodes, max_components, sample_hyper, num_hyper_steps, init, path_update``) are as in
+    `bhmc`, with the same data-adaptive defaults; ``init`` is ``"ward"`` or ``"chain"``.
     """
 
     sample_field = "sample"

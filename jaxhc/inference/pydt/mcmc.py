@@ -519,7 +519,8 @@ class PYDT(MCMCKernel):
     into that program's ``tree`` site for ``numpyro.infer.Predictive``.
 
     Args:
-      X, c, alpha, beta, sigma2, likelihood, priors, num_moves, sample_*: as in `pydt_mcmc`.
+      X, c, alpha, beta, sigma2, likelihood, priors, num_moves: as in `pydt_mcmc`.
+      sample_c, sample_sigma2, sample_alpha, sample_beta: as in `pydt_mcmc`.
     """
 
     sample_field = "sample"
