@@ -1,6 +1,7 @@
 """jaxhc: Bayesian hierarchical clustering on JAX.
 
-The public API is re-exported here; see README.md for one example per model.
+The public API is re-exported here (loaded on first use); see the guides under docs/guides
+for one example per model.
 Importing jaxhc never changes JAX's configuration (enable float64 yourself with
 ``jax.config.update("jax_enable_x64", True)``; tests and the CLI do).
 """

@@ -44,8 +44,8 @@ _SIZE_CLASSES = (8, 10, 12, 16, 20)
 #: of one parent, a chunk ``rows x 2^bits`` split evaluations. Wider rows halve the per-row
 #: work (parent gathers, segment reductions, scatters); narrower ones waste fewer slots on
 #: the small levels (a parent of ``k`` elements has ``2^(k-1) - 1`` splits), which weigh
-#: more at small ``n`` (benchmarks/README.md, "Rows of 32 splits"). The class of 10 exists for
-#: latency: 9 and 10 leaves (the most common Ginkgo jets) in the class of 12 spent most of
+#: more at small ``n`` (benchmarks/notes/trellis.md, "Linear-space log Z, rows of 32
+#: splits"). The class of 10 exists for latency: 9 and 10 leaves (the most common Ginkgo jets) in the class of 12 spent most of
 #: their time on the empty slots of its 4096-split chunks (a warm 9-leaf kernel 1.10 ms there,
 #: 0.69 ms in chunks of 512; benchmarks/trellis_latency.py)
 _CLASS_SHAPE = {8: (1 << 5, 4), 10: (1 << 5, 4), 12: (1 << 7, 5), 16: (1 << 10, 5), 20: (1 << 10, 5)}
