@@ -45,10 +45,14 @@ _SIZE_CLASSES = (8, 10, 12, 16, 20)
 #: work (parent gathers, segment reductions, scatters); narrower ones waste fewer slots on
 #: the small levels (a parent of ``k`` elements has ``2^(k-1) - 1`` splits), which weigh
 #: more at small ``n`` (benchmarks/notes/trellis.md, "Linear-space log Z, rows of 32
-#: splits"). The class of 10 exists for latency: 9 and 10 leaves (the most common Ginkgo jets) in the class of 12 spent most of
-#: their time on the empty slots of its 4096-split chunks (a warm 9-leaf kernel 1.10 ms there,
-#: 0.69 ms in chunks of 512; benchmarks/trellis_latency.py)
-_CLASS_SHAPE = {8: (1 << 5, 4), 10: (1 << 5, 4), 12: (1 << 7, 5), 16: (1 << 10, 5), 20: (1 << 10, 5)}
+#: splits"). The class of 10 exists for latency: 9 and 10 leaves (the most common Ginkgo
+#: jets) in the class of 12 spent most of their time on the empty slots of its 4096-split
+#: chunks (a warm 9-leaf kernel 1.10 ms there, 0.69 ms in chunks of 32 rows of 16 splits).
+#: The two small classes take rows of 8 splits (class 10: 64 rows a chunk, class 8: 32): their parents have
+#: few splits, and the kernels of 9 / 10 / 8 / 6 leaves take 0.61 / 1.45 / 0.29 / 0.14 ms
+#: against 0.69 / 1.58 / 0.33 / 0.17 ms with rows of 16 (benchmarks/notes/trellis.md,
+#: "Fresh-process latency")
+_CLASS_SHAPE = {8: (1 << 5, 3), 10: (1 << 6, 3), 12: (1 << 7, 5), 16: (1 << 10, 5), 20: (1 << 10, 5)}
 
 
 def size_class(n: int) -> Optional[int]:
