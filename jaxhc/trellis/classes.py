@@ -31,7 +31,7 @@ import numpy as np
 from .._internal import vmath
 from . import exported
 from .energies import pad_on_host
-from .subsets import level_tables, select_features, take_rows
+from .subsets import select_features, take_rows
 
 __all__ = ["size_class", "class_call", "PUSH_FLOOR"]
 
@@ -70,19 +70,20 @@ def _level_rows(count: int, sbits: int, row_bits: int) -> tuple:
 @lru_cache(maxsize=64)
 def _class_tables(n: int, bound: int):
     """Host tables of ``n`` leaves in the class of ``bound``: the masks in level order
-    (``[2^bound]``, level ``k`` from ``offset[k]``, ``count[k]`` of them, in `level_tables`
-    order), and the chunk schedules ``[C, 2]`` (level, first row) of the inside pass (levels
+    (``[2^bound]``, level ``k`` from ``offset[k]``, ``count[k]`` of them, increasing), and the chunk schedules ``[C, 2]`` (level, first row) of the inside pass (levels
     2..n) and of the outside pass (levels n-1..1), padded to the class's largest ``C``."""
     R, row_bits = _CLASS_SHAPE[bound]
     order = np.zeros(2**bound, np.int32)
     offset = np.zeros(bound + 2, np.int32)
     count = np.zeros(bound + 2, np.int32)
-    pos = 0
-    for k in range(1, n + 1):
-        masks, _ = level_tables(n, k)
-        order[pos : pos + len(masks)] = masks
-        offset[k], count[k] = pos, len(masks)
-        pos += len(masks)
+    # the non-empty subsets of n elements by size, in increasing mask order within a size
+    # (the kernel needs a level's masks together, in any order): one stable sort by popcount,
+    # ~20x faster at n = 20 than enumerating combinations (0.7 s there)
+    masks = np.arange(1, 1 << n, dtype=np.int64)
+    pc = _popcount(masks)
+    order[: len(masks)] = masks[np.argsort(pc, kind="stable")]
+    count[1 : n + 1] = np.bincount(pc, minlength=n + 1)[1:]
+    offset[1 : n + 1] = np.concatenate([[0], np.cumsum(count[1:n])])
 
     def schedule(m, levels, sbits):
         rows = [(k, _level_rows(math.comb(m, k), sbits(m, k), row_bits)[0]) for k in levels(m)]
@@ -101,6 +102,12 @@ def _class_tables(n: int, bound: int):
             arr[: len(sched)] = np.asarray(sched, np.int32)
         tabs.append((arr, len(sched)))
     return order, offset, count, tabs[0], tabs[1]
+
+
+def _popcount(x):
+    """Set bits of each entry of the non-negative int64 array ``x`` (below 2^32)."""
+    table = np.array([bin(i).count("1") for i in range(256)], np.int64)
+    return table[x & 255] + table[(x >> 8) & 255] + table[(x >> 16) & 255] + table[(x >> 24) & 255]
 
 
 def _row_bits(S, nbits: int):
