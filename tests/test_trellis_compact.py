@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from jaxhc import trellis
-from jaxhc.trellis.compact import children_from_backpointers, compact_solution
+from jaxhc.trellis import batch as trellis_batch
+from jaxhc.trellis.compact import children_from_backpointers, children_from_queue, compact_solution, map_queue_device
 from jaxhc.trellis.exact import tree_from_backpointers
 
 
@@ -36,6 +37,39 @@ def test_children_equal_the_one_problem_walk(n):
     assert got.shape == (25, max(n - 1, 0), 2)
     for j in range(25):
         assert np.array_equal(got[j], tree_from_backpointers(bp[j], n).children), j
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 8])
+def test_device_queue_reads_the_same_trees(n):
+    """`map_queue_device` (the MAP trees read on an accelerator) gives the host walk's trees
+    from random valid tables, flat or ``[k, 2^n]``, and flags a corrupt table's problem."""
+    rng = np.random.default_rng(10 + n)
+    bp = _random_tables(rng, 25, n).astype(np.int32)
+    Q, child_at, bad = map_queue_device(bp.reshape(-1), n)
+    assert not np.asarray(bad).any()
+    assert np.array_equal(
+        children_from_queue(np.asarray(Q), np.asarray(child_at), n), children_from_backpointers(bp, n)
+    )
+    bp[3, (1 << n) - 1] = 0  # problem 3's root splits into nothing
+    bp[7, (1 << n) - 1] |= 1 << n  # problem 7's root has a child outside its set
+    assert np.flatnonzero(np.asarray(map_queue_device(bp, n)[2])).tolist() == [3, 7]
+
+
+def test_batch_trees_read_on_the_device_equal_the_host_walk(monkeypatch):
+    """The compact path with the trees read on the device (what an accelerator runs) returns
+    the same trees as on the host."""
+    rng = np.random.default_rng(4)
+    n_leaves = rng.integers(1, 8, 40)
+    leaves = np.zeros((40, 7, 7))
+    for b, n in enumerate(n_leaves):
+        a = rng.normal(size=(n, n))
+        leaves[b, :n, :n] = (a + a.T) / 2
+    e = trellis.DasguptaEnergy(1.0)
+    host = trellis.solve_batch(e, leaves, n_leaves)
+    monkeypatch.setattr(trellis_batch, "_TREES_ON_DEVICE", True)
+    dev = trellis.solve_batch(e, leaves, n_leaves)
+    np.testing.assert_array_equal(np.asarray(dev.map_children), np.asarray(host.map_children))
+    np.testing.assert_allclose(np.asarray(dev.log_z), np.asarray(host.log_z), rtol=1e-12)
 
 
 def test_corrupt_tables_raise():

@@ -6,6 +6,10 @@ step per tree node, instead of one Python walk per problem)."""
 
 from __future__ import annotations
 
+from functools import partial
+
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from ..tree import Tree
@@ -17,6 +21,8 @@ __all__ = [
     "gather_solutions",
     "map_trees",
     "children_from_backpointers",
+    "children_from_queue",
+    "map_queue_device",
     "tree_of_children",
 ]
 
@@ -46,7 +52,6 @@ def children_from_backpointers(bp, n: int) -> np.ndarray:
     Q[:, 0] = (1 << n) - 1
     child_at = np.zeros((k, width), np.int64)  # queue position of each entry's left child
     tail = np.ones(k, np.int64)
-    rows = np.arange(k)
     for p in range(width):
         S = Q[:, p]
         inner = np.flatnonzero(S & (S - 1))
@@ -62,6 +67,17 @@ def children_from_backpointers(bp, n: int) -> np.ndarray:
         Q[inner, t + 1] = s ^ L
         child_at[inner, p] = t
         tail[inner] = t + 2
+    return children_from_queue(Q, child_at, n)
+
+
+def children_from_queue(Q, child_at, n: int) -> np.ndarray:
+    """`children_from_backpointers` from each tree's breadth-first queue of subsets ``Q [k, 2n
+    - 1]`` (the root first) and the queue position of each entry's left child ``child_at [k,
+    2n - 1]`` (0 for a leaf), as `children_from_backpointers` or `map_queue_device` build
+    them."""
+    Q, child_at = np.asarray(Q, np.int64), np.asarray(child_at, np.int64)
+    k, m = Q.shape[0], n - 1
+    rows = np.arange(k)
     inner = (Q & (Q - 1)) != 0
     split = np.cumsum(inner, axis=1) - 1  # index of each internal entry among the splits (BFS)
     node = np.where(inner, n + (m - 1 - split), np.log2(np.maximum(Q, 1)).astype(np.int64))
@@ -207,3 +223,35 @@ def tree_of_children(children) -> Tree:
     """`Tree` of a child array ``[n - 1, 2]`` (one leaf for an empty array)."""
     ch = np.asarray(children, np.int64).reshape(-1, 2)
     return Tree(ch).validate() if len(ch) else Tree(np.zeros((0, 2), np.int64))
+
+
+@partial(jax.jit, static_argnames=("n",))
+def map_queue_device(bp, n: int):
+    """The breadth-first queues of the MAP trees of ``k`` problems of ``n`` elements, read on
+    the device from their backpointer tables ``bp`` (``[k 2^n]`` or ``[k, 2^n]``: problem
+    ``j`` owns entries ``j 2^n .. (j + 1) 2^n``), so that only ``2 (2n - 1)`` integers per
+    problem come back to the host instead of its ``2^n`` backpointers.
+
+    Returns ``(Q, child_at, bad)``: the queues and left-child positions of
+    `children_from_queue`, and ``bad [k]``, true where a backpointer on the tree's path is not
+    a proper non-empty subset of its set (a corrupt table; the host raises)."""
+    bp = jnp.asarray(bp).reshape(-1, 1 << n)
+    k = bp.shape[0]
+    width = 2 * n - 1
+    rows = jnp.arange(k)
+    Q = jnp.zeros((k, width), bp.dtype).at[:, 0].set((1 << n) - 1)
+
+    def step(p, c):
+        Q, child_at, tail, bad = c
+        S = jax.lax.dynamic_index_in_dim(Q, p, axis=1, keepdims=False)
+        inner = (S & (S - 1)) != 0
+        L = jnp.take_along_axis(bp, jnp.where(inner, S, 0)[:, None], axis=1)[:, 0]
+        bad = bad | (inner & ((L == 0) | (L == S) | ((L & ~S) != 0)))
+        t = jnp.where(inner, tail, width + 1)  # out of range: dropped
+        Q = Q.at[rows, t].set(L, mode="drop").at[rows, t + 1].set(S ^ L, mode="drop")
+        child_at = jax.lax.dynamic_update_index_in_dim(child_at, jnp.where(inner, tail, 0), p, axis=1)
+        return Q, child_at, tail + 2 * inner, bad
+
+    init = (Q, jnp.zeros((k, width), jnp.int32), jnp.ones(k, jnp.int32), jnp.zeros(k, bool))
+    Q, child_at, _, bad = jax.lax.fori_loop(0, width, step, init)
+    return Q, child_at, bad
