@@ -52,7 +52,10 @@ def test_device_queue_reads_the_same_trees(n):
     )
     bp[3, (1 << n) - 1] = 0  # problem 3's root splits into nothing
     bp[7, (1 << n) - 1] |= 1 << n  # problem 7's root has a child outside its set
-    assert np.flatnonzero(np.asarray(map_queue_device(bp, n)[2])).tolist() == [3, 7]
+    Q, child_at, bad = (np.asarray(x) for x in map_queue_device(bp, n))
+    assert np.flatnonzero(bad).tolist() == [3, 7]
+    with pytest.raises(ValueError, match="problem 13 has no valid split"):
+        children_from_queue(Q, child_at, n, bad, np.arange(10, 35))
 
 
 def test_batch_trees_read_on_the_device_equal_the_host_walk(monkeypatch):

@@ -328,10 +328,7 @@ def _solve_batch_flat_by_size(energy, lp, nl, n_max, device) -> TrellisSolution:
         log_z[rows], map_v[rows] = np.asarray(lz)[:m], np.asarray(mv)[:m]
         if queue is not None and on_device:
             Q, child_at, bad = (np.asarray(x)[:m] for x in queue)
-            if bad.any():
-                b = int(rows[np.flatnonzero(bad)[0]])
-                raise ValueError(f"bp: problem {b} has no valid split on its MAP path (backpointer table corrupt)")
-            children[rows, : n - 1] = children_from_queue(Q, child_at, n)
+            children[rows, : n - 1] = children_from_queue(Q, child_at, n, bad, rows)
         elif queue is not None:
             children[rows, : n - 1] = children_from_backpointers(np.asarray(queue).reshape(-1, 1 << n)[:m], n)
     return compact_result(log_z, map_v, nl, children)

@@ -48,10 +48,10 @@ _SIZE_CLASSES = (8, 10, 12, 16, 20)
 #: splits"). The class of 10 exists for latency: 9 and 10 leaves (the most common Ginkgo
 #: jets) in the class of 12 spent most of their time on the empty slots of its 4096-split
 #: chunks (a warm 9-leaf kernel 1.10 ms there, 0.69 ms in chunks of 32 rows of 16 splits).
-#: The two small classes take rows of 8 splits (class 10: 64 rows a chunk, class 8: 32): their parents have
-#: few splits, and the kernels of 9 / 10 / 8 / 6 leaves take 0.61 / 1.45 / 0.29 / 0.14 ms
-#: against 0.69 / 1.58 / 0.33 / 0.17 ms with rows of 16 (benchmarks/notes/trellis.md,
-#: "Fresh-process latency")
+#: The two small classes take rows of 8 splits (class 10: 64 rows a chunk, class 8: 32):
+#: their parents have few splits, and the kernels of 9 / 10 / 8 / 6 leaves take 0.61 / 1.45
+#: / 0.29 / 0.14 ms against 0.69 / 1.58 / 0.33 / 0.17 ms with rows of 16
+#: (benchmarks/notes/trellis.md, "Fresh-process latency")
 _CLASS_SHAPE = {8: (1 << 5, 3), 10: (1 << 6, 3), 12: (1 << 7, 5), 16: (1 << 10, 5), 20: (1 << 10, 5)}
 
 
@@ -70,8 +70,9 @@ def _level_rows(count: int, sbits: int, row_bits: int) -> tuple:
 @lru_cache(maxsize=64)
 def _class_tables(n: int, bound: int):
     """Host tables of ``n`` leaves in the class of ``bound``: the masks in level order
-    (``[2^bound]``, level ``k`` from ``offset[k]``, ``count[k]`` of them, increasing), and the chunk schedules ``[C, 2]`` (level, first row) of the inside pass (levels
-    2..n) and of the outside pass (levels n-1..1), padded to the class's largest ``C``."""
+    (``[2^bound]``, level ``k`` from ``offset[k]``, ``count[k]`` of them, increasing), and
+    the chunk schedules ``[C, 2]`` (level, first row) of the inside pass (levels 2..n) and of
+    the outside pass (levels n-1..1), padded to the class's largest ``C``."""
     R, row_bits = _CLASS_SHAPE[bound]
     order = np.zeros(2**bound, np.int32)
     offset = np.zeros(bound + 2, np.int32)

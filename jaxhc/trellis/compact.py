@@ -60,8 +60,7 @@ def children_from_backpointers(bp, n: int) -> np.ndarray:
         s = S[inner]
         L = bp[inner, s].astype(np.int64)
         if np.any((L == 0) | (L == s) | (L & ~s != 0)):
-            bad = inner[np.flatnonzero((L == 0) | (L == s) | (L & ~s != 0))[0]]
-            raise ValueError(f"bp: problem {bad} has no valid split on its MAP path (backpointer table corrupt)")
+            _raise_corrupt(inner[np.flatnonzero((L == 0) | (L == s) | (L & ~s != 0))[0]])
         t = tail[inner]
         Q[inner, t] = L
         Q[inner, t + 1] = s ^ L
@@ -70,11 +69,19 @@ def children_from_backpointers(bp, n: int) -> np.ndarray:
     return children_from_queue(Q, child_at, n)
 
 
-def children_from_queue(Q, child_at, n: int) -> np.ndarray:
+def _raise_corrupt(problem) -> None:
+    raise ValueError(f"bp: problem {int(problem)} has no valid split on its MAP path (backpointer table corrupt)")
+
+
+def children_from_queue(Q, child_at, n: int, bad=None, problems=None) -> np.ndarray:
     """`children_from_backpointers` from each tree's breadth-first queue of subsets ``Q [k, 2n
     - 1]`` (the root first) and the queue position of each entry's left child ``child_at [k,
     2n - 1]`` (0 for a leaf), as `children_from_backpointers` or `map_queue_device` build
-    them."""
+    them. ``bad [k]`` (`map_queue_device`'s flags) raises the ValueError of a corrupt table,
+    naming the first flagged problem by its entry of ``problems [k]`` (default: its row)."""
+    if bad is not None and np.any(bad):
+        b = int(np.flatnonzero(np.asarray(bad))[0])
+        _raise_corrupt(b if problems is None else np.asarray(problems)[b])
     Q, child_at = np.asarray(Q, np.int64), np.asarray(child_at, np.int64)
     k, m = Q.shape[0], n - 1
     rows = np.arange(k)
