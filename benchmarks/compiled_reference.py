@@ -22,10 +22,16 @@ Method (recorded in the JSON under ``"method"``):
   space; written anew from the energies' docstrings and formulas, scalar code).
 * checks: its log Z equals ``trellis.log_partition``'s to 1e-10 (relative) at every N.
 * threads: ``numba.set_num_threads(1)`` and ``(2)`` (the box has 2 cores); the trellis runs
-  with XLA's default threads.
-* timing: median of ``--calls`` calls after one warm-up call (the numba functions are
-  compiled before any timing; the trellis's size-class program too), the trellis first and
-  the DP after it at each N, both in this process. splits/s = ``(3^N + 1) / 2 - 2^N`` over
+  with XLA's default threads. ``OMP_WAIT_POLICY=PASSIVE`` (unless set): numba's OpenMP
+  workers otherwise spin after each parallel region, and the trellis timed after them ran
+  ~1.2x slower (N = 14, 16: 8.4 / 60 ms against 7.1 / 50 ms); the 2-thread DP takes the same
+  time either way within ~6%.
+* timing: median of ``--calls`` calls (15 up to N = 14, then 7) after one warm-up call (the
+  numba functions are compiled before any timing; the trellis's size-class program too),
+  in three rounds of blocks (trellis, 1-thread DP, 2-thread DP; `blocks_median`: the box's
+  speed drifts within minutes; until 2026-12-06 one block each). Not one call of each in
+  turn: idle OpenMP and XLA worker threads spin after a parallel region, and a call right
+  after the other runtime's ran up to 2x slower. splits/s = ``(3^N + 1) / 2 - 2^N`` over
   the time; ratio = DP time / trellis time (> 1: the trellis is faster).
 * problems: `benchmarks/trellis.py`'s ``dasgupta_problem(N, seed=N)`` with ``DasguptaEnergy(1)``
   and ``ginkgo_like_jet`` (seed N) with ``GinkgoEnergy(2, 16, likelihood="exact")``.
@@ -46,13 +52,33 @@ sys.path.insert(0, str(HERE))
 
 import numpy as np
 
-from _harness import median_time
+# numba's OpenMP workers spin after each parallel region and took the cores from XLA's pool
+# (the trellis ran 1.2x slower after a numba call, 2026-12-06); passive, they sleep at once
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 try:
     import numba
     from numba import njit, prange
 except ImportError as e:  # pragma: no cover - the bench extra
     raise SystemExit(f'benchmarks/compiled_reference.py needs numba: pip install "jaxhc[bench]" ({e})')
+
+
+def blocks_median(fns: dict, calls: int, rounds: int = 3) -> dict:
+    """``{name: median seconds}``: ``rounds`` rounds, each a block of ``ceil(calls / rounds)``
+    calls of every callable in turn (one warm-up call per block), medians over all rounds.
+    Blocks, not single calls in turn: the runtimes' idle worker threads spin for a while
+    after a parallel region (OpenMP's and XLA's), so a call right after the other's is slowed
+    by up to 2x; rounds, so that the box's drift falls on all of them."""
+    per = max(1, math.ceil(calls / rounds))
+    got: dict = {k: [] for k in fns}
+    for _ in range(rounds):
+        for k, fn in fns.items():
+            fn()
+            for _ in range(per):
+                t = time.perf_counter()
+                fn()
+                got[k].append(time.perf_counter() - t)
+    return {k: float(np.median(v)) for k, v in got.items()}
 
 
 def level_order(n: int):
@@ -218,7 +244,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--ns", default="10,11,12,13,14,15,16")
     ap.add_argument("--energies", default="dasgupta,ginkgo_exact")
-    ap.add_argument("--calls", type=int, default=0, help="calls per timing (0: 7 up to N = 14, then 3)")
+    ap.add_argument("--calls", type=int, default=0, help="calls per timing (0: 15 up to N = 14, then 7)")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--out", default=str(HERE / "results" / "compiled_reference.json"))
     args = ap.parse_args()
@@ -244,18 +270,25 @@ def main():
                 dp = lambda: dasgupta_log_z(W, float(energy.beta), masks, off, n)
             else:
                 dp = lambda: ginkgo_log_z(leaves, float(energy.lam), float(energy.t_cut), masks, off, n)
-            calls = args.calls or (7 if n <= 14 else 3)
+            calls = args.calls or (15 if n <= 14 else 7)
             if args.quick:
                 calls = 2
             t0 = time.perf_counter()
             ours = float(trellis.log_partition(energy, leaves))
             first = time.perf_counter() - t0
-            t_ours = median_time(lambda: float(trellis.log_partition(energy, leaves)), calls)
-            res = {}
-            for th in (1, 2):
-                numba.set_num_threads(th)
-                ref = dp()
-                res[th] = (median_time(dp, calls), ref)
+            refs = {}
+
+            def numba_dp(th):
+                def run():
+                    numba.set_num_threads(th)
+                    refs[th] = dp()
+
+                return run
+
+            fns = {0: lambda: float(trellis.log_partition(energy, leaves)), 1: numba_dp(1), 2: numba_dp(2)}
+            times = blocks_median(fns, calls)
+            t_ours = times[0]
+            res = {th: (times[th], refs[th]) for th in (1, 2)}
             err = max(abs(res[th][1] - ours) for th in (1, 2))
             rel = err / max(1.0, abs(ours))
             splits = (3**n + 1) // 2 - 2**n

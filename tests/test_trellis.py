@@ -902,7 +902,7 @@ def test_size_class_chunks_that_split_a_parent(monkeypatch, row_bits):
 
 @pytest.mark.parametrize("with_map,marginals", [(True, True), (False, False), (False, True)])
 def test_larger_size_classes_give_the_same_solution(with_map, marginals):
-    # the programs of the 9..10, 11..12, 13..16 and 17..20 classes (chunks of 32 rows of 16
+    # the programs of the 9..10, 11..12, 13..14, 15..16 and 17..20 classes (chunks of 32 rows of 16
     # splits, 128 or 1024 rows of 32) run a small problem padded to their bound: the same
     # tables, MAP and marginals as its own class's program, for the MAP program, the
     # log-Z-only one (linear sums) and the marginals without the MAP
@@ -917,7 +917,7 @@ def test_larger_size_classes_give_the_same_solution(with_map, marginals):
 
     ref = run(8)
     assert np.isfinite(ref[0])
-    for bound in (10, 12, 16, 20):
+    for bound in (10, 12, 14, 16, 20):
         got = run(bound)
         for a, b in zip(got[:5], ref[:5]):
             assert (a is None) == (b is None)
@@ -995,17 +995,27 @@ def test_linear_space_log_z_and_its_shifted_fallback(monkeypatch):
     # the best peel max_i log Z(S \ {i}), and recompute a chunk's rows shifted by their own
     # max when a parent's sum is neither 0 nor in [floor, inf): (1) on jets and a mild
     # affinity problem the linear sums (the usual path) equal the forced fallback and the
-    # level-unrolled program; (2) Dasgupta at beta = 200 puts every split ~e^-4000 below its
-    # shift: the linear sums alone lose buildable clusters, the program falls back and
-    # gives the level-unrolled tables; (3) with every x of log_psi_parts out of range the
-    # fallback gives them too
+    # level-unrolled program; (2) Dasgupta at beta = 200, summed as a generic energy, puts
+    # every split ~e^-4000 below its peel shift: the linear sums alone lose buildable
+    # clusters, the program falls back and gives the level-unrolled tables; as a separable
+    # energy (its own path, shifted by one of the sum's own terms: no underflow) the sums
+    # alone give them; (3)
+    # with every x of log_psi_parts out of range the fallback gives them too
+
+    class GenericDasgupta(DasguptaEnergy):  # the same energy without its separable form
+        def log_psi_separable(self, feats, bound):
+            return None
+
     rng = np.random.default_rng(41)
     X = perturb_jet(rng, np.asarray(generator_jets()[0]["leaves"]))
+    W7 = random_affinity(rng, 7, 0.05, 1.0)
     cases = [
         (GinkgoEnergy(2.0, 16.0), X),
         (GinkgoEnergy(2.0, 16.0, likelihood="exact"), X),
         (DasguptaEnergy(0.7), random_affinity(rng, 9, 0.05, 1.0)),
-        (DasguptaEnergy(200.0), random_affinity(rng, 7, 0.05, 1.0)),
+        (DasguptaEnergy(200.0), W7),
+        (GenericDasgupta(200.0), W7),
+        (CorrelationEnergy(300.0), random_affinity(rng, 8, -1.0, 1.0)),
     ]
     tiny, floor, x_range = trellis_classes._linear_floor(jnp.float64)
     assert tiny == np.finfo(np.float64).tiny and floor == 2.0**-892 and x_range == 2.0**53
@@ -1024,12 +1034,39 @@ def test_linear_space_log_z_and_its_shifted_fallback(monkeypatch):
             scale = max(1.0, float(np.max(np.abs(ref[np.isfinite(ref)]))))
             for a in (got, forced, no_x):
                 _assert_same_inf(a, ref, 1e-14 * scale, err=type(energy).__name__)
-            if float(energy.beta if isinstance(energy, DasguptaEnergy) else 0.0) < 100.0:
+            if not isinstance(energy, GenericDasgupta):
                 _assert_same_inf(alone, ref, 1e-14 * scale, err="linear sums alone")
             else:
                 assert np.sum(np.isfinite(ref) & ~np.isfinite(alone)) > 0  # what the fallback prevents
     finally:
         jax.clear_caches()
+
+
+def test_log_psi_separable_recombines_to_log_psi():
+    # a(S) + c[|S|] (h(L) + h(R)) = log psi on every split of 9 elements for the separable
+    # energies (positive and mixed-sign affinities); the others return None
+    rng = np.random.default_rng(53)
+    n, bound = 9, 10
+    S, L = [], []
+    for k in range(2, n + 1):
+        masks, pos = trellis_subsets.level_tables(n, k)
+        Lk = np.asarray(trellis_subsets.splits_of(jnp.asarray(pos), k))
+        S.append(np.broadcast_to(masks[:, None], Lk.shape).ravel())
+        L.append(Lk.ravel())
+    S, L = np.concatenate(S), np.concatenate(L)
+    size = np.array([bin(int(m)).count("1") for m in S])
+    cases = [
+        (DasguptaEnergy(0.8), random_affinity(rng, n, 0.05, 1.0)),
+        (CorrelationEnergy(1.3), random_affinity(rng, n, -1.0, 1.0)),
+    ]
+    for energy, W in cases:
+        f = energy.features(jnp.asarray(energy.pad_leaves(W, bound)))
+        take = lambda idx: jax.tree_util.tree_map(lambda a: a[idx], f)
+        lp = np.asarray(energy.log_psi(take(S), take(L), take(S ^ L)))
+        a, c, h = (np.asarray(v) for v in energy.log_psi_separable(f, bound))
+        assert a.shape == h.shape == (2**bound,) and c.shape == (bound + 1,)
+        np.testing.assert_allclose(a[S] + c[size] * (h[L] + h[S ^ L]), lp, rtol=1e-12, atol=1e-12)
+    assert GinkgoEnergy(2.0, 16.0).log_psi_separable(None, 8) is None
 
 
 def test_log_psi_parts_recombine_to_log_psi():

@@ -1,7 +1,7 @@
 """One compiled program per size class for the exact trellis (`jaxhc.trellis.exact`).
 
 A problem of ``n`` leaves runs in the program of the smallest class bound ``>= n`` (``N <=
-8``, ``9..10``, ``11..12``, ``13..16``, ``17..20``; `size_class`): the leaves are padded to the bound,
+8``, ``9..10``, ``11..12``, ``13..14``, ``15..16``, ``17..20``; `size_class`): the leaves are padded to the bound,
 the tables span ``2^bound`` subsets (the first ``2^n`` used), and the levels are one
 ``fori_loop`` over chunks of rows (a row: ``2^bits`` consecutive splits of one parent, its
 left sides built from the parent's bits) scheduled by host tables passed as arguments; a
@@ -12,7 +12,9 @@ chunks. `solve`, `cluster_marginals`, `sample` and a concrete `log_partition` us
   maximum and first argmax from one buffer of the row's split values;
 - the log-Z-only inside pass: each parent's terms ``x e^(b + log Z(L) + log Z(R))``
   (`Energy.log_psi_parts`) summed in linear space, shifted by its best peel (`_peel_shift`),
-  no ``log`` per split; a chunk with a parent whose sum falls outside ``[floor, inf)`` is
+  no ``log`` per split; for a separable energy (`Energy.log_psi_separable`) the terms
+  ``e^(a(S) + g(L) + g(R))`` from one table per level, shifted by the term of ``({low},
+  rest)``; a chunk with a parent whose sum falls outside ``[floor, inf)`` is
   recomputed in log space (`_linear_floor`);
 - the outside pass as a push of split probabilities to both children (linear space), with
   the log-space pull where a cluster is below ``e^-PUSH_FLOOR``.
@@ -39,7 +41,7 @@ __all__ = ["size_class", "class_call", "PUSH_FLOOR"]
 #: size classes: a problem of ``n`` leaves runs in the program of the smallest bound
 #: ``>= n`` (its leaves padded with `Energy.pad_leaves`, its tables over ``2^bound``
 #: subsets of which it uses the first ``2^n``); above the last bound, one program per ``n``
-_SIZE_CLASSES = (8, 10, 12, 16, 20)
+_SIZE_CLASSES = (8, 10, 12, 14, 16, 20)
 #: ``(rows per chunk, row bits)`` of each class: a row holds ``2^bits`` consecutive splits
 #: of one parent, a chunk ``rows x 2^bits`` split evaluations. Wider rows halve the per-row
 #: work (parent gathers, segment reductions, scatters); narrower ones waste fewer slots on
@@ -51,8 +53,13 @@ _SIZE_CLASSES = (8, 10, 12, 16, 20)
 #: The two small classes take rows of 8 splits (class 10: 64 rows a chunk, class 8: 32):
 #: their parents have few splits, and the kernels of 9 / 10 / 8 / 6 leaves take 0.61 / 1.45
 #: / 0.29 / 0.14 ms against 0.69 / 1.58 / 0.33 / 0.17 ms with rows of 16
-#: (benchmarks/notes/trellis.md, "Fresh-process latency")
-_CLASS_SHAPE = {8: (1 << 5, 3), 10: (1 << 6, 3), 12: (1 << 7, 5), 16: (1 << 10, 5), 20: (1 << 10, 5)}
+#: (benchmarks/notes/trellis.md, "Fresh-process latency"). The class of 14 keeps 13 and 14
+#: leaves out of the 2^16 tables of the class of 16, whose per-level work (the separable
+#: pass's table, the segment scatters) cost them 10-30% of log Z. From 13 leaves rows of 64
+#: splits: 0-30% faster than rows of 32 for log Z, the MAP and the marginals of Dasgupta and
+#: Ginkgo at N = 14, 16 and 17 (2026-12-06; in November, before the later kernel changes,
+#: they were no faster)
+_CLASS_SHAPE = {8: (1 << 5, 3), 10: (1 << 6, 3), 12: (1 << 7, 5), 14: (1 << 10, 6), 16: (1 << 10, 6), 20: (1 << 10, 6)}
 
 
 def size_class(n: int) -> Optional[int]:
@@ -212,6 +219,22 @@ def _push_floor(dtype) -> float:
     return min(PUSH_FLOOR, -math.log(float(fi.tiny)) + math.log(float(fi.eps)) - 26.0)
 
 
+def _take(table, idx):
+    """``table[idx]`` (rows of ``table`` along its first axis) for indices known to lie in
+    ``[0, len(table))``: a gather with no index wrap, clamp or fill (2-20% of a split loop
+    whose gathers are most of its work)."""
+    dn = jax.lax.GatherDimensionNumbers(
+        offset_dims=tuple(range(idx.ndim, idx.ndim + table.ndim - 1)), collapsed_slice_dims=(0,), start_index_map=(0,)
+    )
+    mode = jax.lax.GatherScatterMode.PROMISE_IN_BOUNDS
+    return jax.lax.gather(table, idx[..., None], dn, (1, *table.shape[1:]), mode=mode)
+
+
+def _take_rows(tree, idx):
+    """`_take` on every leaf of a feature pytree."""
+    return jax.tree_util.tree_map(lambda x: _take(x, idx), tree)
+
+
 def _class_pass(energy, feats, n, tabs, sched, num, bound, log_z, best, bp, out, kind):
     """One pass over the chunk schedule ``sched[:num]``:
 
@@ -244,9 +267,14 @@ def _class_pass(energy, feats, n, tabs, sched, num, bound, log_z, best, bp, out,
         return (hi, *bms[:row_bits], _peel_shift(z, free | base, [base, *bms]))
 
     def body(i, carry):
-        log_z, best, bp, out = carry
+        log_z, best, bp, out, aux = carry
         c = num - 1 - i if kind == "push" else i
         k, r0 = sched[c, 0], sched[c, 1]
+        if sep is not None:  # the children's table log Z + c h of this level, made at its
+            # first chunk (the levels below are complete by then)
+            g, gk = aux
+            g = jax.lax.cond(gk != k, lambda z: z + sep[1][k] * sep[2], lambda z: g, log_z)
+            aux = (g, k)
         sbits = n - k if kind == "out" else k - 1
         sh = jnp.maximum(0, sbits - row_bits)
         r = r0 + rows
@@ -281,35 +309,42 @@ def _class_pass(energy, feats, n, tabs, sched, num, bound, log_z, best, bp, out,
             row = jax.lax.cond(k >= 0, per_row, zeros, free, base, j0)
             zeros = lambda *a: (jnp.zeros((R, W), jnp.int32),) * 2
             L, Rm = jax.lax.cond(k >= 0, sides, zeros, S, *row)
+        elif kind == "in" and sep is not None:
+            # the shift: the term of the split ({low}, rest), one of the sum's own terms
+            hi, *bms = per_row(free, base, j0)
+            shift = _take(sep[0], S) + _take(g, base) + _take(g, free)
         elif kind == "in" and not stacked:
             hi, *bms, shift = per_row(free, base, j0, log_z)
         else:
             hi, *bms = per_row(free, base, j0)
 
-        def row_splits(parts=False, sides=None):  # the splits (L, Rm) of S (``sides``: given)
+        def row_splits(parts=False, sides=None, psi=True):  # the splits (L, Rm) of S (``sides``: given)
             L, Rm = (lefts(hi, *bms), None) if sides is None else sides
             if kind == "out":
                 return (L,)
             valid = live_row[:, None] & (j() < (jnp.left_shift(1, k - 1) - 1))
             Rm = Sb ^ L if Rm is None else Rm
-            fP = jax.tree_util.tree_map(lambda x: x[:, None], take_rows(feats, S))
+            if not psi:
+                return L, Rm, valid, None
+            fP = jax.tree_util.tree_map(lambda x: x[:, None], _take_rows(feats, S))
             f = energy.log_psi_parts if parts else energy.log_psi
-            return L, Rm, valid, f(fP, take_rows(feats, L), take_rows(feats, Rm))
+            return L, Rm, valid, f(fP, _take_rows(feats, L), _take_rows(feats, Rm))
 
         if kind == "out":
             (L,) = row_splits()
         elif kind == "push":
             L, Rm, valid, lp = row_splits(sides=(L, Rm))
-        else:  # the log-Z-only inside pass takes log psi as (b, x), log psi = b + log x
-            L, Rm, valid, lp = row_splits(parts=not stacked)
+        else:  # the log-Z-only inside pass takes log psi as (b, x), log psi = b + log x, or
+            # reads it from the level's table (separable energies)
+            L, Rm, valid, lp = row_splits(parts=not stacked, psi=sep is None)
         if kind == "push":
             mS, zS = out[S], log_z[S]  # log P(S in H) - log Z(S) = log out(S) - log Z
             oS = jnp.where((mS > 0) & (zS > -jnp.inf), vmath.log(jnp.where(mS > 0, mS, 1.0)) - zS, -jnp.inf)
-            pr = jnp.exp(jnp.where(valid, oS[:, None] + lp + log_z[L] + log_z[Rm], -jnp.inf))
+            pr = jnp.exp(jnp.where(valid, oS[:, None] + lp + _take(log_z, L) + _take(log_z, Rm), -jnp.inf))
             pr, L, Rm = pr.reshape(-1), L.reshape(-1), Rm.reshape(-1)  # no layout copy
-            return log_z, best, bp, out.at[L].add(pr).at[Rm].add(pr)
+            return log_z, best, bp, out.at[L].add(pr).at[Rm].add(pr), aux
         if kind == "in" and stacked:  # log Z and MAP value from one gather of the stacked table
-            v = jnp.where(valid[..., None], lp[..., None] + log_z[L] + log_z[Rm], -jnp.inf)
+            v = jnp.where(valid[..., None], lp[..., None] + _take(log_z, L) + _take(log_z, Rm), -jnp.inf)
             # written to a buffer once and read by the four row reductions (XLA would
             # otherwise recompute the split for each); the index is 0, unknown to XLA
             best = jax.lax.dynamic_update_slice(best, v, ((k < 0).astype(jnp.int32), jnp.int32(0), jnp.int32(0)))
@@ -320,10 +355,15 @@ def _class_pass(energy, feats, n, tabs, sched, num, bound, log_z, best, bp, out,
             # the terms x e^(b + log Z(L) + log Z(R) - shift) summed in linear space with the
             # parent's shift (`_peel_shift`), each possible one at least ``tiny`` (NaN for an
             # x out of range): no log, and the exp joins the split loop (a reduction XLA fuses
-            # with it, a halving tree not)
-            b, x = lp
-            a = jnp.where(valid, b + log_z[L] + log_z[Rm] - shift[:, None], -jnp.inf)
-            e = jnp.where((x >= 1.0 / x_range) & (x <= x_range), jnp.maximum(x * jnp.exp(a), tiny), jnp.nan)
+            # with it, a halving tree not). A separable energy's terms are e^(g(L) + g(R) +
+            # a(S) - shift): two gathers and no log psi per split (`Energy.log_psi_separable`)
+            if sep is None:
+                b, x = lp
+                a = jnp.where(valid, b + _take(log_z, L) + _take(log_z, Rm) - shift[:, None], -jnp.inf)
+                e = jnp.where((x >= 1.0 / x_range) & (x <= x_range), jnp.maximum(x * jnp.exp(a), tiny), jnp.nan)
+            else:
+                a = jnp.where(valid, _take(g, L) + _take(g, Rm) + (_take(sep[0], S) - shift)[:, None], -jnp.inf)
+                e = jnp.maximum(jnp.exp(a), tiny)
             sr = jnp.sum(jnp.where(a == -jnp.inf, 0.0, e), axis=-1)
             # each parent's sum over the chunk: 0 (no split possible) or in [floor, inf),
             # else its rows are computed again from log psi, shifted by their own max
@@ -364,14 +404,18 @@ def _class_pass(energy, feats, n, tabs, sched, num, bound, log_z, best, bp, out,
         else:
             old = out[jnp.minimum(idx, drop - 1)]
             out = out.at[idx].set(_add_log(old, *_segment_rows(*zr, seg, R)), mode="drop")
-        return log_z, best, bp, out
+        return log_z, best, bp, out, aux
 
     stacked = best is not None
+    # (a, c, h) of a separable energy for the log-Z-only inside pass, which then carries the
+    # table g = log Z + c[k] h of the level k it is at
+    sep = energy.log_psi_separable(feats, bound) if (kind == "in" and not stacked) else None
+    aux = (log_z, jnp.int32(-1)) if sep is not None else None
     tiny, floor, x_range = _linear_floor(log_z.dtype)
     if stacked:  # one [2^bound, 2] table: log Z and the MAP value of every subset
         log_z = jnp.stack([log_z, best], axis=1)
     buf = jnp.zeros((R + 1, W, 2), log_z.dtype) if stacked else None
-    log_z, _, bp, out = jax.lax.fori_loop(0, num, body, (log_z, buf, bp, out))
+    log_z, _, bp, out, _ = jax.lax.fori_loop(0, num, body, (log_z, buf, bp, out, aux))
     if stacked:
         return log_z[:, 0], log_z[:, 1], bp, out
     return log_z, best, bp, out

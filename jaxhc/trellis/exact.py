@@ -24,9 +24,10 @@ time, ``(3^N + 1) / 2 - 2^N`` split evaluations in all.
   layout with a segment max / first argmax gives `solve_batch` its MAP (``layout="flat"``).
 
 `solve`, `cluster_marginals`, `sample` and a concrete `log_partition` run one compiled program
-per *size class* (``N <= 8``, ``9..12``, ``13..16``, ``17..20``), not per ``N``: rows of 16
-or 32 splits of one parent in chunks under one ``fori_loop``, scheduled by host tables;
-the log-Z-only program sums each parent's terms in linear space (`jaxhc.trellis.classes`).
+per *size class* (``N <= 8``, ``9..10``, ``11..12``, ``13..14``, ``15..16``, ``17..20``), not
+per ``N``: rows of 8, 32 or 64 splits of one parent in chunks under one ``fori_loop``, scheduled
+by host tables; the log-Z-only program sums each parent's terms in linear space
+(`jaxhc.trellis.classes`).
 Traced or differentiated ``log Z``, `run_dp`, the batches and ``N > 20`` use the
 level-unrolled per-``N`` programs of this module.
 
