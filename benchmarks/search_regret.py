@@ -39,7 +39,10 @@ above the truth (``> + 0.1``) while recovering it imperfectly (the model prefers
 answer), ``ok`` otherwise.
 
 Run: ``python benchmarks/search_regret.py --systems bhc bhcc rbhcc pydt --problems 100``;
-prints one table per system and writes ``benchmarks/results/search_regret.json``.
+prints one table per system and writes ``benchmarks/results/search_regret.json``. A run
+of other seeds of a system already there (``--first-seed 15 --problems 85 --merge``) keeps
+the records of the seeds it does not run; ``--resume`` also skips those the file holds (a run
+cut short goes on where it stopped).
 ``tests/test_search_regret.py`` runs a fixed CI slice of the same code.
 """
 
@@ -628,6 +631,14 @@ def main(argv=None) -> int:
     ap.add_argument("--first-seed", type=int, default=0)
     ap.add_argument("--no-gibbs", action="store_true", help="skip the CDPM Gibbs baseline (bhcc, rbhcc)")
     ap.add_argument(
+        "--merge",
+        action="store_true",
+        help="keep the records of --out for the seeds outside this run (the summary then covers all of them)",
+    )
+    ap.add_argument(
+        "--resume", action="store_true", help="as --merge, and skip the seeds --out already holds (a run cut short)"
+    )
+    ap.add_argument(
         "--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "search_regret.json")
     )
     args = ap.parse_args(argv)
@@ -641,8 +652,13 @@ def main(argv=None) -> int:
             payload["systems"] = json.load(f).get("systems", {})
     for system in args.systems:
         recs = []
+        seeds = range(args.first_seed, args.first_seed + args.problems)
+        old = payload["systems"].get(system, {}).get("problems", []) if (args.merge or args.resume) else []
+        done = {r["seed"] for r in old} if args.resume else set()
+        kept = [r for r in old if r["seed"] in done or r["seed"] not in seeds]
         t0 = time.perf_counter()
-        for s in range(args.first_seed, args.first_seed + args.problems):
+        summ = summarize(kept) if kept else None
+        for s in (s for s in seeds if s not in done):
             kw = {"gibbs": not args.no_gibbs} if system in ("bhcc", "rbhcc") else {}
             recs.append(run_problem(system, s, **kw))
             # every problem compiles programs for its own shapes: without this a process holds
@@ -654,14 +670,17 @@ def main(argv=None) -> int:
                 file=sys.stderr,
                 flush=True,
             )
-            summ = summarize(recs)  # written after every problem: a run cut short keeps its records
-            summ["wall_seconds"] = time.perf_counter() - t0
-            payload["systems"][system] = {"summary": summ, "problems": recs}
+            # written after every problem: a run cut short keeps its records (--resume goes on)
+            every = sorted(kept + recs, key=lambda r: r["seed"])
+            summ = summarize(every)
+            summ["wall_seconds"] = time.perf_counter() - t0  # this run's
+            payload["systems"][system] = {"summary": summ, "problems": every}
             os.makedirs(os.path.dirname(args.out), exist_ok=True)
             with open(args.out, "w") as f:
                 json.dump(payload, f, indent=1, default=float)
-        print(format_table(system, summ))
-        print()
+        if summ is not None:
+            print(format_table(system, summ))
+            print()
     print(f"wrote {args.out}")
     return 0
 

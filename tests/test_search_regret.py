@@ -87,3 +87,34 @@ def test_bhmc_slice_records_every_depth(small):
         assert all(0.0 <= v <= 1.0 + 1e-12 for v in d["nmi"] + d["start"] + d["ward"]), off
     # the start is Ward's tree at its gaps: the same labels at the true depth
     np.testing.assert_allclose(recs[0]["depths"]["0"]["start"], recs[0]["depths"]["0"]["ward"])
+
+
+def test_merge_and_resume_keep_the_records_of_other_seeds(tmp_path, monkeypatch):
+    """A suite run in parts: ``--merge`` keeps the records of the seeds a run does not
+    redo, ``--resume`` also skips the seeds the file holds; the summary covers them all."""
+    import json
+
+    ran = []
+
+    def fake(system, seed, **kw):
+        ran.append(seed)
+        return {"seed": seed, "value": len(ran)}
+
+    monkeypatch.setattr(S, "run_problem", fake)
+    monkeypatch.setattr(S, "summarize", lambda recs: {"seeds": [r["seed"] for r in recs]})
+    monkeypatch.setattr(S, "format_table", lambda system, summ: "")
+    out = str(tmp_path / "suite.json")
+    run = lambda *a: S.main(["--systems", "pydt", "--out", out, *a])
+    read = lambda: json.load(open(out))["systems"]["pydt"]
+
+    run("--problems", "3")
+    assert [r["seed"] for r in read()["problems"]] == [0, 1, 2]
+    run("--first-seed", "2", "--problems", "3", "--merge")  # seed 2 redone, 0 and 1 kept
+    got = read()
+    assert [r["seed"] for r in got["problems"]] == [0, 1, 2, 3, 4]
+    assert got["problems"][2]["value"] == 4 and got["summary"]["seeds"] == [0, 1, 2, 3, 4]
+    ran.clear()
+    run("--problems", "6", "--resume")  # only the missing seed runs
+    assert ran == [5] and [r["seed"] for r in read()["problems"]] == list(range(6))
+    run("--first-seed", "7", "--problems", "1")  # without --merge: this run's records only
+    assert [r["seed"] for r in read()["problems"]] == [7]

@@ -83,6 +83,9 @@ def test_corrupt_tables_raise():
     bp[1, 15] = 16 | 1  # a child outside the set
     with pytest.raises(ValueError, match="problem 1"):
         children_from_backpointers(bp, 4)
+    # rows of a larger batch: the problem named by its batch index
+    with pytest.raises(ValueError, match="problem 17"):
+        children_from_backpointers(bp, 4, problems=np.array([5, 17, 30]))
     with pytest.raises(ValueError, match="shape"):
         children_from_backpointers(bp[:, :8], 4)
 

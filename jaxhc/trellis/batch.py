@@ -330,7 +330,7 @@ def _solve_batch_flat_by_size(energy, lp, nl, n_max, device) -> TrellisSolution:
             Q, child_at, bad = (np.asarray(x)[:m] for x in queue)
             children[rows, : n - 1] = children_from_queue(Q, child_at, n, bad, rows)
         elif queue is not None:
-            children[rows, : n - 1] = children_from_backpointers(np.asarray(queue).reshape(-1, 1 << n)[:m], n)
+            children[rows, : n - 1] = children_from_backpointers(np.asarray(queue).reshape(-1, 1 << n)[:m], n, rows)
     return compact_result(log_z, map_v, nl, children)
 
 

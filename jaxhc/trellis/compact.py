@@ -27,7 +27,7 @@ __all__ = [
 ]
 
 
-def children_from_backpointers(bp, n: int) -> np.ndarray:
+def children_from_backpointers(bp, n: int, problems=None) -> np.ndarray:
     """The MAP trees of ``k`` problems of ``n`` elements each, as ``[k, n - 1, 2]`` int32 child
     arrays, from their backpointer tables ``bp [k, 2^n]`` (the left child's bitmask of every
     subset's best split; only the entries on each tree's path are read).
@@ -38,7 +38,9 @@ def children_from_backpointers(bp, n: int) -> np.ndarray:
     per step for ``2n - 1`` steps.
 
     Raises:
-      ValueError: a backpointer on a tree's path is not a proper non-empty subset of its set.
+      ValueError: a backpointer on a tree's path is not a proper non-empty subset of its set;
+        the message names the first such problem by its entry of ``problems [k]`` (default:
+        its row).
     """
     bp = np.asarray(bp)
     if bp.ndim != 2 or bp.shape[1] != 1 << n:
@@ -60,7 +62,8 @@ def children_from_backpointers(bp, n: int) -> np.ndarray:
         s = S[inner]
         L = bp[inner, s].astype(np.int64)
         if np.any((L == 0) | (L == s) | (L & ~s != 0)):
-            _raise_corrupt(inner[np.flatnonzero((L == 0) | (L == s) | (L & ~s != 0))[0]])
+            b = inner[np.flatnonzero((L == 0) | (L == s) | (L & ~s != 0))[0]]
+            _raise_corrupt(b if problems is None else np.asarray(problems)[b])
         t = tail[inner]
         Q[inner, t] = L
         Q[inner, t + 1] = s ^ L
