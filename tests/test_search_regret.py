@@ -98,7 +98,7 @@ def test_merge_and_resume_keep_the_records_of_other_seeds(tmp_path, monkeypatch)
 
     def fake(system, seed, **kw):
         ran.append(seed)
-        return {"seed": seed, "value": len(ran)}
+        return {"seed": seed, "value": len(ran), "regret": 0.0, "recovery": 1.0, "verdict": "ok"}
 
     monkeypatch.setattr(S, "run_problem", fake)
     monkeypatch.setattr(S, "summarize", lambda recs: {"seeds": [r["seed"] for r in recs]})
