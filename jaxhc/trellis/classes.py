@@ -235,13 +235,20 @@ def _take_rows(tree, idx):
     return jax.tree_util.tree_map(lambda x: _take(x, idx), tree)
 
 
-def _class_pass(energy, feats, n, tabs, sched, num, bound, log_z, best, bp, out, kind):
+#: classes up to this bound keep the inside pass's split values for the push (`_class_core`):
+#: ``[chunks, rows, splits]`` float64, 0.25 / 2.6 / 24 MB for the classes of 10 / 12 / 14
+_KEEP_SPLITS_MAX = 14
+
+
+def _class_pass(energy, feats, n, tabs, sched, num, bound, log_z, best, bp, out, kind, kept=None):
     """One pass over the chunk schedule ``sched[:num]``:
 
     - ``kind="in"``: the inside pass (log Z, with the MAP when ``best`` is given);
     - ``kind="push"``: the outside pass as split probabilities ``P(S -> L, R in H)`` pushed
       from every split to both children, the inside schedule run backwards (top-down), each
       split evaluated once; ``out`` holds ``P(S in H)`` in linear space, scatter-added;
+      ``kept`` (``[chunks, rows, splits]``, or None): the inside MAP pass writes each chunk's
+      split values ``log psi + log Z(L) + log Z(R)`` there, and the push reads them;
     - ``kind="out"``: the outside pass pulled from every superset (``out`` holds ``log
       out(S)``, log space throughout; each split is evaluated once from each child).
     """
@@ -267,7 +274,7 @@ def _class_pass(energy, feats, n, tabs, sched, num, bound, log_z, best, bp, out,
         return (hi, *bms[:row_bits], _peel_shift(z, free | base, [base, *bms]))
 
     def body(i, carry):
-        log_z, best, bp, out, aux = carry
+        log_z, best, bp, out, aux, kept = carry
         c = num - 1 - i if kind == "push" else i
         k, r0 = sched[c, 0], sched[c, 1]
         if sep is not None:  # the children's table log Z + c h of this level, made at its
@@ -332,6 +339,9 @@ def _class_pass(energy, feats, n, tabs, sched, num, bound, log_z, best, bp, out,
 
         if kind == "out":
             (L,) = row_splits()
+        elif kind == "push" and kept is not None:  # the inside pass's split values
+            L, Rm, valid, _ = row_splits(sides=(L, Rm), psi=False)
+            lp = jax.lax.dynamic_index_in_dim(kept, c, keepdims=False)  # log psi + log Z(L) + log Z(R)
         elif kind == "push":
             L, Rm, valid, lp = row_splits(sides=(L, Rm))
         else:  # the log-Z-only inside pass takes log psi as (b, x), log psi = b + log x, or
@@ -340,15 +350,20 @@ def _class_pass(energy, feats, n, tabs, sched, num, bound, log_z, best, bp, out,
         if kind == "push":
             mS, zS = out[S], log_z[S]  # log P(S in H) - log Z(S) = log out(S) - log Z
             oS = jnp.where((mS > 0) & (zS > -jnp.inf), vmath.log(jnp.where(mS > 0, mS, 1.0)) - zS, -jnp.inf)
-            pr = jnp.exp(jnp.where(valid, oS[:, None] + lp + _take(log_z, L) + _take(log_z, Rm), -jnp.inf))
+            if kept is None:
+                pr = jnp.exp(jnp.where(valid, oS[:, None] + lp + _take(log_z, L) + _take(log_z, Rm), -jnp.inf))
+            else:
+                pr = jnp.exp(jnp.where(valid, oS[:, None] + lp, -jnp.inf))
             pr, L, Rm = pr.reshape(-1), L.reshape(-1), Rm.reshape(-1)  # no layout copy
-            return log_z, best, bp, out.at[L].add(pr).at[Rm].add(pr), aux
+            return log_z, best, bp, out.at[L].add(pr).at[Rm].add(pr), aux, kept
         if kind == "in" and stacked:  # log Z and MAP value from one gather of the stacked table
             v = jnp.where(valid[..., None], lp[..., None] + _take(log_z, L) + _take(log_z, Rm), -jnp.inf)
             # written to a buffer once and read by the four row reductions (XLA would
             # otherwise recompute the split for each); the index is 0, unknown to XLA
             best = jax.lax.dynamic_update_slice(best, v, ((k < 0).astype(jnp.int32), jnp.int32(0), jnp.int32(0)))
             v = best[:R]
+            if kept is not None:  # the split values, for the push
+                kept = jax.lax.dynamic_update_index_in_dim(kept, v[..., 0], c, 0)
             zr = _row_lse(v[..., 0])
             mr, lr = _row_max_first(v[..., 1], L)
         elif kind == "in":
@@ -404,7 +419,7 @@ def _class_pass(energy, feats, n, tabs, sched, num, bound, log_z, best, bp, out,
         else:
             old = out[jnp.minimum(idx, drop - 1)]
             out = out.at[idx].set(_add_log(old, *_segment_rows(*zr, seg, R)), mode="drop")
-        return log_z, best, bp, out, aux
+        return log_z, best, bp, out, aux, kept
 
     stacked = best is not None
     # (a, c, h) of a separable energy for the log-Z-only inside pass, which then carries the
@@ -415,10 +430,10 @@ def _class_pass(energy, feats, n, tabs, sched, num, bound, log_z, best, bp, out,
     if stacked:  # one [2^bound, 2] table: log Z and the MAP value of every subset
         log_z = jnp.stack([log_z, best], axis=1)
     buf = jnp.zeros((R + 1, W, 2), log_z.dtype) if stacked else None
-    log_z, _, bp, out, _ = jax.lax.fori_loop(0, num, body, (log_z, buf, bp, out, aux))
+    log_z, _, bp, out, _, kept = jax.lax.fori_loop(0, num, body, (log_z, buf, bp, out, aux, kept))
     if stacked:
-        return log_z[:, 0], log_z[:, 1], bp, out
-    return log_z, best, bp, out
+        return log_z[:, 0], log_z[:, 1], bp, out, kept
+    return log_z, best, bp, out, kept
 
 
 @partial(jax.jit, static_argnames=("bound", "with_map", "marginals"))
@@ -434,12 +449,22 @@ def _class_core(energy, leaves, n, tabs, sched_in, num_in, sched_out, num_out, b
     log_z = jnp.full((size,), -jnp.inf, dtype).at[sidx].set(0.0, mode="drop")
     best = jnp.full((size,), -jnp.inf, dtype).at[sidx].set(0.0, mode="drop") if with_map else None
     bp = jnp.zeros((size,), jnp.int32) if with_map else None
-    log_z, best, bp, _ = _class_pass(energy, feats, n, tabs, sched_in, num_in, bound, log_z, best, bp, None, "in")
+    # in the small classes the MAP pass keeps its split values log psi + log Z(L) + log Z(R)
+    # (final: the levels below a parent are complete), and the push reads them instead of
+    # evaluating log psi and gathering log Z again (9-leaf Ginkgo exact: 0.63 -> 0.56 ms;
+    # 12 leaves: 9.4 -> 8.0 ms)
+    kept = None
+    if with_map and marginals and bound <= _KEEP_SPLITS_MAX:
+        R, row_bits = _CLASS_SHAPE[bound]
+        kept = jnp.zeros((sched_in.shape[0], R, 1 << row_bits), dtype)
+    log_z, best, bp, _, kept = _class_pass(
+        energy, feats, n, tabs, sched_in, num_in, bound, log_z, best, bp, None, "in", kept
+    )
     root = (jnp.left_shift(1, n) - 1).astype(jnp.int32)
     log_m = None
     if marginals:
         prob = jnp.zeros((size,), dtype).at[root].set(1.0)
-        prob = _class_pass(energy, feats, n, tabs, sched_in, num_in, bound, log_z, None, None, prob, "push")[3]
+        prob = _class_pass(energy, feats, n, tabs, sched_in, num_in, bound, log_z, None, None, prob, "push", kept)[3]
 
         def pull(_):
             out = jnp.full((size,), -jnp.inf, dtype).at[root].set(0.0)

@@ -332,8 +332,9 @@ def solve(
     if res is None:
         res = _solve_core(energy, leaves, n, marginals=marginals)
     log_z, map_v, log_m, tz, tb, bp = res
-    _check_log_z(log_z)
-    tree = tree_from_backpointers(np.asarray(bp), n)
+    host_z, host_bp = jax.device_get((log_z, bp))  # one transfer for both
+    _check_log_z(host_z)
+    tree = tree_from_backpointers(host_bp, n)
     return TrellisSolution(log_z, map_v, tree, log_m, tz, tb, bp, n)
 
 
