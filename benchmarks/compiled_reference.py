@@ -6,6 +6,8 @@ Usage::
     pip install "jaxhc[bench]"                       # numba (not a runtime dependency)
     python benchmarks/compiled_reference.py          # N = 10..16, Dasgupta and Ginkgo exact
     python benchmarks/compiled_reference.py --ns 10,12 --quick
+    python benchmarks/compiled_reference.py --ns 17,18,19,20 --calls 1 --rounds 1 \
+        --out benchmarks/results/compiled_reference_large.json   # ~10 min
 
 Method (recorded in the JSON under ``"method"``):
 
@@ -245,6 +247,7 @@ def main():
     ap.add_argument("--ns", default="10,11,12,13,14,15,16")
     ap.add_argument("--energies", default="dasgupta,ginkgo_exact")
     ap.add_argument("--calls", type=int, default=0, help="calls per timing (0: 15 up to N = 14, then 7)")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of blocks (1 for N >= 17: each call takes seconds)")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--out", default=str(HERE / "results" / "compiled_reference.json"))
     args = ap.parse_args()
@@ -286,7 +289,7 @@ def main():
                 return run
 
             fns = {0: lambda: float(trellis.log_partition(energy, leaves)), 1: numba_dp(1), 2: numba_dp(2)}
-            times = blocks_median(fns, calls)
+            times = blocks_median(fns, calls, args.rounds)
             t_ours = times[0]
             res = {th: (times[th], refs[th]) for th in (1, 2)}
             err = max(abs(res[th][1] - ours) for th in (1, 2))
