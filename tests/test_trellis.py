@@ -46,6 +46,7 @@ from jaxhc.trellis import (
     subtree_log_marginal,
 )
 from jaxhc.trellis import classes as trellis_classes
+from jaxhc.trellis import energies as trellis_energies
 from jaxhc.trellis import exact as trellis_exact
 from jaxhc.trellis import subsets as trellis_subsets
 
@@ -1040,6 +1041,21 @@ def test_linear_space_log_z_and_its_shifted_fallback(monkeypatch):
                 assert np.sum(np.isfinite(ref) & ~np.isfinite(alone)) > 0  # what the fallback prevents
     finally:
         jax.clear_caches()
+
+
+def test_affinity_features_by_doubling_match_the_membership_products():
+    # the affinity energies' features of all 2^N subsets, built by doubling (O(2^N)), equal
+    # the membership-matrix products of subset_features (size, inner sum, negative inner
+    # sum), with a nonzero diagonal to ignore and mixed signs
+    rng = np.random.default_rng(59)
+    for n in (1, 2, 7):
+        W = random_affinity(rng, n, -1.0, 1.0)
+        for energy in (DasguptaEnergy(1.0), CorrelationEnergy(1.0)):
+            got = energy.features(jnp.asarray(W))
+            ref = energy.subset_features(jnp.asarray(W), trellis_energies.all_subset_masks(n))
+            for a, b in zip(got, ref):
+                assert a.shape == (2**n,)
+                np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0, atol=1e-13)
 
 
 def test_log_psi_separable_recombines_to_log_psi():

@@ -223,6 +223,30 @@ class _AffinityFeatures(NamedTuple):
     neg_in: jax.Array  # the same over negative affinities only
 
 
+def _affinity_features_all(W):
+    """`_affinity_features` of all ``2^N`` subsets (indexed by bitmask), built by doubling:
+    the subsets of the first ``m + 1`` elements are those of the first ``m`` and the same
+    with element ``m`` added, whose inner sums grow by ``sum_{j in S} W[j, m]``; those
+    column sums are carried for the elements not yet added (``[2^m, N - m]``). O(2^N) work
+    and memory, where the membership-matrix products take ``O(N^2 2^N)`` flops and an
+    ``[2^N, N]`` matrix (at N = 17 in the class of 20: 40 of a log Z's 277 ms)."""
+    W = jnp.asarray(W)
+    n = W.shape[0]
+    W = W - jnp.diag(jnp.diagonal(W))
+    Wn = jnp.minimum(W, 0.0)
+    w = jnp.zeros((1,), W.dtype)
+    neg = jnp.zeros((1,), W.dtype)
+    cw = jnp.zeros((1, n), W.dtype)  # sum_{j in S} W[j, c] for the columns c not yet added
+    cn = jnp.zeros((1, n), W.dtype)
+    for m in range(n):
+        w = jnp.concatenate([w, w + cw[:, 0]])
+        neg = jnp.concatenate([neg, neg + cn[:, 0]])
+        cw = jnp.concatenate([cw[:, 1:], cw[:, 1:] + W[m, m + 1 :][None, :]])
+        cn = jnp.concatenate([cn[:, 1:], cn[:, 1:] + Wn[m, m + 1 :][None, :]])
+    size = jax.lax.population_count(jnp.arange(2**n, dtype=jnp.int32)).astype(W.dtype)
+    return _AffinityFeatures(size, w, neg)
+
+
 def _affinity_features(W, masks):
     W = jnp.asarray(W)
     W = W - jnp.diag(jnp.diagonal(W))
@@ -252,6 +276,9 @@ class AffinityEnergy(Energy):
 
     def subset_features(self, leaves, masks):
         return _affinity_features(leaves, masks)
+
+    def features(self, leaves):
+        return _affinity_features_all(leaves)
 
     def validate_leaves(self, leaves, name: str = "leaves") -> np.ndarray:
         arr = super().validate_leaves(leaves, name)
