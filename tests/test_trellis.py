@@ -1043,6 +1043,30 @@ def test_linear_space_log_z_and_its_shifted_fallback(monkeypatch):
         jax.clear_caches()
 
 
+def test_a_subclass_that_changes_the_potential_leaves_the_separable_pass():
+    # a DasguptaEnergy subclass with its own cost (or log_psi) but the inherited
+    # log_psi_separable: the class program sums its own log psi (the level-unrolled
+    # program's log Z), not Dasgupta's; the built-in energies keep the separable form
+    class Doubled(DasguptaEnergy):
+        def cost(self, parent, left, right):
+            return 2.0 * super().cost(parent, left, right)
+
+    class Shifted(DasguptaEnergy):
+        def log_psi(self, parent, left, right):
+            return super().log_psi(parent, left, right) - 0.1 * left.size
+
+    rng = np.random.default_rng(61)
+    W = random_affinity(rng, 9, 0.05, 1.0)
+    for energy in (Doubled(0.7), Shifted(0.7)):
+        assert trellis_energies.separable_form(energy, energy.features(jnp.asarray(W)), 10) is None
+        ref = float(trellis_exact._log_partition_core(energy, jnp.asarray(W), 9))
+        np.testing.assert_allclose(float(log_partition(energy, W)), ref, rtol=1e-12)
+    assert trellis_energies.separable_form(DasguptaEnergy(0.7), DasguptaEnergy(0.7).features(jnp.asarray(W)), 10)
+    np.testing.assert_allclose(
+        float(log_partition(Doubled(0.7), W)), float(log_partition(DasguptaEnergy(1.4), W)), rtol=1e-12
+    )
+
+
 def test_affinity_features_by_doubling_match_the_membership_products():
     # the affinity energies' features of all 2^N subsets, built by doubling (O(2^N)), equal
     # the membership-matrix products of subset_features (size, inner sum, negative inner

@@ -32,7 +32,7 @@ import numpy as np
 
 from .._internal import vmath
 from . import exported
-from .energies import pad_on_host
+from .energies import pad_on_host, separable_form
 from .subsets import select_features, take_rows
 
 __all__ = ["size_class", "class_call", "PUSH_FLOOR"]
@@ -424,7 +424,7 @@ def _class_pass(energy, feats, n, tabs, sched, num, bound, log_z, best, bp, out,
     stacked = best is not None
     # (a, c, h) of a separable energy for the log-Z-only inside pass, which then carries the
     # table g = log Z + c[k] h of the level k it is at
-    sep = energy.log_psi_separable(feats, bound) if (kind == "in" and not stacked) else None
+    sep = separable_form(energy, feats, bound) if (kind == "in" and not stacked) else None
     aux = (log_z, jnp.int32(-1)) if sep is not None else None
     tiny, floor, x_range = _linear_floor(log_z.dtype)
     if stacked:  # one [2^bound, 2] table: log Z and the MAP value of every subset

@@ -46,6 +46,7 @@ __all__ = [
     "all_subset_masks",
     "pad_on_host",
     "subset_sums",
+    "separable_form",
     "log_phi_of_tree",
 ]
 
@@ -67,6 +68,25 @@ def subset_sums(leaves):
     for b in range(n):
         p = p + jnp.where((((S >> b) & 1) == 1)[:, None], leaves[b][None, :], 0.0)
     return p, jax.lax.population_count(S).astype(leaves.dtype)
+
+
+def _defined_in(cls, name: str):
+    """The class of ``cls``'s MRO that defines ``name`` (None if none does)."""
+    return next((c for c in cls.__mro__ if name in vars(c)), None)
+
+
+def separable_form(energy, feats, bound: int):
+    """``energy.log_psi_separable(feats, bound)``, or None when a subclass changed the
+    potential below the class that stated the separable form (it overrides ``log_psi``,
+    ``cost`` or ``log_psi_parts`` but not ``log_psi_separable``): that form would then
+    describe another energy."""
+    cls = type(energy)
+    owner = _defined_in(cls, "log_psi_separable")
+    for name in ("log_psi", "cost", "log_psi_parts"):
+        c = _defined_in(cls, name)
+        if c is not None and c is not owner and issubclass(c, owner):
+            return None
+    return energy.log_psi_separable(feats, bound)
 
 
 def _namespace(x):
@@ -100,7 +120,9 @@ class Energy(eqx.Module):
         their features), ``c`` ``[bound + 1]`` indexed by the parent's size. The log-Z-only
         pass of the size-class programs then sums ``e^(a(S) + g(L) + g(R))`` with one table
         ``g = log Z + c[k] h`` per level ``k``: two gathers per split and no ``log psi``
-        (`DasguptaEnergy`, `CorrelationEnergy`; ~1.2-1.5x their log Z at N = 13..16)."""
+        (`DasguptaEnergy`, `CorrelationEnergy`; ~1.2-1.5x their log Z at N = 13..16). A
+        subclass that overrides ``log_psi`` (or ``cost``, ``log_psi_parts``) but not this
+        method is summed from its own ``log_psi`` (`separable_form`)."""
         return None
 
     def features(self, leaves):
