@@ -6,7 +6,9 @@ compared. Prints a table and writes JSON (default ``benchmarks/results/jets_gpu.
 
 Usage: ``python benchmarks/jets_gpu.py [--jets 10000,100000] [--min-leaves 5 --max-leaves 12]``
 (``--quick``: 2000 jets; ``--cpu-baseline``: also time this machine's 2 cores when it has no
-accelerator, for a dry run). Needs nothing beyond the core install.
+accelerator, for a dry run; ``--trees host|device`` where the MAP trees are read, ``--trees-ab``
+also the accelerator with the trees read on the host). ``benchmarks/device_check.sh`` runs
+it with the other device checks of issue 43 in one call. Needs nothing beyond the core install.
 """
 
 from __future__ import annotations
@@ -56,6 +58,8 @@ def worker(args) -> dict:
     monitoring.register_event_duration_secs_listener(
         lambda ev, d, **kw: compiles.__setitem__(0, compiles[0] + (ev == "/jax/core/compile/backend_compile_duration"))
     )
+    # where the MAP trees are read: None = the library's choice (the device on accelerators)
+    tb._TREES_ON_DEVICE = {"auto": None, "device": True, "host": False}[args.trees]
     if args.limits:
         blk, jets, chunk = (int(x) for x in args.limits.split(","))
         tb._GROUP_ACCEL = tb._GROUP_CPU = (blk, jets, chunk)
@@ -68,6 +72,7 @@ def worker(args) -> dict:
         "platform": dev.platform,
         "cores": len(os.sched_getaffinity(0)),
         "limits": list(tb._group_limits(dev)),
+        "trees": args.trees,
         "runs": [],
     }
     e = _energy(args.likelihood)
@@ -146,6 +151,12 @@ def main(argv=None) -> int:
     ap.add_argument("--save", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--limits", default="", help=argparse.SUPPRESS)
     ap.add_argument("--profile", action="store_true", help="profile one warm call of the largest batch")
+    ap.add_argument(
+        "--trees", default="auto", choices=("auto", "device", "host"), help="where solve_batch reads the MAP trees"
+    )
+    ap.add_argument(
+        "--trees-ab", action="store_true", help="also time the accelerator with the MAP trees read on the host"
+    )
     args = ap.parse_args(argv)
     if args._worker:
         if args._worker != "cpu":
@@ -179,7 +190,7 @@ def main(argv=None) -> int:
     np.savez(data, lp=lp, nl=nl)
     sim_s = time.perf_counter() - t0
     print(f"{n} jets of {args.min_leaves}..{args.max_leaves} leaves simulated in {sim_s:.1f} s", flush=True)
-    common = ["--data", data, "--jets", sizes, "--likelihood", args.likelihood] + (
+    common = ["--data", data, "--jets", sizes, "--likelihood", args.likelihood, "--trees", args.trees] + (
         ["--profile"] if args.profile else []
     )
     res = {
@@ -196,6 +207,15 @@ def main(argv=None) -> int:
             __file__, "accel", common + ["--save", os.path.join(tmp, "accel"), "--repeats", str(args.repeats)], 1800
         )
         print("accelerator:", json.dumps(res["accelerator"]), flush=True)
+        if args.trees_ab:  # the same, the MAP trees read on the host (compact.map_queue_device's gain)
+            host = [x if x != args.trees else "host" for x in common]
+            res["accelerator_host_trees"] = run_worker(
+                __file__,
+                "accel",
+                host + ["--save", os.path.join(tmp, "hosttrees"), "--repeats", str(args.repeats)],
+                1800,
+            )
+            print("accelerator, trees on the host:", json.dumps(res["accelerator_host_trees"]), flush=True)
         res["accelerator_other_limits"] = []
         for lim in [x for x in args.accel_limits.split(";") if x]:
             r = run_worker(
