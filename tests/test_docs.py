@@ -42,6 +42,8 @@ and are not checked. The rule, by the block's info string:
   - ``python benchmarks/NAME.py ...``: the script exists and defines every ``--option``
     the line passes (a string literal in the script); benchmarks take minutes to hours and
     are not run here.
+  - ``bash benchmarks/NAME.sh``: the script exists and ``bash -n`` parses it (it runs on a
+    GPU machine, not here).
   - ``python docs/gen_reference.py``: the script exists (its output is checked above).
   - ``mkdocs ...``, ``ruff ...``, ``python -m pytest ...``: a command of ``.ci/run``.
 
@@ -58,6 +60,7 @@ import os
 import pkgutil
 import re
 import shlex
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -320,6 +323,9 @@ def test_shell_commands(page, tmp_path, monkeypatch):
                         ran += 1
                 elif cmd[:2] == ["python", "docs/gen_reference.py"]:
                     assert (ROOT / cmd[1]).is_file(), where
+                elif cmd[0] == "bash" and len(cmd) == 2 and re.fullmatch(r"benchmarks/\w+\.sh", cmd[1]):
+                    assert (ROOT / cmd[1]).is_file(), where
+                    assert subprocess.run(["bash", "-n", str(ROOT / cmd[1])]).returncode == 0, f"{where}: bash -n"
                 elif cmd[0] == "python" and len(cmd) > 1 and cmd[1].startswith("benchmarks/"):
                     _check_benchmark(cmd, where)
                 elif cmd[0] in ("mkdocs", "ruff") or cmd[:3] == ["python", "-m", "pytest"]:
