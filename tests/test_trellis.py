@@ -1081,6 +1081,16 @@ def test_affinity_features_by_doubling_match_the_membership_products():
                 assert a.shape == (2**n,)
                 np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0, atol=1e-13)
 
+    class OwnFeatures(DasguptaEnergy):  # a subclass's own subset_features are its features
+        def subset_features(self, leaves, masks):
+            f = super().subset_features(leaves, masks)
+            return f._replace(w_in=2.0 * f.w_in)
+
+    W = random_affinity(rng, 5, 0.0, 1.0)
+    got = OwnFeatures(1.0).features(jnp.asarray(W))
+    ref = DasguptaEnergy(1.0).features(jnp.asarray(W))
+    np.testing.assert_allclose(np.asarray(got.w_in), 2.0 * np.asarray(ref.w_in), rtol=1e-13)
+
 
 def test_log_psi_separable_recombines_to_log_psi():
     # a(S) + c[|S|] (h(L) + h(R)) = log psi on every split of 9 elements for the separable

@@ -300,6 +300,8 @@ class AffinityEnergy(Energy):
         return _affinity_features(leaves, masks)
 
     def features(self, leaves):
+        if _defined_in(type(self), "subset_features") is not AffinityEnergy:  # a subclass's own
+            return super().features(leaves)
         return _affinity_features_all(leaves)
 
     def validate_leaves(self, leaves, name: str = "leaves") -> np.ndarray:
