@@ -1092,18 +1092,23 @@ def test_affinity_features_by_doubling_match_the_membership_products():
     np.testing.assert_allclose(np.asarray(got.w_in), 2.0 * np.asarray(ref.w_in), rtol=1e-13)
 
 
-def test_log_psi_separable_recombines_to_log_psi():
-    # a(S) + c[|S|] (h(L) + h(R)) = log psi on every split of 9 elements for the separable
-    # energies (positive and mixed-sign affinities); the others return None
-    rng = np.random.default_rng(53)
-    n, bound = 9, 10
+def _every_split(n):
+    """``(S, L)``: the parent and left masks of every split of ``n`` elements, level by level."""
     S, L = [], []
     for k in range(2, n + 1):
         masks, pos = trellis_subsets.level_tables(n, k)
         Lk = np.asarray(trellis_subsets.splits_of(jnp.asarray(pos), k))
         S.append(np.broadcast_to(masks[:, None], Lk.shape).ravel())
         L.append(Lk.ravel())
-    S, L = np.concatenate(S), np.concatenate(L)
+    return np.concatenate(S), np.concatenate(L)
+
+
+def test_log_psi_separable_recombines_to_log_psi():
+    # a(S) + c[|S|] (h(L) + h(R)) = log psi on every split of 9 elements for the separable
+    # energies (positive and mixed-sign affinities); the others return None
+    rng = np.random.default_rng(53)
+    n, bound = 9, 10
+    S, L = _every_split(n)
     size = np.array([bin(int(m)).count("1") for m in S])
     cases = [
         (DasguptaEnergy(0.8), random_affinity(rng, n, 0.05, 1.0)),
@@ -1128,13 +1133,7 @@ def test_log_psi_parts_recombine_to_log_psi():
     rng = np.random.default_rng(47)
     X = perturb_jet(rng, np.asarray(generator_jets()[0]["leaves"]))
     n = X.shape[0]
-    S, L = [], []
-    for k in range(2, n + 1):
-        masks, pos = trellis_subsets.level_tables(n, k)
-        Lk = np.asarray(trellis_subsets.splits_of(jnp.asarray(pos), k))
-        S.append(np.broadcast_to(masks[:, None], Lk.shape).ravel())
-        L.append(Lk.ravel())
-    S, L = np.concatenate(S), np.concatenate(L)
+    S, L = _every_split(n)
     energies = [
         GinkgoEnergy(2.0, 16.0),
         GinkgoEnergy(2.0, 16.0, lam_root=3.0),
