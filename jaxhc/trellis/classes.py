@@ -33,7 +33,7 @@ import numpy as np
 from .._internal import vmath
 from . import exported
 from .energies import pad_on_host, separable_form
-from .subsets import select_features, take_rows
+from .subsets import select_features, take_in_bounds, take_rows
 
 __all__ = ["size_class", "class_call", "PUSH_FLOOR"]
 
@@ -219,22 +219,6 @@ def _push_floor(dtype) -> float:
     return min(PUSH_FLOOR, -math.log(float(fi.tiny)) + math.log(float(fi.eps)) - 26.0)
 
 
-def _take(table, idx):
-    """``table[idx]`` (rows of ``table`` along its first axis) for indices known to lie in
-    ``[0, len(table))``: a gather with no index wrap, clamp or fill (2-20% of a split loop
-    whose gathers are most of its work)."""
-    dn = jax.lax.GatherDimensionNumbers(
-        offset_dims=tuple(range(idx.ndim, idx.ndim + table.ndim - 1)), collapsed_slice_dims=(0,), start_index_map=(0,)
-    )
-    mode = jax.lax.GatherScatterMode.PROMISE_IN_BOUNDS
-    return jax.lax.gather(table, idx[..., None], dn, (1, *table.shape[1:]), mode=mode)
-
-
-def _take_rows(tree, idx):
-    """`_take` on every leaf of a feature pytree."""
-    return jax.tree_util.tree_map(lambda x: _take(x, idx), tree)
-
-
 #: classes up to this bound keep the inside pass's split values for the push (`_class_core`):
 #: ``[chunks, rows, splits]`` float64, 0.25 / 2.6 / 24 MB for the classes of 10 / 12 / 14
 _KEEP_SPLITS_MAX = 14
@@ -319,7 +303,7 @@ def _class_pass(energy, feats, n, tabs, sched, num, bound, log_z, best, bp, out,
         elif kind == "in" and sep is not None:
             # the shift: the term of the split ({low}, rest), one of the sum's own terms
             hi, *bms = per_row(free, base, j0)
-            shift = _take(sep[0], S) + _take(g, base) + _take(g, free)
+            shift = take_in_bounds(sep[0], S) + take_in_bounds(g, base) + take_in_bounds(g, free)
         elif kind == "in" and not stacked:
             hi, *bms, shift = per_row(free, base, j0, log_z)
         else:
@@ -333,9 +317,9 @@ def _class_pass(energy, feats, n, tabs, sched, num, bound, log_z, best, bp, out,
             Rm = Sb ^ L if Rm is None else Rm
             if not psi:
                 return L, Rm, valid, None
-            fP = jax.tree_util.tree_map(lambda x: x[:, None], _take_rows(feats, S))
+            fP = jax.tree_util.tree_map(lambda x: x[:, None], take_rows(feats, S, True))
             f = energy.log_psi_parts if parts else energy.log_psi
-            return L, Rm, valid, f(fP, _take_rows(feats, L), _take_rows(feats, Rm))
+            return L, Rm, valid, f(fP, take_rows(feats, L, True), take_rows(feats, Rm, True))
 
         if kind == "out":
             (L,) = row_splits()
@@ -351,13 +335,17 @@ def _class_pass(energy, feats, n, tabs, sched, num, bound, log_z, best, bp, out,
             mS, zS = out[S], log_z[S]  # log P(S in H) - log Z(S) = log out(S) - log Z
             oS = jnp.where((mS > 0) & (zS > -jnp.inf), vmath.log(jnp.where(mS > 0, mS, 1.0)) - zS, -jnp.inf)
             if kept is None:
-                pr = jnp.exp(jnp.where(valid, oS[:, None] + lp + _take(log_z, L) + _take(log_z, Rm), -jnp.inf))
+                pr = jnp.exp(
+                    jnp.where(valid, oS[:, None] + lp + take_in_bounds(log_z, L) + take_in_bounds(log_z, Rm), -jnp.inf)
+                )
             else:
                 pr = jnp.exp(jnp.where(valid, oS[:, None] + lp, -jnp.inf))
             pr, L, Rm = pr.reshape(-1), L.reshape(-1), Rm.reshape(-1)  # no layout copy
             return log_z, best, bp, out.at[L].add(pr).at[Rm].add(pr), aux, kept
         if kind == "in" and stacked:  # log Z and MAP value from one gather of the stacked table
-            v = jnp.where(valid[..., None], lp[..., None] + _take(log_z, L) + _take(log_z, Rm), -jnp.inf)
+            v = jnp.where(
+                valid[..., None], lp[..., None] + take_in_bounds(log_z, L) + take_in_bounds(log_z, Rm), -jnp.inf
+            )
             # written to a buffer once and read by the four row reductions (XLA would
             # otherwise recompute the split for each); the index is 0, unknown to XLA
             best = jax.lax.dynamic_update_slice(best, v, ((k < 0).astype(jnp.int32), jnp.int32(0), jnp.int32(0)))
@@ -374,10 +362,16 @@ def _class_pass(energy, feats, n, tabs, sched, num, bound, log_z, best, bp, out,
             # a(S) - shift): two gathers and no log psi per split (`Energy.log_psi_separable`)
             if sep is None:
                 b, x = lp
-                a = jnp.where(valid, b + _take(log_z, L) + _take(log_z, Rm) - shift[:, None], -jnp.inf)
+                a = jnp.where(
+                    valid, b + take_in_bounds(log_z, L) + take_in_bounds(log_z, Rm) - shift[:, None], -jnp.inf
+                )
                 e = jnp.where((x >= 1.0 / x_range) & (x <= x_range), jnp.maximum(x * jnp.exp(a), tiny), jnp.nan)
             else:
-                a = jnp.where(valid, _take(g, L) + _take(g, Rm) + (_take(sep[0], S) - shift)[:, None], -jnp.inf)
+                a = jnp.where(
+                    valid,
+                    take_in_bounds(g, L) + take_in_bounds(g, Rm) + (take_in_bounds(sep[0], S) - shift)[:, None],
+                    -jnp.inf,
+                )
                 e = jnp.maximum(jnp.exp(a), tiny)
             sr = jnp.sum(jnp.where(a == -jnp.inf, 0.0, e), axis=-1)
             # each parent's sum over the chunk: 0 (no split possible) or in [floor, inf),

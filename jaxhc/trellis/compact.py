@@ -61,9 +61,9 @@ def children_from_backpointers(bp, n: int, problems=None) -> np.ndarray:
             continue
         s = S[inner]
         L = bp[inner, s].astype(np.int64)
-        if np.any((L == 0) | (L == s) | (L & ~s != 0)):
-            b = inner[np.flatnonzero((L == 0) | (L == s) | (L & ~s != 0))[0]]
-            _raise_corrupt(b if problems is None else np.asarray(problems)[b])
+        wrong = (L == 0) | (L == s) | (L & ~s != 0)
+        if np.any(wrong):
+            _raise_corrupt(inner[np.flatnonzero(wrong)[0]], problems)
         t = tail[inner]
         Q[inner, t] = L
         Q[inner, t + 1] = s ^ L
@@ -72,7 +72,9 @@ def children_from_backpointers(bp, n: int, problems=None) -> np.ndarray:
     return children_from_queue(Q, child_at, n)
 
 
-def _raise_corrupt(problem) -> None:
+def _raise_corrupt(row: int, problems=None) -> None:
+    """The ValueError of a corrupt table at ``row``, named by ``problems[row]`` if given."""
+    problem = row if problems is None else np.asarray(problems)[row]
     raise ValueError(f"bp: problem {int(problem)} has no valid split on its MAP path (backpointer table corrupt)")
 
 
@@ -83,8 +85,7 @@ def children_from_queue(Q, child_at, n: int, bad=None, problems=None) -> np.ndar
     them. ``bad [k]`` (`map_queue_device`'s flags) raises the ValueError of a corrupt table,
     naming the first flagged problem by its entry of ``problems [k]`` (default: its row)."""
     if bad is not None and np.any(bad):
-        b = int(np.flatnonzero(np.asarray(bad))[0])
-        _raise_corrupt(b if problems is None else np.asarray(problems)[b])
+        _raise_corrupt(int(np.flatnonzero(np.asarray(bad))[0]), problems)
     Q, child_at = np.asarray(Q, np.int64), np.asarray(child_at, np.int64)
     k, m = Q.shape[0], n - 1
     rows = np.arange(k)

@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["level_tables", "take_rows", "splits_of", "select_features"]
+__all__ = ["level_tables", "take_rows", "take_in_bounds", "splits_of", "select_features"]
 
 
 @lru_cache(maxsize=None)
@@ -21,9 +21,23 @@ def level_tables(n: int, k: int):
     return masks, combos
 
 
-def take_rows(tree, idx):
-    """Rows ``idx`` of every leaf of the feature pytree ``tree``."""
+def take_rows(tree, idx, in_bounds: bool = False):
+    """Rows ``idx`` of every leaf of the feature pytree ``tree`` (``in_bounds``: the indices
+    are known to lie in range, `take_in_bounds`)."""
+    if in_bounds:
+        return jax.tree_util.tree_map(lambda x: take_in_bounds(x, idx), tree)
     return jax.tree_util.tree_map(lambda x: jnp.take(x, idx, axis=0), tree)
+
+
+def take_in_bounds(table, idx):
+    """``table[idx]`` (rows of ``table`` along its first axis) for indices known to lie in
+    ``[0, len(table))``: a gather with no index wrap, clamp or fill (2-20% of a split loop
+    whose gathers are most of its work)."""
+    dn = jax.lax.GatherDimensionNumbers(
+        offset_dims=tuple(range(idx.ndim, idx.ndim + table.ndim - 1)), collapsed_slice_dims=(0,), start_index_map=(0,)
+    )
+    mode = jax.lax.GatherScatterMode.PROMISE_IN_BOUNDS
+    return jax.lax.gather(table, idx[..., None], dn, (1, *table.shape[1:]), mode=mode)
 
 
 def splits_of(S_pos, k):
