@@ -68,6 +68,24 @@ def time_calls_interleaved(fns: dict, min_time: float, max_calls: int = 50) -> d
     return {k: (statistics.median(v), len(v)) for k, v in times.items()}
 
 
+def blocks_median(fns: dict, calls: int, rounds: int = 3) -> dict:
+    """``{name: median seconds}``: ``rounds`` rounds, each a block of ``ceil(calls / rounds)``
+    calls of every callable in turn (one warm-up call per block), medians over all rounds.
+    Blocks, not single calls in turn: the runtimes' idle worker threads spin for a while
+    after a parallel region (OpenMP's and XLA's), so a call right after the other's is slowed
+    by up to 2x; rounds, so that the box's drift falls on all of them."""
+    per = max(1, math.ceil(calls / rounds))
+    got: dict = {k: [] for k in fns}
+    for _ in range(rounds):
+        for k, fn in fns.items():
+            fn()
+            for _ in range(per):
+                t = time.perf_counter()
+                fn()
+                got[k].append(time.perf_counter() - t)
+    return {k: statistics.median(v) for k, v in got.items()}
+
+
 def aot(jitted, *args, **static):
     """Ahead-of-time compile ``jitted`` for these arguments; returns ``(compiled, seconds)``."""
     t = time.perf_counter()

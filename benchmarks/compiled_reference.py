@@ -54,6 +54,8 @@ sys.path.insert(0, str(HERE))
 
 import numpy as np
 
+from _harness import blocks_median
+
 # numba's OpenMP workers spin after each parallel region and took the cores from XLA's pool
 # (the trellis ran 1.2x slower after a numba call, 2026-12-06); passive, they sleep at once
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -63,24 +65,6 @@ try:
     from numba import njit, prange
 except ImportError as e:  # pragma: no cover - the bench extra
     raise SystemExit(f'benchmarks/compiled_reference.py needs numba: pip install "jaxhc[bench]" ({e})')
-
-
-def blocks_median(fns: dict, calls: int, rounds: int = 3) -> dict:
-    """``{name: median seconds}``: ``rounds`` rounds, each a block of ``ceil(calls / rounds)``
-    calls of every callable in turn (one warm-up call per block), medians over all rounds.
-    Blocks, not single calls in turn: the runtimes' idle worker threads spin for a while
-    after a parallel region (OpenMP's and XLA's), so a call right after the other's is slowed
-    by up to 2x; rounds, so that the box's drift falls on all of them."""
-    per = max(1, math.ceil(calls / rounds))
-    got: dict = {k: [] for k in fns}
-    for _ in range(rounds):
-        for k, fn in fns.items():
-            fn()
-            for _ in range(per):
-                t = time.perf_counter()
-                fn()
-                got[k].append(time.perf_counter() - t)
-    return {k: float(np.median(v)) for k, v in got.items()}
 
 
 def level_order(n: int):
