@@ -13,14 +13,27 @@ from .views import ViewSlots
 
 
 def greedy_merges(
-    la: float, cols_of: list, cnt, node_h1, node_d, node_pT, node_1mr, node_r, evaluate, on_merge=None, progress=None
+    la: float,
+    cols_of: list,
+    cnt,
+    node_h1,
+    node_d,
+    node_pT,
+    node_1mr,
+    node_r,
+    evaluate,
+    on_merge=None,
+    progress=None,
+    pairs=None,
 ) -> np.ndarray:
     """The merge loop of Algorithm 1 over ``m`` starting subtrees (slots ``0..m-1``, tree nodes
     ``0..m-1``, columns ``cols_of[s]``, column counts ``cnt [m]``), filling the per-node arrays
     ``[2m-1]`` in place (entries ``0..m-1`` must hold the starting subtrees' ``log d``,
     ``log p(X|T)``). ``evaluate(col_lists, ia, ib)`` returns ``log p(X[:, cols] | BHC)`` of the
     union of slots ``ia[q]`` and ``ib[q]``; ``on_merge(a, b)`` is told that slot ``b`` joined
-    slot ``a``. Returns ``children [m-1, 2]`` (node ``m + t`` is merge ``t``)."""
+    slot ``a``. ``pairs``, an ``[m, m]`` array when given, receives the first table: ``log
+    p(X | BHC)`` of every pair of starting subtrees' union. Returns ``children [m-1, 2]``
+    (node ``m + t`` is merge ``t``)."""
     m = len(cols_of)
     cols_of = [list(c) for c in cols_of]
     node_of = np.arange(m)
@@ -31,6 +44,8 @@ def greedy_merges(
     iu, ju = np.triu_indices(m, 1)
     h = evaluate([cols_of[a] + cols_of[b] for a, b in zip(iu, ju)], iu, ju)
     H[iu, ju] = H[ju, iu] = h
+    if pairs is not None:
+        pairs[...] = H
     *_, lo = merge_log(la, cnt[iu], cnt[ju], node_d[iu], node_d[ju], node_pT[iu], node_pT[ju], h)
     S[iu, ju] = S[ju, iu] = lo
     children = np.zeros((m - 1, 2), np.int64)
@@ -60,10 +75,11 @@ def greedy_merges(
     return children
 
 
-def bhcc_core(cd: ColumnData, alpha: float, col_ids: Sequence[int], progress=None):
+def bhcc_core(cd: ColumnData, alpha: float, col_ids: Sequence[int], progress=None, pairs=None):
     """Algorithm 1 over the columns ``col_ids`` of ``cd``. Returns ``children`` (node ids
     local: leaves ``0..m-1`` = ``col_ids``), and per-node ``log_h1, log_d, log_pT, log_1mr,
-    log_r``."""
+    log_r``. ``pairs`` (``[m, m]``, optional) receives ``log p(X | BHC)`` of every pair of
+    columns (the first table of the merges; see `pair_affinity`)."""
     col_ids = [int(c) for c in col_ids]
     m = len(col_ids)
     la = float(np.log(alpha))
@@ -91,5 +107,18 @@ def bhcc_core(cd: ColumnData, alpha: float, col_ids: Sequence[int], progress=Non
         lambda cl, ia, ib: slots.evidence(cl, ia, ib, log_alpha),
         slots.merge,
         progress,
+        pairs,
     )
     return children, node_h1, node_d, node_pT, node_1mr, node_r
+
+
+def pair_affinity(pairs: np.ndarray, node_h1: np.ndarray) -> np.ndarray:
+    """``[m, m]`` affinity of two columns: ``log p(X_ab | BHC) - log p(X_a | BHC) - log p(X_b |
+    BHC)`` from `bhcc_core`'s ``pairs`` and the leaves' ``log_h1`` (0 on the diagonal): how
+    many nats the two columns gain by sharing a view's row partition. The split-merge
+    proposals of the stochastic search allocate columns by it."""
+    m = pairs.shape[0]
+    h = np.asarray(node_h1[:m], float)
+    out = np.asarray(pairs, float) - h[:, None] - h[None, :]
+    np.fill_diagonal(out, 0.0)
+    return out

@@ -13,7 +13,7 @@ from ..._internal.validation import check_alpha, check_component
 from ...components import Component
 from .columns import ColumnData, column_model, validate_inputs
 from .hostmath import host_gammaln as _sgammaln
-from .merges import bhcc_core, merge_log
+from .merges import bhcc_core, merge_log, pair_affinity
 from .moves import check_search, explorer, search_rng
 from .predictive import node_queries
 from .refine import SetEvidence, check_refine, greedy_split, refine_partition, tree_splits
@@ -70,20 +70,23 @@ def bhcc(
     local search's answer with moves that target ``exp(criterion / T)``: exact Gibbs
     reassignment of each column (to any view or a new one, from its exact conditional) and
     sequentially-allocated split-merge proposals of views (Dahl 2003) accepted by
-    Metropolis-Hastings, ``search_rounds`` rounds (a Gibbs sweep and ``max(4, J // 4)``
-    split-merge steps each) at ``T = 2`` then at ``T = 1``; the best partition by the
-    criterion seen after any move is kept and polished by the local search. Then ``restarts``
-    times from a perturbation of the best (a view split by a split proposal, a fifth of the
-    columns moved at random, or two views merged, in turn): ``2`` rounds at ``T = 1`` and the
-    local search, the best kept. The answer is never worse than ``search="local"``'s (the
-    search starts from it and keeps the best), and the tree is rebuilt over it as above. All
-    draws come from ``seed``: the same seed gives the same result. It costs many local
-    searches (every Gibbs sweep evaluates ``O(J V)`` column sets, a split ``O(|view|)``, and
-    every restart ends with a local search), so ``"local"`` stays the default: on 60 x 36
-    binary tables of four views where the local search ends below the true partition (7 of
-    50 seeds), the defaults reached or passed the truth's criterion on all 7, in about 10-15
-    s against 1-2 s; on a 100 x 200 table of five views `bhcc` took about 1340 s against 110
-    s with ``"local"`` (2 CPU cores), with the same answer.
+    Metropolis-Hastings, ``search_rounds`` rounds (a Gibbs sweep and 8 split-merge steps
+    each) at ``T = 2`` then at ``T = 1``; the best partition by the criterion seen after any
+    move is kept and polished by the local search. A split-merge proposal allocates the
+    columns by their pair affinities (`merges.pair_affinity`: the evidence two columns gain
+    by sharing a view, from the first table of Algorithm 1 above), so it evaluates only the
+    views it makes; its acceptance ratio is exact. Then ``restarts`` times from a
+    perturbation of the best (a view split by a split proposal, a fifth of the columns moved
+    at random, or two views merged, in turn): ``2`` rounds at ``T = 1`` whose Gibbs sweeps
+    visit the columns the perturbation touched, and the local search, the best kept. The
+    answer is never worse than ``search="local"``'s (the search starts from it and keeps the
+    best), and the tree is rebuilt over it as above. All draws come from ``seed``: the same
+    seed gives the same result. On 2 CPU cores (`benchmarks/bhcc_search_cost.py`) it costs
+    1.4x the local search's time on 100 x 100 Binomial tables of four views and 1.5x on 100 x
+    200 (same answer there), and 3-4x on 60 x 36 binary tables (3 s against 0.7 s), where it
+    matters: of 50 such tables the local search stopped short of the true partition on 3, and
+    over 5 seeds each this search reached the truth's criterion on 9 of the 15 runs (2 of the
+    3 tables). ``"local"`` stays the default, as the cheaper search that needs no seed.
 
     Args:
       X: data ``[I, J]`` (rows = data points, columns = dimensions); NaN marks missing
@@ -123,7 +126,8 @@ def bhcc(
 
         bar = tqdm(total=J - 1, desc="BHCC column merges", leave=False)
     try:
-        children, h1, d, pT, l1, lr = bhcc_core(cd, alpha, range(J), None if bar is None else bar.update)
+        pairs = np.full((J, J), np.nan) if (search == "stochastic" and refine) else None
+        children, h1, d, pT, l1, lr = bhcc_core(cd, alpha, range(J), None if bar is None else bar.update, pairs)
     finally:
         if bar is not None:
             bar.close()
@@ -140,7 +144,7 @@ def bhcc(
             lr,
             refine_passes,
             greedy_split(ev, float(np.log(alpha)), tree_splits(children, J, h1)),
-            explore=explorer(search, rng, search_rounds, restarts),
+            explore=explorer(search, rng, search_rounds, restarts, None if pairs is None else pair_affinity(pairs, h1)),
         )
         if out is not None:
             children, h1, d, pT, l1, lr, gain = out
@@ -258,7 +262,10 @@ def rbhcc(
     split by one filtering level (as above, same key stream) instead of a BHCC tree over its
     columns. Below ``threshold`` the refinement is `bhcc`'s. ``search="stochastic"`` adds
     `bhcc`'s stochastic search (its local searches screened as above; its Gibbs sweeps are
-    exact, ``O(J V)`` column sets each), its draws from ``key`` (a stream of its own).
+    exact, ``O(J V)`` column sets each), its draws from ``key`` (a stream of its own). Its
+    split-merge proposals are allocated by the criterion (two column sets per allocated
+    column): `bhcc`'s pair affinities come from Algorithm 1 over all column pairs, which
+    RBHCC never forms.
 
     Args:
       key: a `jax.random` key (the random subsets; the same key gives the same tree).
