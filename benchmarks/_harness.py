@@ -147,6 +147,11 @@ def run_worker(script: str, mode: str, argv: list, timeout: float, env=None) -> 
     return res
 
 
+def ints(v: str) -> list:
+    """A comma-separated list of integers (an argparse ``type``; ``''`` is the empty list)."""
+    return [int(x) for x in v.split(",") if x]
+
+
 def fmt_t(s):
     """Seconds as ``us`` / ``ms`` / ``s`` text (``-`` for None or NaN)."""
     if s is None or (isinstance(s, float) and math.isnan(s)):

@@ -50,7 +50,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _harness import machine  # noqa: E402
+from _harness import ints, machine  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_OUT = os.path.join(HERE, "results", "bhcc.json")
@@ -391,10 +391,6 @@ def print_prediction_table(pred):
             r = d["mean"][m]
             line += f" | {r['acc']:.3f} {r['acc_pm2']:.3f} {r['log_p']:7.3f} {r['fit_s']:6.1f}"
         print(line)
-
-
-def ints(v):
-    return [int(x) for x in v.split(",") if x]
 
 
 def main(argv=None):

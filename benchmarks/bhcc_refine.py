@@ -42,7 +42,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _harness import machine, run_worker  # noqa: E402
+from _harness import ints, machine, run_worker  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_OUT = os.path.join(HERE, "results", "bhcc_refine.json")
@@ -226,10 +226,6 @@ def timing_study(args, log=print):
             )
         out.append(entry)
     return out
-
-
-def ints(v):
-    return [int(x) for x in v.split(",") if x]
 
 
 def main(argv=None):

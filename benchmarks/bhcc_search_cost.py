@@ -37,7 +37,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _harness import machine, result_doc, run_worker, write_json  # noqa: E402
+from _harness import ints, machine, result_doc, run_worker, write_json  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_OUT = os.path.join(HERE, "results", "bhcc_search_cost.json")
@@ -138,10 +138,6 @@ def reach_study(args, log=print):
     }
     log(f"  {summary}", flush=True)
     return {"rows": rows, "summary": summary}
-
-
-def ints(v):
-    return [int(x) for x in v.split(",") if x]
 
 
 def main(argv=None):

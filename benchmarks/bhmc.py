@@ -65,7 +65,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _harness import block, fmt_t, machine  # noqa: E402
+from _harness import block, fmt_t, ints, machine  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_OUT = os.path.join(HERE, "results", "bhmc.json")
@@ -375,10 +375,6 @@ def table(rows, ref):
             + f"{r['loadavg_1min']:.2f} |"
         )
     return "\n".join(lines)
-
-
-def ints(v):
-    return [int(x) for x in v.split(",") if x]
 
 
 def main(argv=None):

@@ -107,7 +107,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _harness import aot, block, fmt_t, machine, time_calls  # noqa: E402
+from _harness import aot, block, fmt_t, ints, machine, time_calls  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_OUT = os.path.join(HERE, "results", "pydt.json")
@@ -744,10 +744,6 @@ def table_prior(rows):
             f"{r['branch_points_mean_numpy']:.2f} | {r['loadavg_1min']:.2f} |"
         )
     return "\n".join(lines)
-
-
-def ints(v):
-    return [int(x) for x in v.split(",") if x]
 
 
 def main(argv=None):
