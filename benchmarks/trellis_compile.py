@@ -43,7 +43,7 @@ def measure(kind: str, n: int, reps: int, per_n: bool) -> dict:
     energy, X = make_problem(kind, n, seed=n)
     Xj = jnp.asarray(X)
     bound = classes.size_class(n)
-    order, offset, count, (s_in, c_in), (s_out, c_out) = classes._class_tables(n, bound)
+    order, offset, count, (s_in, c_in), (s_out, c_out) = classes._class_tables(n, bound, classes._class_shape(bound))
     args = (energy, energy.pad_leaves(Xj, bound), jnp.int32(n), (order, offset, count), s_in, jnp.int32(c_in))
     args = args + (s_out, jnp.int32(c_out))
     row = {"energy": kind, "n": n, "class": bound, "splits": exact.num_splits(n), "load_1min": os.getloadavg()[0]}

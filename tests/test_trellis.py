@@ -903,8 +903,8 @@ def test_size_class_chunks_that_split_a_parent(monkeypatch, row_bits):
 
 @pytest.mark.parametrize("with_map,marginals", [(True, True), (False, False), (False, True)])
 def test_larger_size_classes_give_the_same_solution(with_map, marginals):
-    # the programs of the 9..10, 11..12, 13..14, 15..16 and 17..20 classes (chunks of 32 rows of 16
-    # splits, 128 or 1024 rows of 32) run a small problem padded to their bound: the same
+    # the programs of the 9..10, 11..12, 13..14, 15..16, 17..18 and 19..20 classes (chunks of
+    # 64 rows of 8 splits, 128 rows of 32 or 1024 rows of 64) run a small problem padded to their bound: the same
     # tables, MAP and marginals as its own class's program, for the MAP program, the
     # log-Z-only one (linear sums) and the marginals without the MAP
     rng = np.random.default_rng(31)
@@ -918,7 +918,7 @@ def test_larger_size_classes_give_the_same_solution(with_map, marginals):
 
     ref = run(8)
     assert np.isfinite(ref[0])
-    for bound in (10, 12, 14, 16, 20):
+    for bound in (10, 12, 14, 16, 18, 20):
         got = run(bound)
         for a, b in zip(got[:5], ref[:5]):
             assert (a is None) == (b is None)
@@ -926,6 +926,56 @@ def test_larger_size_classes_give_the_same_solution(with_map, marginals):
                 _assert_same_inf(a, b, 1e-12, err=f"bound {bound}")
         if with_map:
             np.testing.assert_array_equal(got[5], ref[5])
+
+
+def test_classes_of_one_n_above_the_last_class(monkeypatch):
+    # from the last class to 24 leaves each N has a class of its own (bound N, no padding);
+    # with the classes cut to (8,) and own classes up to 11, problems of 9..11 leaves run
+    # there: the level-unrolled program's tables, MAP and marginals; above, none
+    assert [trellis_classes.size_class(n) for n in (17, 18, 19, 20, 21, 24)] == [18, 18, 20, 20, 21, 24]
+    assert trellis_classes.size_class(25) is None
+    monkeypatch.setattr(trellis_classes, "_SIZE_CLASSES", (8,))
+    monkeypatch.setattr(trellis_classes, "_OWN_CLASS_MAX", 11)
+    rng = np.random.default_rng(37)
+    for n in (9, 11):
+        assert trellis_classes.size_class(n) == n
+        W = random_affinity(rng, n, 0.05, 1.0)
+        got = trellis_classes.class_call(DasguptaEnergy(0.8), W, n, True, True)
+        ref = trellis_exact._solve_core(DasguptaEnergy(0.8), jnp.asarray(W), n, marginals=True)
+        for a, b in zip(got[:5], ref[:5]):
+            _assert_same_inf(a, b, 1e-12, err=f"n {n}")
+        np.testing.assert_array_equal(np.asarray(got[5]), np.asarray(ref[5]))
+        z = trellis_classes.class_call(DasguptaEnergy(0.8), W, n, False, False, tables=False)
+        np.testing.assert_allclose(float(z), float(ref[0]), rtol=1e-12)
+    assert trellis_classes.size_class(12) is None
+
+
+def test_accelerator_chunks_of_the_large_classes(monkeypatch):
+    # on a GPU / TPU the classes from 17 leaves take 2^(bound - 8) rows a chunk (at least
+    # the CPU's 1024, at most 2^16); forced here on the CPU with the threshold lowered to
+    # the class of 10 and small chunks (3 rows of 8 splits) the host schedule follows the
+    # shape and the results are the CPU shape's
+    assert trellis_classes._accelerator_rows(18) == 1 << 10
+    assert trellis_classes._accelerator_rows(22) == 1 << 14
+    assert trellis_classes._accelerator_rows(24) == 1 << 16
+    monkeypatch.setattr(trellis_classes, "_on_accelerator", lambda: True)
+    assert trellis_classes._class_shape(24) == (1 << 16, 6)
+    assert trellis_classes._class_shape(20) == (1 << 12, 6)
+    assert trellis_classes._class_shape(16) == trellis_classes._CLASS_SHAPE[16]
+    rng = np.random.default_rng(41)
+    W = random_affinity(rng, 10, 0.05, 1.0)
+    ref = trellis_classes.class_call(DasguptaEnergy(0.8), W, 10, True, True)
+    monkeypatch.setattr(trellis_classes, "_ACCELERATOR_FROM", 10)
+    monkeypatch.setattr(trellis_classes, "_accelerator_rows", lambda bound: 3)
+    monkeypatch.setitem(trellis_classes._CLASS_SHAPE, 10, (1, 3))
+    assert trellis_classes._class_shape(10) == (3, 3)
+    got = trellis_classes.class_call(DasguptaEnergy(0.8), W, 10, True, True)
+    assert trellis_classes._device_tables(10, 10)[2].shape[0] > 10 * len(
+        trellis_classes._class_tables(10, 10, (1 << 6, 3))[3][0]
+    )
+    for a, b in zip(got[:5], ref[:5]):
+        _assert_same_inf(a, b, 1e-12)
+    np.testing.assert_array_equal(np.asarray(got[5]), np.asarray(ref[5]))
 
 
 def test_one_compiled_program_per_size_class():

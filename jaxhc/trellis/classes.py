@@ -1,7 +1,8 @@
 """One compiled program per size class for the exact trellis (`jaxhc.trellis.exact`).
 
 A problem of ``n`` leaves runs in the program of the smallest class bound ``>= n`` (``N <=
-8``, ``9..10``, ``11..12``, ``13..14``, ``15..16``, ``17..20``; `size_class`): the leaves are padded to the bound,
+8``, ``9..10``, ``11..12``, ``13..14``, ``15..16``, ``17..18``, ``19..20``; from 21 to 24
+leaves a class of its own, bound ``n``; `size_class`): the leaves are padded to the bound,
 the tables span ``2^bound`` subsets (the first ``2^n`` used), and the levels are one
 ``fori_loop`` over chunks of rows (a row: ``2^bits`` consecutive splits of one parent, its
 left sides built from the parent's bits) scheduled by host tables passed as arguments; a
@@ -41,7 +42,12 @@ __all__ = ["size_class", "class_call", "PUSH_FLOOR"]
 #: size classes: a problem of ``n`` leaves runs in the program of the smallest bound
 #: ``>= n`` (its leaves padded with `Energy.pad_leaves`, its tables over ``2^bound``
 #: subsets of which it uses the first ``2^n``); above the last bound, one program per ``n``
-_SIZE_CLASSES = (8, 10, 12, 14, 16, 20)
+_SIZE_CLASSES = (8, 10, 12, 14, 16, 18, 20)
+#: above the last class and up to this many leaves (`jaxhc.trellis.MAX_EXACT_LEAVES`), a
+#: class of one ``n`` (bound ``n``): one program per ``n``, whose compilation is nothing
+#: beside the run (2^21 subsets and more), instead of the level-unrolled per-N programs
+#: of `jaxhc.trellis.exact` (their ``lax.map`` of 2^14 splits a step)
+_OWN_CLASS_MAX = 24
 #: ``(rows per chunk, row bits)`` of each class: a row holds ``2^bits`` consecutive splits
 #: of one parent, a chunk ``rows x 2^bits`` split evaluations. Wider rows halve the per-row
 #: work (parent gathers, segment reductions, scatters); narrower ones waste fewer slots on
@@ -59,12 +65,52 @@ _SIZE_CLASSES = (8, 10, 12, 14, 16, 20)
 #: splits: 0-30% faster than rows of 32 for log Z, the MAP and the marginals of Dasgupta and
 #: Ginkgo at N = 14, 16 and 17 (2026-12-06; in November, before the later kernel changes,
 #: they were no faster)
-_CLASS_SHAPE = {8: (1 << 5, 3), 10: (1 << 6, 3), 12: (1 << 7, 5), 14: (1 << 10, 6), 16: (1 << 10, 6), 20: (1 << 10, 6)}
+#: they were no faster). The class of 18 keeps 17 and 18 leaves out of the 2^20 tables of
+#: the class of 20 (Dasgupta log Z at N = 17 / 18: 7-12% faster, benchmarks/notes/trellis.md)
+_CLASS_SHAPE = {
+    8: (1 << 5, 3),
+    10: (1 << 6, 3),
+    12: (1 << 7, 5),
+    14: (1 << 10, 6),
+    16: (1 << 10, 6),
+    18: (1 << 10, 6),
+    20: (1 << 10, 6),
+}
+#: the shape of the classes of one ``n`` above the last class, on a CPU
+_OWN_CLASS_SHAPE = (1 << 10, 6)
+#: on an accelerator, the classes from this bound up take chunks of `_accelerator_rows` rows:
+#: a GPU runs each of the chunk loop's ~40 operations as a kernel launch (microseconds), so
+#: the CPU's chunks of 2^16 splits would leave it launch-bound (2.2 M chunks at N = 24);
+#: 2^16 rows of 64 splits (2^22 splits, ~35 k chunks at N = 24) fill it. A plan from the
+#: memory model, not yet timed on a device (benchmarks/notes/trellis.md, "Memory model")
+_ACCELERATOR_FROM = 17
+
+
+def _accelerator_rows(bound: int) -> int:
+    """Rows per chunk on an accelerator for the classes from `_ACCELERATOR_FROM` up: ``2^(bound
+    - 8)`` between ``2^10`` and ``2^16`` (the lowest levels' chunks, mostly empty slots,
+    stay a small share of the work)."""
+    return 1 << min(16, max(10, bound - 8))
+
+
+def _on_accelerator() -> bool:
+    """Whether the programs run on a GPU or TPU (the default backend)."""
+    return jax.default_backend() != "cpu"
+
+
+def _class_shape(bound: int) -> tuple:
+    """``(rows per chunk, row bits)`` of the class of ``bound`` on the default backend."""
+    R, row_bits = _CLASS_SHAPE.get(bound, _OWN_CLASS_SHAPE)
+    if bound >= _ACCELERATOR_FROM and _on_accelerator():
+        R = max(R, _accelerator_rows(bound))
+    return R, row_bits
 
 
 def size_class(n: int) -> Optional[int]:
-    """The bound of the size class of ``n`` leaves (None: above every class)."""
-    return next((c for c in _SIZE_CLASSES if n <= c), None)
+    """The bound of the size class of ``n`` leaves (``n`` itself from the last class to
+    `_OWN_CLASS_MAX`; None above)."""
+    bound = next((c for c in _SIZE_CLASSES if n <= c), None)
+    return n if bound is None and n <= _OWN_CLASS_MAX else bound
 
 
 def _level_rows(count: int, sbits: int, row_bits: int) -> tuple:
@@ -75,12 +121,13 @@ def _level_rows(count: int, sbits: int, row_bits: int) -> tuple:
 
 
 @lru_cache(maxsize=64)
-def _class_tables(n: int, bound: int):
-    """Host tables of ``n`` leaves in the class of ``bound``: the masks in level order
-    (``[2^bound]``, level ``k`` from ``offset[k]``, ``count[k]`` of them, increasing), and
-    the chunk schedules ``[C, 2]`` (level, first row) of the inside pass (levels 2..n) and of
-    the outside pass (levels n-1..1), padded to the class's largest ``C``."""
-    R, row_bits = _CLASS_SHAPE[bound]
+def _class_tables(n: int, bound: int, shape: tuple):
+    """Host tables of ``n`` leaves in the class of ``bound`` with chunks of ``shape`` (`_class_shape`):
+    the masks in level order (``[2^bound]``, level ``k`` from ``offset[k]``, ``count[k]`` of
+    them, increasing), and the chunk schedules ``[C, 2]`` (level, first row) of the inside
+    pass (levels 2..n) and of the outside pass (levels n-1..1), padded to the class's largest
+    ``C``."""
+    R, row_bits = shape
     order = np.zeros(2**bound, np.int32)
     offset = np.zeros(bound + 2, np.int32)
     count = np.zeros(bound + 2, np.int32)
@@ -93,9 +140,12 @@ def _class_tables(n: int, bound: int):
     count[1 : n + 1] = np.bincount(pc, minlength=n + 1)[1:]
     offset[1 : n + 1] = np.concatenate([[0], np.cumsum(count[1:n])])
 
-    def schedule(m, levels, sbits):
-        rows = [(k, _level_rows(math.comb(m, k), sbits(m, k), row_bits)[0]) for k in levels(m)]
-        return [(k, r0) for k, nr in rows for r0 in range(0, nr, R)]
+    def schedule(m, levels, sbits):  # [C, 2]: (level, first row) of every chunk
+        parts = [np.zeros((0, 2), np.int64)]
+        for k in levels(m):
+            r0 = np.arange(0, _level_rows(math.comb(m, k), sbits(m, k), row_bits)[0], R, dtype=np.int64)
+            parts.append(np.stack([np.full_like(r0, k), r0], axis=1))
+        return np.concatenate(parts)
 
     inside = lambda m: range(2, m + 1)
     outside = lambda m: range(m - 1, 0, -1)
@@ -106,8 +156,7 @@ def _class_tables(n: int, bound: int):
         sched = schedule(n, levels, sbits)
         size = max(1, len(schedule(bound, levels, sbits)))
         arr = np.zeros((size, 2), np.int32)
-        if sched:
-            arr[: len(sched)] = np.asarray(sched, np.int32)
+        arr[: len(sched)] = sched
         tabs.append((arr, len(sched)))
     return order, offset, count, tabs[0], tabs[1]
 
@@ -189,13 +238,13 @@ def _linear_floor(dtype) -> tuple:
     ``x e^a`` (`Energy.log_psi_parts`) is raised to at least ``tiny`` (the smallest normal
     number), so a parent whose sum is 0 has no possible split; with ``x`` in ``[1 /
     x_range, x_range]`` (else the term is NaN and the parent is summed in log space) a
-    term's absolute error is below ``(x_range + 1) tiny``, and with fewer than 2^19 splits
-    per parent the errors add up to less than ``eps / 32`` of any sum from ``floor`` up,
-    which is therefore exact to rounding. ``x_range`` is ``2^(mantissa bits)``: float64
-    ``2^53``, ``floor = 2^-892``; float32 ``2^24``, ``floor = 2^-54``."""
+    term's absolute error is below ``(x_range + 1) tiny``, and with fewer than 2^23 splits
+    per parent (24 leaves) the errors add up to less than ``eps / 32`` of any sum from
+    ``floor`` up, which is therefore exact to rounding. ``x_range`` is ``2^(mantissa
+    bits)``: float64 ``2^53``, ``floor = 2^-888``; float32 ``2^24``, ``floor = 2^-50``."""
     fi = jnp.finfo(dtype)
     xb = fi.nmant + 1
-    return float(fi.tiny), float(fi.tiny) * 2.0 ** (xb + 20 + fi.nmant + 5), 2.0**xb
+    return float(fi.tiny), float(fi.tiny) * 2.0 ** (xb + 24 + fi.nmant + 5), 2.0**xb
 
 
 def _row_max_first(v, L):
@@ -237,7 +286,7 @@ def _class_pass(energy, feats, n, tabs, sched, num, bound, log_z, best, bp, out,
       out(S)``, log space throughout; each split is evaluated once from each child).
     """
     order, offset, count = tabs
-    R, row_bits = _CLASS_SHAPE[bound]
+    R, row_bits = _class_shape(bound)
     W = 1 << row_bits
     t = jnp.arange(W, dtype=jnp.int32)
     tbits = [-((t >> b) & 1) for b in range(row_bits)]  # 0 or all bits set
@@ -449,7 +498,7 @@ def _class_core(energy, leaves, n, tabs, sched_in, num_in, sched_out, num_out, b
     # 12 leaves: 9.4 -> 8.0 ms)
     kept = None
     if with_map and marginals and bound <= _KEEP_SPLITS_MAX:
-        R, row_bits = _CLASS_SHAPE[bound]
+        R, row_bits = _class_shape(bound)
         kept = jnp.zeros((sched_in.shape[0], R, 1 << row_bits), dtype)
     log_z, best, bp, _, kept = _class_pass(
         energy, feats, n, tabs, sched_in, num_in, bound, log_z, best, bp, None, "in", kept
@@ -485,7 +534,7 @@ _DEVICE_TABLES: dict = {}
 def _device_tables(n: int, bound: int):
     """``(n, (order, offset, count), sched_in, num_in, sched_out, num_out)`` as device arrays,
     made once per ``(n, bound)``: a call then puts only the leaves on the device."""
-    host = _class_tables(n, bound)
+    host = _class_tables(n, bound, _class_shape(bound))
     got = _DEVICE_TABLES.get((n, bound))
     if got is None or got[0] is not host:
         order, offset, count, (s_in, c_in), (s_out, c_out) = host

@@ -24,12 +24,12 @@ time, ``(3^N + 1) / 2 - 2^N`` split evaluations in all.
   layout with a segment max / first argmax gives `solve_batch` its MAP (``layout="flat"``).
 
 `solve`, `cluster_marginals`, `sample` and a concrete `log_partition` run one compiled program
-per *size class* (``N <= 8``, ``9..10``, ``11..12``, ``13..14``, ``15..16``, ``17..20``), not
-per ``N``: rows of 8, 32 or 64 splits of one parent in chunks under one ``fori_loop``, scheduled
-by host tables; the log-Z-only program sums each parent's terms in linear space
-(`jaxhc.trellis.classes`).
-Traced or differentiated ``log Z``, `run_dp`, the batches and ``N > 20`` use the
-level-unrolled per-``N`` programs of this module.
+per *size class* (``N <= 8``, ``9..10``, ``11..12``, ``13..14``, ``15..16``, ``17..18``,
+``19..20``, then one class per ``N`` up to 24), not per ``N``: rows of 8, 32 or 64 splits of
+one parent in chunks under one ``fori_loop``, scheduled by host tables; the log-Z-only program
+sums each parent's terms in linear space (`jaxhc.trellis.classes`).
+Traced or differentiated ``log Z``, `run_dp` and the batches use the level-unrolled per-``N``
+programs of this module.
 
 Batches of problems of mixed sizes (`solve_batch`, `prepare_batch`, `log_partition_prepared`,
 `log_partition_batch`, `map_trees`) are in `jaxhc.trellis.batch`.
