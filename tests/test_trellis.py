@@ -1069,8 +1069,8 @@ def test_linear_space_log_z_and_its_shifted_fallback(monkeypatch):
         (CorrelationEnergy(300.0), random_affinity(rng, 8, -1.0, 1.0)),
     ]
     tiny, floor, x_range = trellis_classes._linear_floor(jnp.float64)
-    assert tiny == np.finfo(np.float64).tiny and floor == 2.0**-892 and x_range == 2.0**53
-    assert trellis_classes._linear_floor(jnp.float32) == (2.0**-126, 2.0**-54, 2.0**24)
+    assert tiny == np.finfo(np.float64).tiny and floor == 2.0**-888 and x_range == 2.0**53
+    assert trellis_classes._linear_floor(jnp.float32) == (2.0**-126, 2.0**-50, 2.0**24)
 
     def table(energy, leaves, floors):
         return np.asarray(_patched_class_call(monkeypatch, "_linear_floor", floors, energy, leaves, False)[3])

@@ -64,9 +64,9 @@ _OWN_CLASS_MAX = 24
 #: pass's table, the segment scatters) cost them 10-30% of log Z. From 13 leaves rows of 64
 #: splits: 0-30% faster than rows of 32 for log Z, the MAP and the marginals of Dasgupta and
 #: Ginkgo at N = 14, 16 and 17 (2026-12-06; in November, before the later kernel changes,
-#: they were no faster)
 #: they were no faster). The class of 18 keeps 17 and 18 leaves out of the 2^20 tables of
-#: the class of 20 (Dasgupta log Z at N = 17 / 18: 7-12% faster, benchmarks/notes/trellis.md)
+#: the class of 20 (log Z at N = 17 / 18: Dasgupta 9-10%, Ginkgo exact 1-2% faster;
+#: benchmarks/notes/trellis.md)
 _CLASS_SHAPE = {
     8: (1 << 5, 3),
     10: (1 << 6, 3),
