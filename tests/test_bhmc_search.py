@@ -11,6 +11,7 @@ import math
 
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from scipy.special import gammaln
 
 import jaxhc
@@ -289,6 +290,8 @@ def test_posterior_summary_recovers_the_subgroups_nested_and_reproducible():
     subgroups (the components), level 1 a coarsening of it at least as good as Ward's tree
     cut at depth 1, the tree is the summary's; the same key gives the same answer, and the
     paper's answer is the best state's."""
+    from jaxhc.inference.bhmc import summary as SM
+
     X, y = _hier(0)
     kw = dict(depth=2, num_warmup=30, num_samples=60, progress_bar=False)
     res = jaxhc.bhmc(jax.random.key(3), X, **kw)
@@ -302,7 +305,19 @@ def test_posterior_summary_recovers_the_subgroups_nested_and_reproducible():
         assert np.unique(res.level_labels[res.level_labels[:, 1] == k, 0]).size == 1
     np.testing.assert_array_equal(tree_level_labels(res.tree, 2), res.level_labels)
     assert post.psm.shape == (2, 48, 48) and np.allclose(np.diagonal(post.psm, 0, 1, 2), 1.0)
-    assert post.num_samples == 60 and post.similarity == "weights"
+    assert post.num_samples == 60 and post.similarity == "weights" and post.loss == "binder"
+    # the posterior's expected loss of any nested partition, in the consensus's own units:
+    # the consensus's levels give back its recorded losses; by the definition over the
+    # clipped weight similarity for Ward's cut; a shape other than [N, L] is refused
+    np.testing.assert_allclose(B.level_expected_loss(res.level_labels, post), post.expected_loss, atol=1e-12)
+    ward_levels = _ward_levels(X, 2)
+    want = [SM.expected_binder_loss(ward_levels[:, l], np.clip(post.weight_similarity[l], 0, 1)) for l in range(2)]
+    np.testing.assert_allclose(B.level_expected_loss(ward_levels, post), want, atol=1e-12)
+    with pytest.raises(ValueError, match="level_labels"):
+        B.level_expected_loss(ward_levels[:, :1], post)
+    vi_post = SM.posterior_summary(np.stack([np.c_[np.zeros(48, int), ward_levels]] * 3), np.zeros((3, 48), int))
+    assert vi_post.loss == "vi"
+    np.testing.assert_allclose(B.level_expected_loss(ward_levels, vi_post), 0.0, atol=1e-12)  # every sample agrees
     again = jaxhc.bhmc(jax.random.key(3), X, **kw)
     np.testing.assert_array_equal(again.level_labels, res.level_labels)
     np.testing.assert_array_equal(again.labels, res.labels)

@@ -87,6 +87,15 @@ def test_bhmc_slice_records_every_depth(small):
         assert all(0.0 <= v <= 1.0 + 1e-12 for v in d["nmi"] + d["start"] + d["ward"]), off
     # the start is Ward's tree at its gaps: the same labels at the true depth
     np.testing.assert_allclose(recs[0]["depths"]["0"]["start"], recs[0]["depths"]["0"]["ward"])
+    # the posterior's expected loss of the answer and of the start, per level of the run's
+    # depth; every answer below its start is named the model's or the summary's miss
+    for off, d in recs[0]["depths"].items():
+        depth = recs[0]["depth_true"] + int(off)
+        assert len(d["posterior_loss"]) == len(d["posterior_loss_start"]) == depth, off
+        assert all(np.isfinite(d["posterior_loss"] + d["posterior_loss_start"])), off
+    for off, b in s["by_depth"].items():
+        below = int(np.mean(recs[0]["depths"][off]["nmi"]) < np.mean(recs[0]["depths"][off]["start"]) - 1e-9)
+        assert b["below_start_model"] + b["below_start_summary"] == below, off
 
 
 def test_merge_and_resume_keep_the_records_of_other_seeds(tmp_path, monkeypatch):

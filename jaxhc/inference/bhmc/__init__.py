@@ -22,7 +22,7 @@ from .init import (
 from .sampler import BHMC, BHMCResult, BHMCSamples, bhmc_step, program_sites, state_to_tree
 from .splitmerge import split_merge_level
 from .state import OVERFLOW_COMPONENTS, OVERFLOW_NODES, BHMCConfig, BHMCState, make_config
-from .summary import BHMCPosterior, consensus_partition, posterior_summary, tree_from_level_labels
+from .summary import BHMCPosterior, consensus_partition, level_expected_loss, posterior_summary, tree_from_level_labels
 from .updates import complete_data_log_likelihood, update_hyper, update_theta, update_weights, update_weights_exact
 
 __all__ = [
@@ -40,6 +40,7 @@ __all__ = [
     "complete_data_log_likelihood",
     "consensus_partition",
     "joint_log_density",
+    "level_expected_loss",
     "level_sizes_from_gaps",
     "make_config",
     "posterior_summary",

@@ -38,6 +38,7 @@ __all__ = [
     "consensus_partition",
     "expected_binder_loss",
     "expected_vi_bound",
+    "level_expected_loss",
     "posterior_summary",
     "summarise_chains",
     "weight_similarity",
@@ -68,6 +69,8 @@ class BHMCPosterior(NamedTuple):
       chain_distance: float ``[C]`` (several chains) each chain's mean absolute difference
         between its co-clustering and the other chains' (over pairs and levels): near 0 when
         the chains sample the same posterior; `bhmc` warns above 0.1.
+      loss: the loss the levels' consensus minimised (``"vi"`` or ``"binder"``;
+        `level_expected_loss` scores any nested partition by it).
     """
 
     level_labels: np.ndarray
@@ -81,6 +84,7 @@ class BHMCPosterior(NamedTuple):
     weight_similarity: Optional[np.ndarray] = None
     similarity: str = "nodes"
     chain_distance: Optional[np.ndarray] = None
+    loss: str = "vi"
 
 
 # ------------------------------------------------------------------------------------------
@@ -338,7 +342,36 @@ def posterior_summary(
         np.asarray([] if chains is None else chains, np.int64),
         None if weight_similarity is None else np.asarray(weight_similarity),
         similarity,
+        loss=loss,
     )
+
+
+def level_expected_loss(level_labels, posterior: BHMCPosterior) -> np.ndarray:
+    """The posterior expected loss ``[L]`` of every level of a nested partition
+    ``level_labels [N, L]`` (column ``l - 1`` is level ``l``; for example Ward's tree cut, or
+    a start), by the loss and the similarity ``posterior``'s consensus minimised
+    (`BHMCPosterior.loss`, `BHMCPosterior.similarity`), in the units of
+    `BHMCPosterior.expected_loss` (so ``level_expected_loss(posterior.level_labels,
+    posterior)`` equals it). Lower is better: a partition whose levels score below the
+    consensus's is one the posterior prefers and the consensus's candidates missed."""
+    lab = np.asarray(level_labels)
+    L = posterior.psm.shape[0]
+    N = posterior.psm.shape[1]
+    if lab.ndim != 2 or lab.shape != (N, L):
+        raise ValueError(
+            f"level_labels must be [N, L] = [{N}, {L}] (the posterior's points and levels), got shape {lab.shape}"
+        )
+    if posterior.similarity == "weights":
+        if posterior.weight_similarity is None:
+            raise ValueError("posterior has similarity='weights' but no weight_similarity")
+        sims = np.clip(np.asarray(posterior.weight_similarity, float), 0.0, 1.0)
+    else:
+        sims = np.asarray(posterior.psm, float)
+    out = np.zeros(L)
+    for l in range(L):
+        v = _score(lab[:, l], sims[l], posterior.loss)
+        out[l] = v / (N * (N - 1) / 2.0) if posterior.loss == "binder" and N > 1 else v
+    return out
 
 
 @jax.jit
