@@ -510,6 +510,10 @@ def run_bhmc(p: dict, offsets=BHMC_OFFSETS, **bhmc_kw) -> dict:
                 X, truth, res.config, key=jax.random.PRNGKey(p["seed"]), components=p["c"], sigma2=p["sigma2"], **hyper
             )
             rec["criterion_found"] = found
+            # the true levels under the same posterior loss: lower than the answer's, the
+            # summary missed a partition its posterior prefers; higher, the posterior itself
+            # prefers the answer to the truth
+            rec["posterior_loss_truth"] = level_expected_loss(np.asarray(truth), res.posterior).tolist()
             rec["criterion_truth"] = float(complete_data_log_likelihood(st, jax.numpy.asarray(X)))
         out["depths"][str(off)] = rec
     d0 = out["depths"]["0"]
@@ -592,6 +596,12 @@ def summarize(records: list) -> dict:
                 per[off]["below_start_model"] = int(np.sum(below & prefers))
                 per[off]["below_start_summary"] = int(np.sum(below & ~prefers))
                 per[off]["posterior_prefers_answer"] = float(np.mean(prefers))
+            tr = [r for r in rs if "posterior_loss_truth" in r]
+            if tr:  # at the true depth: the posterior's ranking of the answer against the truth
+                per[off]["truth_checked"] = len(tr)
+                per[off]["posterior_prefers_answer_to_truth"] = float(
+                    np.mean([sum(r["posterior_loss"]) <= sum(r["posterior_loss_truth"]) + 1e-12 for r in tr])
+                )
         out["by_depth"] = per
     if records and "gibbs" in records[0]:
         out["gibbs_mean"] = float(np.mean([x["gibbs"] for x in records]))

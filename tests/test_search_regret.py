@@ -93,6 +93,8 @@ def test_bhmc_slice_records_every_depth(small):
         depth = recs[0]["depth_true"] + int(off)
         assert len(d["posterior_loss"]) == len(d["posterior_loss_start"]) == depth, off
         assert all(np.isfinite(d["posterior_loss"] + d["posterior_loss_start"])), off
+    assert len(recs[0]["depths"]["0"]["posterior_loss_truth"]) == recs[0]["depth_true"]
+    assert s["by_depth"]["0"]["truth_checked"] == 1 and "truth_checked" not in s["by_depth"]["1"]
     for off, b in s["by_depth"].items():
         below = int(np.mean(recs[0]["depths"][off]["nmi"]) < np.mean(recs[0]["depths"][off]["start"]) - 1e-9)
         assert b["below_start_model"] + b["below_start_summary"] == below, off
