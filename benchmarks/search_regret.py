@@ -645,6 +645,13 @@ def format_table(system: str, s: dict) -> str:
                 f"| truth {int(off):+d} | {r['problems']} | {r['nmi_mean']:.3f} | {r['start_mean']:.3f} | "
                 f"{r['ward_mean']:.3f} | {100 * r['ge_ward']:.0f}% | {100 * r['ge_start']:.0f}% | {named} |"
             )
+        d0 = s["by_depth"].get("0", {})
+        if "truth_checked" in d0:
+            lines += [
+                "",
+                f"At the true depth the posterior's expected loss prefers the answer to the true levels on "
+                f"{100 * d0['posterior_prefers_answer_to_truth']:.0f}% of {d0['truth_checked']} problems.",
+            ]
     lines += ["", f"run time {s['seconds_total']:.1f} s"]
     return "\n".join(lines)
 
