@@ -349,7 +349,10 @@ def bhmc(
     of two subgroups of one group share a level-1 node as often as points of different groups),
     and nodes whose points hold the same components split and merge freely (the tree grows
     with ``alpha``'s hyperprior). The summary's default similarity (``"weights"``) therefore
-    compares the nodes' mixtures rather than their identities.
+    compares the nodes' mixtures rather than their identities. To ask whether the posterior
+    prefers another nested partition (a start, Ward's cut, a known truth) to the summary,
+    score it with `summary.level_expected_loss` (the summary's own loss; on the randomized
+    suite every answer below its start is one the posterior ranks above the start).
 
     Defaults work on any data's location and scale: the base measure ``H`` is centred on the
     data's mean with its per-feature variance, ``sigma2`` starts at the pooled within-cluster
