@@ -367,11 +367,8 @@ def level_expected_loss(level_labels, posterior: BHMCPosterior) -> np.ndarray:
         sims = np.clip(np.asarray(posterior.weight_similarity, float), 0.0, 1.0)
     else:
         sims = np.asarray(posterior.psm, float)
-    out = np.zeros(L)
-    for l in range(L):
-        v = _score(lab[:, l], sims[l], posterior.loss)
-        out[l] = v / (N * (N - 1) / 2.0) if posterior.loss == "binder" and N > 1 else v
-    return out
+    f = expected_binder_loss if posterior.loss == "binder" else expected_vi_bound
+    return np.array([f(lab[:, l], sims[l]) for l in range(L)])
 
 
 @jax.jit
