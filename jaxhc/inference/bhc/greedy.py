@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import gammaln
 
+from ..._internal.buckets import bucket
 from ..._internal.validation import check_alpha, check_component
 from ...components import Component, GaussianStats
 from . import slots as slot_rows
@@ -752,6 +753,10 @@ def bhc(X, component: Component, alpha: float = 1.0, *, progress_bar: Optional[b
         or a large estimated work, e.g. n = 50 at d = 500 under a full covariance). Such
         runs go from the host in chunks of about a second, so Ctrl-C stops them promptly.
 
+    The rows are padded to the library's size grid (`jaxhc._internal.buckets.bucket`: steps
+    of at most 1.25x) with inactive slots that are never merged, so every ``n`` of a bucket
+    runs the same compiled program; the result is that of the unpadded search.
+
     Returns:
       `BHCResult` with ``tree``, ``log_evidence`` (log p(D|T)), ``log_r`` per merge,
       ``dpm_lower_bound`` and ``cut(0.5)``. (Heller & Ghahramani 2005, Alg. 1 and Eq. 1-2.)
@@ -767,10 +772,26 @@ def bhc(X, component: Component, alpha: float = 1.0, *, progress_bar: Optional[b
         if progress_bar is None:
             progress_bar = n >= 3000
         return bhc_from_stats(component, alpha, leaf, progress_bar=progress_bar)
-    leaf = _leaf_stats(component, jnp.asarray(Xh))
+    leaf = padded_leaf_stats(component, Xh)
     if progress_bar is None:
         progress_bar = n >= 3000 or _work_estimate(leaf, n) > _CHUNKED_WORK
-    return bhc_from_stats(component, alpha, leaf, progress_bar=progress_bar)
+    return bhc_from_stats(component, alpha, leaf, n_valid=n, progress_bar=progress_bar)
+
+
+#: pad the data to the library's bucket grid (`jaxhc._internal.buckets`); tests turn it off
+#: to compare the padded search with the exact-shape one
+PAD_TO_BUCKETS = True
+
+
+def padded_leaf_stats(component, Xh: np.ndarray):
+    """The leaf statistics of the rows of ``Xh [n, d]`` padded to ``bucket(n)`` slots with
+    copies of row 0 (valid data, so every padded value is finite; the search never activates
+    them), so one compiled program serves every ``n`` of a bucket."""
+    n = Xh.shape[0]
+    size = bucket(n) if PAD_TO_BUCKETS else n
+    if size > n:
+        Xh = np.concatenate([Xh, np.repeat(Xh[:1], size - n, axis=0)])
+    return _leaf_stats(component, jnp.asarray(Xh))
 
 
 # ------------------------------------------------------------------------------------------

@@ -18,9 +18,12 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from ..._internal.buckets import bucket
 from ..._internal.validation import check_alpha, check_component
 from ...components import Component
-from .greedy import BHCResult, bhc, tree_node_terms
+from . import greedy
+from .greedy import BHCResult, bhc
+from .terms import pad_tree, padded_tree_terms
 
 __all__ = ["HyperoptResult", "learn_hyperparameters"]
 
@@ -76,8 +79,9 @@ def _finite(tree):
 
 
 @functools.partial(jax.jit, static_argnames=("obj", "opt", "mask_items", "steps"))
-def _m_step(component, u, node_stats, children, *, obj, opt, mask_items, steps):
-    """``steps`` optimiser steps on the fixed tree. A step is kept only if the objective and
+def _m_step(component, u, node_stats, children, n_valid, *, obj, opt, mask_items, steps):
+    """``steps`` optimiser steps on the fixed tree over ``n_valid`` points, laid out in its
+    size bucket (`pad_tree`, `padded_tree_terms`: one program serves every ``n`` of a bucket). A step is kept only if the objective and
     its gradient at the new point are finite; otherwise the step is undone and the step size
     halved (backtracking). Returns the last accepted point and the trace. Module level and
     keyed on static arguments, so it compiles once per family, shape and setting."""
@@ -85,7 +89,7 @@ def _m_step(component, u, node_stats, children, *, obj, opt, mask_items, steps):
 
     def value(u):
         comp, a = _unpack(component, u, mask)
-        return obj(tree_node_terms(comp, a, node_stats, children))
+        return obj(padded_tree_terms(comp, a, node_stats, children, n_valid))
 
     state = opt.init(u)
     v0 = value(u)
@@ -180,12 +184,17 @@ def learn_hyperparameters(
     def unpack(u):
         return _unpack(component, u, mask)
 
+    n = Xh.shape[0]
+    N = bucket(n) if greedy.PAD_TO_BUCKETS else n
+
     def m_step(u, node_stats, children):
+        stats_p, children_p = pad_tree(node_stats, children, N)
         return _m_step(
             component,
             u,
-            node_stats,
-            children,
+            jax.tree_util.tree_map(jnp.asarray, stats_p),
+            jnp.asarray(children_p),
+            jnp.asarray(n, jnp.int32),
             obj=obj,
             opt=opt,
             mask_items=tuple(sorted(mask.items())),
@@ -202,7 +211,7 @@ def learn_hyperparameters(
     best_u, best_res = u, res
     trace, m_traces = [best], []
     for rnd in range(max_rounds):
-        u_new, mt = m_step(u, res.node_stats, jnp.asarray(res.tree.children))
+        u_new, mt = m_step(u, res.node_stats, res.tree.children)
         m_traces.append(np.asarray(mt))
         if not all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree_util.tree_leaves(u_new)):
             break  # the optimiser diverged; keep the best so far

@@ -8,8 +8,25 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..._internal.buckets import bucket
 from ...components import CountStats
+from . import greedy
 from .greedy import BHCResult
+
+
+def _padded_nodes(log_w, node_stats):
+    """``(log_w, node_stats)`` of ``2n - 1`` nodes padded to ``2 bucket(n) - 1`` (host): the
+    padded nodes copy node 0's statistics and weigh ``-inf``, so they add exact zeros to the
+    mixture and one program serves every ``n`` of a bucket."""
+    m = len(log_w)
+    size = 2 * bucket((m + 1) // 2) - 1 if greedy.PAD_TO_BUCKETS else m
+    lw = np.concatenate([np.asarray(log_w), np.full(size - m, -np.inf)])
+
+    def pad(x):
+        x = np.asarray(x)
+        return np.concatenate([x, np.repeat(x[:1], size - m, axis=0)]) if size > m else x
+
+    return jnp.asarray(lw), jax.tree_util.tree_map(lambda x: jnp.asarray(pad(x)), node_stats)
 
 
 @jax.jit
@@ -28,6 +45,10 @@ def bhc_predictive(result: BHCResult, X_new) -> jax.Array:
     parent(k))} (1 - r_i) n_{c(i)} / n_i`` (Heller & Ghahramani 2005, Sec. 4, with the
     DPM's size-proportional split so the weights sum to 1; see `BHCResult.log_weights`);
     for NIW components each ``p(x | D_k)`` is a multivariate Student-t. Returns ``[m]``.
+
+    The nodes and the rows of ``X_new`` are padded to the library's size grid (padded nodes
+    weigh zero, padded rows are dropped), so one compiled program serves every size of a
+    bucket.
     """
     if not isinstance(result, BHCResult):
         raise TypeError(f"result must be a BHCResult from jaxhc.bhc, got {type(result).__name__}")
@@ -36,9 +57,12 @@ def bhc_predictive(result: BHCResult, X_new) -> jax.Array:
     if Xn.ndim == 1:
         raise ValueError(f"X_new must be 2-D [m, d]; got a vector of shape {Xn.shape} (use X_new[None])")
     Xn = comp.validate_data(Xn, "X_new")
-    log_w = jnp.asarray(result.log_weights())
-    out = _predictive_core(comp, log_w, result.node_stats, jnp.asarray(Xn))
-    bad = ~np.isfinite(np.asarray(out)) & ~(np.asarray(out) == -np.inf)
+    log_w, node_stats = _padded_nodes(result.log_weights(), result.node_stats)
+    m = Xn.shape[0]
+    rows = bucket(m) if greedy.PAD_TO_BUCKETS else m
+    Xp = np.concatenate([Xn, np.repeat(Xn[:1], rows - m, axis=0)]) if rows > m else Xn
+    out = np.asarray(_predictive_core(comp, log_w, node_stats, jnp.asarray(Xp)))[:m]
+    bad = ~np.isfinite(out) & ~(out == -np.inf)
     if np.any(bad):
         scale = comp.prior_scale()
         hint = (
@@ -51,7 +75,7 @@ def bhc_predictive(result: BHCResult, X_new) -> jax.Array:
             f"(entries up to {float(np.nanmax(np.abs(Xn))):.3g}){hint} leaves no precision. Rescale X_new as the "
             f"training data were (the same units, the same standardisation)."
         )
-    return out
+    return jnp.asarray(out)
 
 
 @jax.jit
@@ -173,7 +197,9 @@ def bhc_predictive_cell(result: BHCResult, rows, cols, values) -> np.ndarray:
     Xu = np.full((len(ukey), d), np.nan)  # each distinct (column, value) in its column's domain
     Xu[np.arange(len(ukey)), ukey // len(vu)] = vu[ukey % len(vu)]
     comp._check_domain(Xu, "values")
-    table = _pair_table(comp, result.node_stats, ukey // len(vu), vu[ukey % len(vu)], d)
+    # the nodes padded to the size grid (the padded columns of the table are never read)
+    stats = _padded_nodes(np.zeros(2 * n - 1), result.node_stats)[1]
+    table = _pair_table(comp, stats, ukey // len(vu), vu[ukey % len(vu)], d)
     qr = np.repeat(rinv.reshape(-1), K)
     terms = path_w[qr] + table[inv.reshape(-1)[:, None], path[qr]]  # [Q K, D]
     top = np.max(terms, axis=1, keepdims=True)  # finite: the path's weights sum to one

@@ -21,7 +21,8 @@ the subset's lowest). Inside a cluster both trees have the evidence of one clust
 balanced one is taken; outliers far from a cluster, seen in the subset or not, are still
 peeled off by BHC's top split.
 
-Compiled programs. Every BHC call is padded to ``max(64, 2^ceil(log2 m))`` points, so with
+Compiled programs. Every BHC call is padded to the library's size grid from 64 points up
+(`jaxhc._internal.buckets.bucket(m, 64)`), so with
 the defaults (``subset_size = leaf_size = 64``) one greedy program serves every level and
 every leaf block; the split scores, the balanced tree's evidence and the final joins are
 three more programs of fixed shapes. Nothing compiles per ``n``: the quantities of the
@@ -38,6 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import gammaln
 
+from ..._internal.buckets import bucket
 from ...components import Component
 from ...tree import Tree
 from .greedy import (
@@ -47,6 +49,7 @@ from .greedy import (
     check_component,
     check_finite_scores,
     node_stats_of_tree,
+    padded_leaf_stats,
     tree_node_terms,
 )
 from .result import result_from_nodes
@@ -68,7 +71,8 @@ _MIN_BUCKET = 64
 
 
 def _bucket(m: int) -> int:
-    return max(_MIN_BUCKET, 1 << int(np.ceil(np.log2(max(m, 1)))))
+    """The library's size grid (`jaxhc._internal.buckets`), from `_MIN_BUCKET` points up."""
+    return bucket(m, _MIN_BUCKET)
 
 
 def _pad_rows(tree_stats, size):
@@ -210,8 +214,9 @@ def rbhc(
       alpha: DPM concentration (> 0).
       subset_size: points in the random subset clustered by BHC at each level (>= 2).
       leaf_size: sides with at most this many points are clustered by plain BHC
-        (>= subset_size). BHC calls are padded to ``max(64, 2^ceil(log2 m))`` points, so
-        sizes up to 64 share one compiled program.
+        (>= subset_size). BHC calls are padded to the library's size grid from 64 points up
+        (`jaxhc._internal.buckets.bucket(m, 64)`), so sizes up to 64 share one compiled
+        program.
       balance: how a level splits when BHC's top split of the subset is very unbalanced
         (an outlying point or a few peeled off). ``"auto"`` (default): split at the subtree
         closest to half the subset (regrafted to the root) when the smaller top side holds
@@ -238,8 +243,8 @@ def rbhc(
     from ..._internal.validation import check_key
 
     key = check_key(key, "key")
-    leaf_all = component.leaf_stats(jnp.asarray(Xh))
-    leaf_np = jax.tree_util.tree_map(np.asarray, leaf_all)
+    # the leaf statistics through the bucketed program of `bhc` (no eager program per n)
+    leaf_np = jax.tree_util.tree_map(lambda x: np.asarray(x)[:n], padded_leaf_stats(component, Xh))
     if progress_bar is None:
         progress_bar = n >= 5000
     bar = None
@@ -267,6 +272,11 @@ def rbhc(
     def stats_of(idx, size):
         sub = jax.tree_util.tree_map(lambda x: x[idx], leaf_np)
         return _pad_rows(sub, size)
+
+    # a leaf block of one point reads its log marginal from this program; run it once up
+    # front, so the programs a call compiles do not depend on the data (a later call whose
+    # recursion first peels off a single point compiles nothing)
+    single = _log_marginals(component, stats_of(np.arange(1), _bucket(1)))
 
     def plain(idx):
         m = len(idx)
@@ -381,6 +391,7 @@ def rbhc(
     # recursion deep); a split's node id is taken when both its sides are built
     stack: list = [("visit", np.arange(n), key)]
     done: list = []
+    del single
     try:
         while stack:
             task = stack.pop()

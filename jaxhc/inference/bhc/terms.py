@@ -30,6 +30,8 @@ __all__ = [
     "node_stats_of_tree",
     "tree_node_terms",
     "tree_log_evidence",
+    "padded_tree_terms",
+    "pad_tree",
     "check_finite_scores",
 ]
 
@@ -168,6 +170,73 @@ def tree_node_terms(comp: Component, alpha, node_stats, children) -> TreeTerms:
     ev = log_pT[-1]
     bound = ev + log_d[-1] + gammaln(alpha) - gammaln(n + alpha)
     return TreeTerms(ev, bound, log_h1, log_d, log_pT, log_r, log_1mr)
+
+
+def padded_tree_terms(comp: Component, alpha, node_stats, children, n_valid) -> TreeTerms:
+    """`tree_node_terms` of a tree over ``n_valid`` points laid out in a bucket of ``N``
+    (`pad_tree`): leaves ``0..N-1`` (real ones first), inner nodes ``N..2N-2`` (the real
+    merges first, in order), ``children [N-1, 2]``. The padded merges (rows ``t >= n_valid - 1``)
+    write only padded nodes, which nothing real reads, so every real node's terms are those
+    of the unpadded recursion; the root is node ``N + n_valid - 2`` and the DPM bound uses
+    ``n_valid`` points. Traced inside callers' programs (one program per bucket ``N``)."""
+    N = children.shape[0] + 1
+    log_alpha = jnp.log(alpha)
+    log_h1 = comp.log_marginal(node_stats)
+    dtype = log_h1.dtype
+    idx = jnp.arange(2 * N - 1)
+    cnt0 = (idx < N).astype(dtype)
+    log_d0 = jnp.where(idx < N, log_alpha, 0.0).astype(dtype)
+    log_pT0 = jnp.where(idx < N, log_h1, 0.0)
+    log_r0 = jnp.zeros(2 * N - 1, dtype)
+    log_1mr0 = jnp.full(2 * N - 1, -jnp.inf, dtype)
+
+    def step(c, tc):
+        cnt, log_d, log_pT, log_r, log_1mr = c
+        t, (a, b) = tc
+        k = N + t
+        nk = cnt[a] + cnt[b]
+        lag = log_alpha + gammaln(nk)
+        ldd = log_d[a] + log_d[b]
+        ld = jnp.logaddexp(lag, ldd)
+        x = lag - ld + log_h1[k]
+        y = ldd - ld + log_pT[a] + log_pT[b]
+        lp = jnp.logaddexp(x, y)
+        return (
+            cnt.at[k].set(nk),
+            log_d.at[k].set(ld),
+            log_pT.at[k].set(lp),
+            log_r.at[k].set(x - lp),
+            log_1mr.at[k].set(y - lp),
+        ), None
+
+    (cnt, log_d, log_pT, log_r, log_1mr), _ = jax.lax.scan(
+        step, (cnt0, log_d0, log_pT0, log_r0, log_1mr0), (jnp.arange(N - 1), children)
+    )
+    root = N + n_valid - 2
+    ev = log_pT[root]
+    bound = ev + log_d[root] + gammaln(alpha) - gammaln(n_valid + alpha)
+    return TreeTerms(ev, bound, log_h1, log_d, log_pT, log_r, log_1mr)
+
+
+def pad_tree(node_stats, children, N: int):
+    """``(node_stats [2N-1, ...], children [N-1, 2])`` on the host: a tree over ``n`` points
+    (``node_stats [2n-1, ...]``, leaves first; ``children [n-1, 2]``) laid out in a bucket of
+    ``N >= n`` for `padded_tree_terms`. Padded nodes hold copies of node 0's statistics
+    (finite values and gradients, never read by a real node); padded merges join leaf 0
+    with itself into a padded node."""
+    ch = np.asarray(children, np.int64).reshape(-1, 2)
+    n = ch.shape[0] + 1
+    extra = N - n
+
+    def pad(x):
+        x = np.asarray(x)
+        filler = np.repeat(x[:1], extra, axis=0)
+        return np.concatenate([x[:n], filler, x[n:], filler], axis=0)
+
+    stats = jax.tree_util.tree_map(pad, node_stats)
+    ch = np.where(ch >= n, ch + extra, ch)
+    ch = np.concatenate([ch, np.zeros((extra, 2), np.int64)]).astype(np.int32)
+    return stats, ch
 
 
 def tree_log_evidence(X, tree: Tree, component: Component, alpha: float = 1.0) -> TreeTerms:
