@@ -181,7 +181,7 @@ def fit_bhc(
     alpha: float = 1.0,
     learn: bool = True,
     trials: Optional[int] = None,
-    workers: int = 1,
+    workers: Optional[int] = None,
     progress_bar: bool = False,
 ) -> BHCFit:
     """BHC with the family chosen by the DPM evidence bound and alpha and the prior learned
@@ -197,7 +197,8 @@ def fit_bhc(
       learn: learn alpha and the prior (default) or keep the data-derived prior.
       trials: trials per entry, for the ``binomial`` family only.
       workers: candidates fitted at a time, in threads (JAX compiles and runs outside the
-        GIL, so the compilations of different families overlap).
+        GIL, so the compilations of different families overlap); default: one per
+        candidate, at most the machine's CPU count. The result does not depend on it.
       progress_bar: BHC's merge-loop progress bar (one family, ``learn=False`` only).
 
     Returns:
@@ -221,6 +222,10 @@ def fit_bhc(
         raise ValueError("families must name at least one family")
     if trials is not None and "binomial" not in families:
         raise ValueError("trials only applies to the binomial family")
+    if workers is None:
+        import os
+
+        workers = max(1, min(len(families), os.cpu_count() or 1))
     if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1:
         raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
     starts, skipped = {}, {}
