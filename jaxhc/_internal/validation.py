@@ -41,9 +41,9 @@ def check_alpha(alpha, name: str = "alpha") -> float:
 
 def check_component(component, name: str = "component"):
     """``component`` after checking it is a ``jaxhc.components.Component``."""
-    from ..components import Component  # components imports this module
-
-    if not isinstance(component, Component):
+    # `jaxhc.components.Component` marks itself with a class attribute, so this module (which
+    # the components import) never imports them: `_internal` imports nothing of jaxhc above it
+    if isinstance(component, type) or getattr(component, "_jaxhc_component", False) is not True:
         raise TypeError(
             f"{name} must be a jaxhc.components.Component (e.g. NormalInverseWishart.from_data(X)), "
             f"got {type(component).__name__}"

@@ -128,6 +128,9 @@ class Component(eqx.Module):
     """Base class of the conjugate component families (see the module docstring)."""
 
     supports_missing: ClassVar[bool] = False
+    # what `jaxhc._internal.validation.check_component` recognises a component by (it cannot
+    # import this class: this module imports it)
+    _jaxhc_component: ClassVar[bool] = True
 
     # -- to be provided by subclasses ---------------------------------------------------
     @abc.abstractmethod
