@@ -1,5 +1,6 @@
 """Shared pieces of the Gibbs samplers (`jaxhc.inference.gibbs`): statistics bookkeeping
-(removal and segment sums), CRP helpers, input validation and the NumPyro kernel state."""
+(removal and segment sums), CRP helpers, shape buckets, input validation and the NumPyro
+kernel state."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import gammaln
 
+from ..._internal.buckets import MIN_BUCKET, bucket, bucket_grid
 from ..._internal.dtypes import float_dtype as _float
 from ..._internal.validation import check_alpha, check_component
 from ...components import (
@@ -67,7 +69,7 @@ def zeros_stats(s):
 
 
 def _check_stats_type(component, X):
-    s = component.stats(jnp.asarray(X[:1]))
+    s = jax.eval_shape(component.stats, jax.ShapeDtypeStruct((1,) + X.shape[1:], X.dtype))  # traced only
     if not isinstance(s, (CountStats, GaussianStats, MultinomialStats)):
         raise TypeError(
             f"the Gibbs samplers need statistics whose merge can be undone (CountStats, "
@@ -91,22 +93,96 @@ def crp_log_prob_counts(counts, alpha):
     )
 
 
-def crp_draw(key, n, K, alpha, batch=(), dtype=jnp.float32):
-    """Sequential CRP draws over ``n`` items, ``batch`` independent ones: labels ``[*batch,
-    n]`` in first-appearance order and cluster sizes ``[*batch, K]``."""
-
-    def step(counts, k):
-        occ = counts > 0
-        new = jnp.arange(K) == jnp.sum(occ, axis=-1, keepdims=True)
-        logits = jnp.where(occ, jnp.log(jnp.where(occ, counts, 1.0)), jnp.where(new, jnp.log(alpha), -jnp.inf))
-        z = jax.random.categorical(k, logits, axis=-1)
-        return counts + jax.nn.one_hot(z, K, dtype=counts.dtype), z
-
-    counts, z = jax.lax.scan(step, jnp.zeros(tuple(batch) + (K,), dtype), jax.random.split(key, n))
-    return jnp.moveaxis(z, 0, -1).astype(jnp.int32), counts
+def _batch_keys(key, batch):
+    """Independent keys ``[*batch]``: ``split`` level by level, so the key of element
+    ``(j, a)`` does not depend on the batch's size (a padded batch keeps its real keys)."""
+    if not batch:
+        return key
+    return jax.vmap(lambda k: _batch_keys(k, batch[1:]))(jax.random.split(key, batch[0]))
 
 
-crp_draw_jit = jax.jit(crp_draw, static_argnums=(1, 2, 4, 5))
+def crp_draw(key, n, size, K, alpha, batch=(), dtype=jnp.float32):
+    """Sequential CRP draws over the first ``n`` of ``size`` items (``n`` may be traced),
+    ``batch`` independent ones: labels ``[*batch, size]`` in first-appearance order (items
+    ``n..size-1`` get the out-of-range label ``K`` and count nowhere) and cluster sizes
+    ``[*batch, K]``.
+
+    Item ``t`` draws with the ``t``-th key of ``split(key, size)`` over ``K`` slots, batch
+    element ``b`` with its own key (`_batch_keys`), so the draws of the real items are the same
+    whatever ``size`` and ``K`` (padded) or the batch's size: one draw over ``[K]`` logits per
+    item and key (``-inf`` beyond the first free slot)."""
+
+    def one(key):
+        def step(counts, tk):
+            t, k = tk
+            occ = counts > 0
+            new = jnp.arange(K) == jnp.sum(occ)
+            logits = jnp.where(occ, jnp.log(jnp.where(occ, counts, 1.0)), jnp.where(new, jnp.log(alpha), -jnp.inf))
+            z = jnp.where(t < n, jax.random.categorical(k, logits), K)
+            return counts + jax.nn.one_hot(z, K, dtype=counts.dtype), z  # z = K: a zero row
+
+        counts, z = jax.lax.scan(step, jnp.zeros((K,), dtype), (jnp.arange(size), jax.random.split(key, size)))
+        return z.astype(jnp.int32), counts
+
+    if not batch:
+        return one(key)
+    keys = _batch_keys(key, tuple(batch))
+    flat = jax.tree_util.tree_map(lambda k: k.reshape((-1,) + k.shape[len(batch) :]), keys)
+    z, counts = jax.vmap(one)(flat)
+    return z.reshape(tuple(batch) + (size,)), counts.reshape(tuple(batch) + (K,))
+
+
+crp_draw_jit = jax.jit(crp_draw, static_argnums=(2, 3, 5, 6))
+
+
+# ==========================================================================================
+# shape buckets (jaxhc._internal.buckets)
+# ==========================================================================================
+_BUCKETS = True  # False: programs at the data's exact shape (the tests' reference path)
+
+
+def padded_size(n: int) -> int:
+    """The size a data axis of ``n`` entries is padded to: its bucket (exact ``n`` when the
+    module flag ``_BUCKETS`` is off)."""
+    return bucket(n) if _BUCKETS else int(n)
+
+
+def bucket_floor(size: int, n: int) -> int:
+    """The smallest data size padded to ``size`` (``n`` itself when buckets are off)."""
+    if not _BUCKETS:
+        return int(n)
+    if size <= MIN_BUCKET:
+        return 1
+    return max(b for b in bucket_grid(MIN_BUCKET, size) if b < size) + 1
+
+
+def pad_axis(a, size, fill, axis=0):
+    """``a`` padded with ``fill`` to ``size`` along ``axis``: NumPy on the host (no program
+    compiled per shape), ``jnp`` for a traced ``a``."""
+    extra = int(size) - a.shape[axis]
+    if isinstance(a, jax.core.Tracer):
+        widths = [(0, 0)] * a.ndim
+        widths[axis] = (0, extra)
+        return jnp.pad(a, widths, constant_values=fill) if extra else a
+    a = np.asarray(a)
+    if extra == 0:
+        return a
+    shape = list(a.shape)
+    shape[axis] = extra
+    return np.concatenate([a, np.full(shape, fill, dtype=a.dtype)], axis=axis)
+
+
+def take_front(a, sizes):
+    """``a[:sizes[0], :sizes[1], ...]`` (leading axes; NumPy on the host, ``jnp`` when traced)."""
+    idx = tuple(slice(0, int(k)) for k in sizes)
+    if isinstance(a, jax.core.Tracer):
+        return a[idx]
+    return np.asarray(a)[idx]
+
+
+def to_device(tree):
+    """Host arrays of ``tree`` as device arrays (a transfer, no compiled program)."""
+    return _tmap(lambda a: a if isinstance(a, jax.core.Tracer) else jnp.asarray(a), tree)
 
 
 def select_rows(mask, a, b):
@@ -124,17 +200,21 @@ def check_int(v, name, minimum):
 
 
 def validate(X, component, alpha, name="X"):
+    """``(X as a host float array [n, d], alpha)``; raises on invalid input."""
     check_component(component)
     alpha = check_alpha(alpha)
-    Xa = component.validate_data(X, name)
+    Xa = np.asarray(component.validate_data(X, name), dtype=jnp.dtype(_float()))
     _check_stats_type(component, Xa)
-    return jnp.asarray(Xa, _float()), alpha
+    return Xa, alpha
 
 
-def check_leaf_scores(component, Xa, who):
+def check_leaf_scores(component, Xa, who, lm=None):
     """Raises a ``ValueError`` (as `jaxhc.bhc` does) when a single row's log marginal is not
     finite, e.g. for data at a scale the prior was not fitted on; the sampler's scores would
-    be NaN."""
+    be NaN. ``lm``: the rows' log marginals where the caller computed them already (in its
+    padded program), so that only a failure computes them here (eagerly, at ``Xa``'s shape)."""
+    if lm is not None and np.all(np.isfinite(np.asarray(lm))):
+        return
     leaf = component.leaf_stats(Xa)
     lm = np.asarray(component.log_marginal(leaf))
     if np.all(np.isfinite(lm)):
@@ -162,7 +242,7 @@ def check_labels(labels, n, name="labels"):
 
     if isinstance(labels, jax.core.Tracer):
         return labels.astype(jnp.int32)
-    return jnp.asarray(check(labels, n, name), jnp.int32)
+    return np.asarray(check(labels, n, name), np.int32)
 
 
 def check_heat(heat):

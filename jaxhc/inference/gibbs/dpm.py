@@ -17,6 +17,7 @@ from ...components import Component
 from ..mh import mh_accept, tree_select
 from .common import (
     KernelState,
+    bucket_floor,
     check_int,
     check_labels,
     check_leaf_scores,
@@ -26,10 +27,14 @@ from .common import (
     crp_log_prob_counts,
     int_dtype,
     log_marginal,
+    pad_axis,
+    padded_size,
     segment_stats,
     select_rows,
     sub_stats,
+    take_front,
     take_slots,
+    to_device,
     validate,
     zeros_stats,
 )
@@ -41,7 +46,8 @@ _tmap = jax.tree_util.tree_map
 # DPM collapsed Gibbs with split-merge
 # ==========================================================================================
 class DPMGibbsState(NamedTuple):
-    """State of the DPM Gibbs sampler (cluster slots ``0..K-1``, ``K = N``).
+    """State of the DPM Gibbs sampler (cluster slots ``0..K-1``, ``K = N``; inside the
+    compiled programs ``N`` and ``K`` are the padded size, padding rows labelled ``K``).
 
     Attributes:
       labels: int32 ``[N]``, the cluster slot of every row.
@@ -95,14 +101,16 @@ def _set_row(s, k, v):
     return _tmap(lambda a, b: a.at[k].set(b), s, v)
 
 
-def _gibbs_sweep(key, state, leaves, component, alpha, cache):
-    """One Algorithm-3 sweep over the rows in order."""
-    N = state.labels.shape[0]
+def _gibbs_sweep(key, state, leaves, component, alpha, cache, n):
+    """One Algorithm-3 sweep over the ``n`` real rows in order (row ``i`` draws with the
+    ``i``-th key of ``split(key, K)``, whatever the padding)."""
+    K = state.labels.shape[0]
     log_alpha = jnp.log(alpha)
-    ar = jnp.arange(N)
+    ar = jnp.arange(K)
+    keys = jax.random.split(key, K)
 
-    def body(st, inp):
-        i, k = inp
+    def body(i, st):
+        k = keys[i]
         leaf = take_slots(leaves, i)
         c = st.labels[i]
         counts = st.counts.at[c].add(-1.0)
@@ -119,31 +127,31 @@ def _gibbs_sweep(key, state, leaves, component, alpha, cache):
         knew = jax.random.categorical(k, prior + lm_merged - lms).astype(jnp.int32)
         stats = _set_row(stats, knew, take_slots(merged, knew))
         lms = lms.at[knew].set(lm_merged[knew])
-        return DPMGibbsState(st.labels.at[i].set(knew), stats, counts.at[knew].add(1.0), lms, st.log_joint), None
+        return DPMGibbsState(st.labels.at[i].set(knew), stats, counts.at[knew].add(1.0), lms, st.log_joint)
 
-    state, _ = jax.lax.scan(body, state, (ar, jax.random.split(key, N)))
-    return state
+    return jax.lax.fori_loop(0, n, body, state)
 
 
 def _masked_sum_stats(leaves, mask):
     return segment_stats(leaves, jnp.where(mask, 0, 1), 2)
 
 
-def _split_merge(key, state, leaves, component, alpha, cache, num_scans):
-    """One Jain-Neal split-merge proposal (restricted Gibbs launch state)."""
+def _split_merge(key, state, leaves, component, alpha, cache, num_scans, n):
+    """One Jain-Neal split-merge proposal (restricted Gibbs launch state) over the ``n`` real
+    rows (padding rows, labelled ``K``, are in no cluster)."""
     labels = state.labels
-    N = labels.shape[0]
-    ar = jnp.arange(N)
+    K = labels.shape[0]
+    ar = jnp.arange(K)
     f = state.counts.dtype
     k_i, k_j, k_launch, k_scans, k_acc = jax.random.split(key, 5)
-    i = jax.random.randint(k_i, (), 0, N)
-    j = jax.random.randint(k_j, (), 0, N - 1)
+    i = jax.random.randint(k_i, (), 0, n)
+    j = jax.random.randint(k_j, (), 0, n - 1)
     j = j + (j >= i)
     ci, cj = labels[i], labels[j]
     same = ci == cj
     in_S = ((labels == ci) | (labels == cj)) & (ar != i) & (ar != j)
     orig_B = labels == cj  # the current split (merge proposals): side B is j's cluster
-    side = jax.random.bernoulli(k_launch, 0.5, (N,))
+    side = jax.random.bernoulli(k_launch, 0.5, (K,))  # element r depends on r only
     side = jnp.where(ar == i, False, jnp.where(ar == j, True, side))
     mA = (in_S & ~side) | (ar == i)
     mB = (in_S & side) | (ar == j)
@@ -175,12 +183,12 @@ def _split_merge(key, state, leaves, component, alpha, cache, num_scans):
             sB = tree_select(newB, mgB, sBm)
             return (side.at[r].set(newB), sA, sB, nAm + (~newB), nBm + newB, logq)
 
-        def body(carry, inp):
-            r, k = inp
-            return jax.lax.cond(in_S[r], update, lambda c, r, k: c, carry, r, k), None
+        keys = jax.random.split(key, K)
 
-        carry, _ = jax.lax.scan(body, carry, (ar, jax.random.split(key, N)))
-        return carry, None
+        def body(r, carry):
+            return jax.lax.cond(in_S[r], update, lambda c, r, k: c, carry, r, keys[r])
+
+        return jax.lax.fori_loop(0, n, body, carry), None
 
     carry = (side, sA, sB, nA, nB, jnp.zeros((), f))
     # num_scans may be traced: scan t uses fold_in(k_scans, t), the last one is final
@@ -218,22 +226,22 @@ def _split_merge(key, state, leaves, component, alpha, cache, num_scans):
     )
     proposal = tree_select(same, split_state, merge_state)
     log_ratio = jnp.where(same, split_ratio, merge_ratio)
-    accepted = mh_accept(k_acc, log_ratio)
+    accepted = mh_accept(k_acc, log_ratio) & (n > 1)
     return tree_select(accepted, proposal, state), accepted, same
 
 
-def _dpm_step(key, state, leaves, component, alpha, cache, num_split_merge, num_restricted_scans, gibbs_sweep=True):
+def _dpm_step(key, state, leaves, component, alpha, cache, num_split_merge, num_restricted_scans, n, gibbs_sweep=True):
     k_sweep, k_sm = jax.random.split(key)
     if isinstance(gibbs_sweep, (bool, np.bool_)):
         if gibbs_sweep:
-            state = _gibbs_sweep(k_sweep, state, leaves, component, alpha, cache)
+            state = _gibbs_sweep(k_sweep, state, leaves, component, alpha, cache, n)
     else:  # a traced flag: one program with and without the sweep
         state = jax.lax.cond(
-            gibbs_sweep, lambda s: _gibbs_sweep(k_sweep, s, leaves, component, alpha, cache), lambda s: s, state
+            gibbs_sweep, lambda s: _gibbs_sweep(k_sweep, s, leaves, component, alpha, cache, n), lambda s: s, state
         )
 
     def sm(st, k):
-        st, a, s = _split_merge(k, st, leaves, component, alpha, cache, num_restricted_scans)
+        st, a, s = _split_merge(k, st, leaves, component, alpha, cache, num_restricted_scans, n)
         return st, (a, s)
 
     state, (acc, spl) = jax.lax.scan(sm, state, jax.random.split(k_sm, num_split_merge))
@@ -243,9 +251,62 @@ def _dpm_step(key, state, leaves, component, alpha, cache, num_split_merge, num_
     return state, info
 
 
-def _dpm_setup(X, component):
+def _dpm_setup(X, component, n):
+    """Leaf statistics (those of the padding rows ``n..K-1`` zeroed: the statistics of the
+    empty set) and the component's count cache for ``K`` rows."""
+    K = X.shape[0]
     leaves = component.leaf_stats(X)
-    return leaves, component.count_cache(X.shape[0])
+    if not (isinstance(n, int) and n == K):
+        leaves = select_rows(jnp.arange(K) < n, leaves, zeros_stats(leaves))
+    return leaves, component.count_cache(K)
+
+
+def _dpm_prepare(X, component, alpha):
+    """Validated data: ``(host X [N, d], device X padded to [K, d] with zero rows, alpha, N, K)``
+    (``K = padded_size(N)``)."""
+    Xa, alpha = validate(X, component, alpha)
+    N = Xa.shape[0]
+    K = padded_size(N)
+    return Xa, to_device(pad_axis(Xa, K, 0.0)), alpha, N, K
+
+
+def _dpm_init(key, Xp, N, component, alpha, labels):
+    """The padded initial state (labels ``[K]``, padding rows labelled ``K``) and every row's
+    log marginal ``[K]`` (the data check of `check_leaf_scores`)."""
+    K = Xp.shape[0]
+    a = jnp.asarray(alpha, Xp.dtype)
+    if labels is None:
+        if key is None:
+            raise ValueError("key is required when labels is None (labels are drawn from the CRP)")
+        z = crp_draw_jit(key, N, K, K, a)[0]  # draws of the real rows: those of crp_draw(key, N, N, N)
+    else:
+        z = to_device(pad_axis(check_labels(labels, N), K, K))
+    return _dpm_init_jit(z, Xp, component, a, N)
+
+
+def _unpad_dpm_state(st, N):
+    """The public state: rows and cluster slots ``0..N-1`` (the real rows only ever use
+    slots below ``N``: a new cluster takes the lowest free slot)."""
+    return DPMGibbsState(
+        to_device(take_front(st.labels, (N,))),
+        to_device(_tmap(lambda a: take_front(a, (N,)), st.stats)),
+        to_device(take_front(st.counts, (N,))),
+        to_device(take_front(st.log_marginals, (N,))),
+        st.log_joint,
+    )
+
+
+def _pad_dpm_state(st, K):
+    """A public state padded to ``K`` rows and slots (rows labelled ``K``, empty slots)."""
+    if st.labels.shape[0] == K:
+        return st
+    return DPMGibbsState(
+        to_device(pad_axis(st.labels, K, K)),
+        to_device(_tmap(lambda a: pad_axis(a, K, 0), st.stats)),
+        to_device(pad_axis(st.counts, K, 0)),
+        to_device(pad_axis(st.log_marginals, K, 0)),
+        st.log_joint,
+    )
 
 
 def dpm_gibbs_init(key, X, component: Component, alpha, labels=None) -> DPMGibbsState:
@@ -259,21 +320,15 @@ def dpm_gibbs_init(key, X, component: Component, alpha, labels=None) -> DPMGibbs
       alpha: CRP concentration (> 0).
       labels: optional initial labels ``[N]`` (any integers; only the partition matters).
     """
-    Xa, alpha = validate(X, component, alpha)
-    N = Xa.shape[0]
-    if labels is None:
-        if key is None:
-            raise ValueError("key is required when labels is None (labels are drawn from the CRP)")
-        labels = crp_draw_jit(key, N, N, jnp.asarray(alpha, Xa.dtype))[0]
-    else:
-        labels = check_labels(labels, N)
-    return _dpm_init_jit(labels, Xa, component, jnp.asarray(alpha, Xa.dtype))
+    _, Xp, alpha, N, _ = _dpm_prepare(X, component, alpha)
+    return _unpad_dpm_state(_dpm_init(key, Xp, N, component, alpha, labels)[0], N)
 
 
 @jax.jit
-def _dpm_init_jit(labels, X, component, alpha):
-    leaves, cache = _dpm_setup(X, component)
-    return _dpm_state(labels, leaves, component, alpha, cache)
+def _dpm_init_jit(labels, X, component, alpha, n):
+    leaves, cache = _dpm_setup(X, component, n)
+    leaf_lm = component.log_marginal(component.leaf_stats(X))
+    return _dpm_state(labels, leaves, component, alpha, cache), leaf_lm
 
 
 def _dpm_template(X, num_split_merge):
@@ -282,8 +337,12 @@ def _dpm_template(X, num_split_merge):
     return (jnp.zeros(X.shape[0], jnp.int32), jnp.zeros((), X.dtype), DPMGibbsInfo(b, b, jnp.zeros((), int_dtype())))
 
 
-def _dpm_size(X, num_split_merge):
-    return chunk_size(4 * X.shape[0] + X.dtype.itemsize + 2 * num_split_merge + 4)
+def _dpm_sizes(N, K, itemsize, num_split_merge):
+    """``(samples a chunk keeps, static buffer length)``: the first as before padding (from
+    ``N``, so chunk boundaries and keys do not depend on the padding), the second the first's
+    largest value over the sizes padded to ``K`` (one program per bucket)."""
+    row = lambda n: chunk_size(4 * n + itemsize + 2 * num_split_merge + 4)  # noqa: E731
+    return row(N), row(bucket_floor(K, N))
 
 
 @functools.partial(jax.jit, static_argnames=("num_split_merge", "size", "progress"))
@@ -299,16 +358,18 @@ def _dpm_chunk(
     num_split_merge,
     num_restricted_scans,
     gibbs_sweep,
+    n,
     size,
     progress,
     token,
 ):
-    """`collect_chunk` over DPM steps; counts, ``num_restricted_scans`` and ``gibbs_sweep`` are
-    traced (one program per data shape, component and ``num_split_merge``)."""
-    leaves, cache = _dpm_setup(X, component)
+    """`collect_chunk` over DPM steps; counts, ``num_restricted_scans``, ``gibbs_sweep`` and the
+    number of real rows ``n`` are traced (one program per padded data shape, component and
+    ``num_split_merge``)."""
+    leaves, cache = _dpm_setup(X, component, n)
 
     def step(k, s):
-        return _dpm_step(k, s, leaves, component, alpha, cache, num_split_merge, num_restricted_scans, gibbs_sweep)
+        return _dpm_step(k, s, leaves, component, alpha, cache, num_split_merge, num_restricted_scans, n, gibbs_sweep)
 
     def extract(s, info):
         return s.labels, s.log_joint, info
@@ -343,26 +404,27 @@ def dpm_gibbs_step(
     Returns:
       ``(new_state, DPMGibbsInfo)``.
     """
-    Xa, alpha = validate(X, component, alpha)
+    Xa, Xp, alpha, N, K = _dpm_prepare(X, component, alpha)
     num_split_merge = check_int(num_split_merge, "num_split_merge", 0)
     num_restricted_scans = check_int(num_restricted_scans, "num_restricted_scans", 0)
     state, (_, _, info) = _dpm_chunk(
         key,
-        state,
-        Xa,
+        _pad_dpm_state(state, K),
+        Xp,
         component,
-        jnp.asarray(alpha, Xa.dtype),
+        jnp.asarray(alpha, Xp.dtype),
         0,
         1,
         1,
         num_split_merge,
         num_restricted_scans,
         jnp.asarray(bool(gibbs_sweep)),
-        _dpm_size(Xa, num_split_merge),
+        N,
+        _dpm_sizes(N, K, Xp.dtype.itemsize, num_split_merge)[1],
         False,
         0,
     )
-    return state, _tmap(lambda a: a[0], info)
+    return _unpad_dpm_state(state, N), to_device(_tmap(lambda a: np.asarray(a)[0], info))
 
 
 def dpm_gibbs(
@@ -384,6 +446,11 @@ def dpm_gibbs(
 
     The paper's baseline (Sec. 8.2) is ``num_warmup=50, num_samples=10, thin=5``.
 
+    Compilation: the rows are padded to the next size of the library's bucket grid
+    (`jaxhc._internal.buckets`) with rows in no cluster (zero statistics, never visited, out
+    of every move), so one compiled program serves every ``N`` of a bucket and the samples
+    equal those of the unpadded computation (the same key gives the same samples).
+
     Args:
       key: PRNG key.
       X: data ``[N, d]`` (NaN = missing for the Beta families).
@@ -396,22 +463,22 @@ def dpm_gibbs(
     Returns:
       `DPMGibbsSamples` (labels ``[num_samples, N]`` of the kept steps).
     """
-    Xa, alpha = validate(X, component, alpha)
+    Xa, Xp, alpha, N, K = _dpm_prepare(X, component, alpha)
     num_samples, num_warmup, thin = check_run(num_samples, num_warmup, thin)
     num_split_merge = check_int(num_split_merge, "num_split_merge", 0)
     num_restricted_scans = check_int(num_restricted_scans, "num_restricted_scans", 0)
     check_key(key, "key")
-    check_leaf_scores(component, Xa, "dpm_gibbs")
     k_init, k_run = jax.random.split(key)
-    state = dpm_gibbs_init(k_init, Xa, component, alpha, init_labels)
-    a, sweep = jnp.asarray(alpha, Xa.dtype), jnp.asarray(bool(gibbs_sweep))
-    size = _dpm_size(Xa, num_split_merge)
+    state, leaf_lm = _dpm_init(k_init, Xp, N, component, alpha, init_labels)
+    check_leaf_scores(component, Xa, "dpm_gibbs", take_front(leaf_lm, (N,)))
+    a, sweep = jnp.asarray(alpha, Xp.dtype), jnp.asarray(bool(gibbs_sweep))
+    per_chunk, size = _dpm_sizes(N, K, Xp.dtype.itemsize, num_split_merge)
 
     def chunk(c, st, warm, n, token):  # chunk c uses fold_in(k_run, c), its step t fold_in(that, t)
         return _dpm_chunk(
             jax.random.fold_in(k_run, c),
             st,
-            Xa,
+            Xp,
             component,
             a,
             warm,
@@ -420,6 +487,7 @@ def dpm_gibbs(
             num_split_merge,
             num_restricted_scans,
             sweep,
+            N,
             size,
             bool(token),
             token,
@@ -431,14 +499,15 @@ def dpm_gibbs(
         num_warmup=num_warmup,
         num_samples=num_samples,
         thin=thin,
-        size=size,
+        size=per_chunk,
         progress_bar=progress_bar,
         name="DPM Gibbs",
         device_ticks=True,
     )
     check_no_nan(lj, "dpm_gibbs", Xa)
-    rate = jnp.sum(info.split_merge_accepted) / max(num_samples * num_split_merge, 1)
-    return DPMGibbsSamples(labels, lj, info.num_clusters, rate, state)
+    rate = np.sum(np.asarray(info.split_merge_accepted)) / max(num_samples * num_split_merge, 1)
+    labels = to_device(take_front(labels, (num_samples, N)))
+    return DPMGibbsSamples(labels, lj, info.num_clusters, jnp.asarray(rate), _unpad_dpm_state(state, N))
 
 
 class DPMGibbs(MCMCKernel):
@@ -456,12 +525,13 @@ class DPMGibbs(MCMCKernel):
     sample_field = "sample"
 
     def __init__(self, X, component, alpha=1.0, *, num_split_merge=3, num_restricted_scans=5, init_labels=None):
-        self.X, self.alpha = validate(X, component, alpha)
+        Xa, self.alpha = validate(X, component, alpha)
+        self.X = jnp.asarray(Xa)  # NumPy's MCMC compiles its own programs: not padded
         self.component = component
         self.num_split_merge = check_int(num_split_merge, "num_split_merge", 0)
         self.num_restricted_scans = check_int(num_restricted_scans, "num_restricted_scans", 0)
         self.init_labels = init_labels
-        self._setup = _dpm_setup(self.X, component)
+        self._setup = _dpm_setup(self.X, component, Xa.shape[0])
 
     def init(self, rng_key, num_warmup, init_params, model_args, model_kwargs):
         k_init, k = jax.random.split(rng_key)
@@ -481,5 +551,6 @@ class DPMGibbs(MCMCKernel):
             cache,
             self.num_split_merge,
             self.num_restricted_scans,
+            self.X.shape[0],
         )
         return KernelState(st.labels, st, k_next)
