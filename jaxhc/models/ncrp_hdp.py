@@ -129,11 +129,15 @@ def dirichlet_log(key, log_conc):
 
 def beta_log(key, a, b):
     """``(log u, log(1 - u))`` for ``u ~ Beta(a, b)``. ``a = 0`` gives ``u = 0``, ``b = 0``
-    gives ``u = 1``; both 0 gives ``u = 0`` (nothing to break)."""
+    gives ``u = 1``; both 0 gives ``u = 0`` (nothing to break).
+
+    The pair ``(a, b)`` of an entry is stacked on a trailing axis, so an entry's draw does not
+    depend on how many entries follow it (BHMC's node-slot capacity: padded slots leave the
+    real ones' draws unchanged)."""
     dt = jnp.result_type(a, b, float)
-    ab = jnp.stack(jnp.broadcast_arrays(jnp.asarray(a, dt), jnp.asarray(b, dt)))
+    ab = jnp.stack(jnp.broadcast_arrays(jnp.asarray(a, dt), jnp.asarray(b, dt)), axis=-1)
     g = jnp.where(ab > 0, loggamma(key, jnp.where(ab > 0, ab, 1.0)), _NEG)  # one sampler for both
-    ga, gb = g[0], g[1]
+    ga, gb = g[..., 0], g[..., 1]
     tot = jnp.logaddexp(ga, gb)
     none = ~jnp.isfinite(tot)
     lu = jnp.where(none, _NEG, ga - tot)

@@ -10,13 +10,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..._internal.buckets import pad_rows
 from ...models.ncrp_hdp import (
     dp_child_log,
     normal_diag_logpdf,
 )
 from ...tree import Tree
 from .moves import point_update
-from .state import NEG_INF, BHMCConfig, BHMCState
+from .state import NEG_INF, BHMCConfig, BHMCState, point_mask, row_permutation
 from .updates import update_theta, update_weights, update_weights_exact
 
 __all__ = [
@@ -107,12 +108,19 @@ def bhmc_init(
     ``beta ~ DP(gamma, beta_parent)``), ``c_n`` by Eq. 2 among those components with the root's
     weights, then ``B``
     and ``theta`` updated once (Eq. 3-5)."""
+    hyper = (alpha, gamma0, gamma, sigma2)
+    return _chain_init(key, X, None, depth, cfg, hyper, epsilon, max_nodes, max_components)
+
+
+def _chain_init(key, X, num_points, depth, cfg, hyper, epsilon, max_nodes, max_components):
+    """`bhmc_init` on ``X`` whose first ``num_points`` rows are the data (``None``: all); the
+    padding rows get path 0 and component 0 and are masked out (`state.point_mask`)."""
     X = jnp.asarray(X)
-    N, D = X.shape
     L, M, K = int(depth), int(max_nodes), int(max_components)
     if M < L + 1:
         raise ValueError(f"max_nodes must be >= depth + 1 = {L + 1}, got {M}")
-    st, n_sticks = _init_jit(key, X, (alpha, gamma0, gamma, sigma2), cfg, jnp.asarray(epsilon, X.dtype), L, M, K)
+    npts = None if num_points is None else np.int32(num_points)
+    st, n_sticks = _init_jit(key, X, hyper, cfg, np.asarray(epsilon, X.dtype), L, M, K, npts)
     n_sticks = int(n_sticks)
     if n_sticks > K:
         raise ValueError(
@@ -123,8 +131,10 @@ def bhmc_init(
 
 
 @functools.partial(jax.jit, static_argnames=("L", "M", "K"))
-def _init_jit(key, X, hyper, cfg, epsilon, L, M, K):
+def _init_jit(key, X, hyper, cfg, epsilon, L, M, K, num_points=None):
     N, D = X.shape
+    n = N if num_points is None else num_points
+    mask = point_mask(N, num_points)
     f = X.dtype
     st = _empty_state(N, D, L, M, K, hyper, f)
     ks, kt, kb, kc, kB, kT = jax.random.split(key, 6)
@@ -141,7 +151,7 @@ def _init_jit(key, X, hyper, cfg, epsilon, L, M, K):
     # theta: the instantiated components start at distinct random points (a data-driven start;
     # theta_k ~ H would leave one component holding every point), the other slots at H draws
     kt1, kt2 = jax.random.split(kt)
-    pick = jax.random.permutation(kt1, N)[jnp.arange(K) % N]
+    pick = row_permutation(kt1, N, num_points)[jnp.arange(K) % n]
     theta = jnp.where(
         (jnp.arange(K) < n_sticks)[:, None],
         X[pick],
@@ -153,8 +163,9 @@ def _init_jit(key, X, hyper, cfg, epsilon, L, M, K):
     )
     parent = st.parent.at[1 : L + 1].set(jnp.arange(L, dtype=jnp.int32))
     level = st.level.at[1 : L + 1].set(jnp.arange(1, L + 1, dtype=jnp.int32))
-    count = st.count.at[: L + 1].set(N)
+    count = st.count.at[: L + 1].set(n)
     path = jnp.broadcast_to(jnp.arange(L + 1, dtype=jnp.int32), (N, L + 1))
+    path = path if mask is None else jnp.where(mask[:, None], path, 0)
     st = st._replace(logb=logb, theta=theta, parent=parent, level=level, count=count, path=path)
     # c_n among the instantiated components by Eq. 2 with the root's weights (the chain's
     # leaf weights, drawn from the sparse HDP, would put nearly every point in one component);
@@ -162,9 +173,9 @@ def _init_jit(key, X, hyper, cfg, epsilon, L, M, K):
     ll = normal_diag_logpdf(X[:, None, :], theta[None], st.sigma2)
     logits = logb[0, :K][None] + ll
     c = jax.random.categorical(kc, logits, axis=1).astype(jnp.int32)
-    st = st._replace(c=c)
-    st = update_weights(kB, st)
-    st = update_theta(kT, st, X, cfg)
+    st = st._replace(c=c if mask is None else jnp.where(mask, c, 0))
+    st = update_weights(kB, st, mask)
+    st = update_theta(kT, st, X, cfg, mask=mask)
     return st, n_sticks
 
 
@@ -349,6 +360,14 @@ def state_from_level_labels(
     per feature (below ``sigma2_max`` when it is sampled), then ``B`` and ``theta`` drawn from
     their conditionals (`update_weights_exact`, Eq. 5). Used for starts, and to score a known
     labelling by the model (e.g. the truth against the sampler's best state)."""
+    hyper = (alpha, gamma0, gamma, sigma2)
+    return _labels_state(X, level_labels, cfg, key, components, hyper, max_nodes, max_components, sample_hyper)
+
+
+def _labels_state(X, level_labels, cfg, key, components, hyper, max_nodes, max_components, sample_hyper, size=None):
+    """`state_from_level_labels` with the points padded to ``size`` rows (path 0, component 0;
+    masked out of the refresh), built on the host: one compiled program per ``size``."""
+    alpha, gamma0, gamma, sigma2 = hyper
     X = np.asarray(X, float)
     N, D = X.shape
     lab = np.asarray(level_labels).reshape(N, -1)
@@ -387,27 +406,89 @@ def state_from_level_labels(
         sigma2 = resid if resid > 0 else 0.01 * float(cfg.sigma2_max)
         if sample_hyper:
             sigma2 = min(sigma2, 0.99 * float(cfg.sigma2_max))
-    f = jnp.result_type(float)
-    st = _empty_state(N, D, L, M, K, (alpha, gamma0, gamma, sigma2), f)
+    f = np.dtype(jnp.result_type(float))
     count = np.zeros(M, np.int64)
     np.add.at(count, path.reshape(-1), 1)
     logb = np.full((M, K + 1), -np.inf)
     logb[:, K] = 0.0
     logb[0, :kc] = np.log(counts[:kc] / (N + 1.0))
     logb[0, K] = np.log(1.0 / (N + 1.0))
-    st = st._replace(
-        path=jnp.asarray(path, jnp.int32),
-        c=jnp.asarray(c, jnp.int32),
-        parent=jnp.asarray(parent, jnp.int32),
-        level=jnp.asarray(level, jnp.int32),
-        count=jnp.asarray(count, jnp.int32),
-        logb=jnp.asarray(logb, f),
-        theta=jnp.asarray(theta, f),
+    P = N if size is None else int(size)
+    i32 = np.int32
+    st = BHMCState(  # host arrays put on the device as they are (no per-shape eager programs)
+        path=jnp.asarray(pad_rows(path.astype(i32), P)),
+        c=jnp.asarray(pad_rows(c.astype(i32), P)),
+        parent=jnp.asarray(parent.astype(i32)),
+        level=jnp.asarray(level.astype(i32)),
+        count=jnp.asarray(count.astype(i32)),
+        logb=jnp.asarray(logb.astype(f)),
+        theta=jnp.asarray(theta.astype(f)),
+        alpha=jnp.asarray(np.asarray(alpha, f)),
+        gamma0=jnp.asarray(np.asarray(gamma0, f)),
+        gamma=jnp.asarray(np.asarray(gamma, f)),
+        sigma2=jnp.asarray(np.asarray(sigma2, f)),
+        overflow=jnp.asarray(np.int32(0)),
     )
-    return _refresh_jit(key, st, jnp.asarray(X, f), cfg)
+    npts = None if size is None else np.int32(N)
+    return _refresh_jit(key, st, jnp.asarray(pad_rows(X.astype(f), P)), cfg, npts)
 
 
 @jax.jit
-def _refresh_jit(key, st, X, cfg):
+def _refresh_jit(key, st, X, cfg, num_points=None):
     kb, kt = jax.random.split(key)
-    return update_theta(kt, update_weights_exact(kb, st), X, cfg)
+    mask = point_mask(X.shape[0], num_points)
+    return update_theta(kt, update_weights_exact(kb, st, mask=mask), X, cfg, mask=mask)
+
+
+# ------------------------------------------------------------------------------------------
+# the starts of `bhmc`'s chains
+# ------------------------------------------------------------------------------------------
+def _check_init(init, N, L):
+    if isinstance(init, str):
+        if init not in ("auto", "ward", "bhc", "chain"):
+            raise ValueError(
+                f"init must be 'auto', 'ward', 'bhc', 'chain', a jaxhc Tree over the {N} points, "
+                f"level labels [N, depth] or a list of these, got {init!r}"
+            )
+    elif isinstance(init, Tree):
+        if init.n_leaves != N:
+            raise ValueError(f"init tree has {init.n_leaves} leaves, expected N={N}")
+    else:
+        lab = np.asarray(init)
+        if lab.shape != (N, L) or lab.dtype.kind not in "iu":
+            raise ValueError(
+                f"init must be 'auto', 'ward', 'bhc', 'chain', a jaxhc Tree over the {N} points, "
+                f"level labels [N, depth] = {(N, L)} or a list of these, got {type(init).__name__} "
+                f"of shape {getattr(lab, 'shape', None)}"
+            )
+        for l in range(1, L):  # nested: a level-(l + 1) cluster inside one level-l cluster
+            _, inv = np.unique(lab[:, l], return_inverse=True)
+            up = np.zeros(inv.max() + 1, np.int64) - 1
+            for i, u in zip(inv.reshape(-1), lab[:, l - 1]):
+                if up[i] >= 0 and up[i] != u:
+                    raise ValueError(f"init level labels are not nested: level {l + 1} splits a level-{l} cluster")
+                up[i] = u
+
+
+def _chain_starts(X, L, inits, num_chains, init_levels, K):
+    """``(name, spec)`` for every chain: ``inits`` in turn (``"auto"`` expands to `auto_starts`,
+    one per chain that takes it); ``spec`` is level labels ``[N, L]`` or ``"chain"``."""
+    out = []
+    auto = None
+    for c in range(num_chains):
+        one = inits[c % len(inits)]
+        if isinstance(one, str) and one == "auto":
+            if auto is None:
+                n_auto = sum(
+                    1
+                    for i in range(num_chains)
+                    if isinstance(inits[i % len(inits)], str) and inits[i % len(inits)] == "auto"
+                )
+                auto = iter(auto_starts(X, L, n_auto, init_levels, K))
+            out.append(next(auto))
+        elif isinstance(one, str) and one == "chain":
+            out.append(("chain", "chain"))
+        else:
+            name = one if isinstance(one, str) else ("tree" if isinstance(one, Tree) else "labels")
+            out.append((name, start_level_labels(X, L, one, init_levels, K)[0]))
+    return out

@@ -138,7 +138,7 @@ def _write_path(st: BHMCState, n, path_n, write, newlb, count_minus):
     )
 
 
-def _fold_own_component(st: BHMCState, n):
+def _fold_own_component(st: BHMCState, n, mask=None):
     """Point ``n``'s component folded back into every node's rest ``beta*`` when ``n`` is its
     only member (its ``theta`` dropped; the slot becomes free).
 
@@ -147,28 +147,31 @@ def _fold_own_component(st: BHMCState, n):
     ``theta`` (drawn given ``x_n``) would condition the update on ``x_n`` twice and make
     singletons sticky (too many components: 2.74 against the exact 2.65 for five points at
     depth 2, measured by enumeration). Its weight joins the rest (Dirichlet aggregation); if
-    the point goes back to the rest, `_new_component` instantiates an atom from it again."""
+    the point goes back to the rest, `_new_component` instantiates an atom from it again.
+    ``mask``: the real points (padding rows are no members)."""
     K = st.theta.shape[0]
     k = st.c[n]
-    alone = jnp.sum(st.c == k) == 1
+    same = st.c == k
+    alone = jnp.sum(same if mask is None else same & mask) == 1
     col = st.logb[:, k]
     rest = jnp.where(alone, jnp.logaddexp(st.logb[:, K], col), st.logb[:, K])
     logb = st.logb.at[:, k].set(jnp.where(alone, NEG_INF, col)).at[:, K].set(rest)
     return st._replace(logb=logb)
 
 
-def point_update(key, st: BHMCState, n, x, cfg, *, mode: str):
+def point_update(key, st: BHMCState, n, x, cfg, *, mode: str, mask=None):
     """Moves point ``n`` (``mode="mcmc"``: Algorithm 2's path MH and Eq. 2 Gibbs for
     ``c_n``) or inserts it by the generative process (``mode="prior"``: the point is absent,
     its path and ``c_n`` are drawn from the prior and ``x_n`` from ``N(theta_c, sigma2 I)``).
-    Returns ``(state, x_n, accepted)``."""
+    ``mask``: the real points when the state is padded (`state.point_mask`). Returns
+    ``(state, x_n, accepted)``."""
     M, K1 = st.logb.shape
     K = K1 - 1
     L = st.path.shape[1] - 1
     kp, kb, ka, kc, kn, kx = jax.random.split(key, 6)
     mcmc = mode == "mcmc"
     if mcmc:
-        st = _fold_own_component(st, n)
+        st = _fold_own_component(st, n, mask)
     old = st.path[n]
     count_minus = st.count.at[old].add(-1) if mcmc else st.count
     slots = jnp.arange(M)
@@ -272,7 +275,7 @@ def _path_conditional(st: BHMCState, n, x, cfg, likelihood: bool = True):
     return leaf, branch, node_ll, count_minus, ll, lfs
 
 
-def gibbs_point_update(key, st: BHMCState, n, x, cfg, likelihood: bool = True):
+def gibbs_point_update(key, st: BHMCState, n, x, cfg, likelihood: bool = True, mask=None):
     """Block Gibbs update of point ``n``'s path, its component ``c_n`` and the weights of any
     nodes it creates, given everything else (`_path_conditional`):
 
@@ -287,12 +290,13 @@ def gibbs_point_update(key, st: BHMCState, n, x, cfg, likelihood: bool = True):
        from its posterior given ``x_n``.
 
     Nodes only ``n`` went through are dropped when it leaves them (their weights go with them:
-    the block includes them). Returns ``(state, x_n, moved)``."""
+    the block includes them). ``mask``: the real points when the state is padded
+    (`state.point_mask`). Returns ``(state, x_n, moved)``."""
     M, K1 = st.logb.shape
     K = K1 - 1
     L = st.path.shape[1] - 1
     kp, kc, kb, kn = jax.random.split(key, 4)
-    st = _fold_own_component(st, n)
+    st = _fold_own_component(st, n, mask)
     old = st.path[n]
     leaf_lg, branch_lg, _, count_minus, ll, lfs = _path_conditional(st, n, x, cfg, likelihood)
     pick = _categorical(kp, jnp.concatenate([leaf_lg, branch_lg]))

@@ -26,12 +26,12 @@ import jax.numpy as jnp
 import numpy as np
 from numpyro.infer.mcmc import MCMCKernel
 
+from ..._internal.buckets import bucket, pad_rows
 from ..._internal.chain import check_chains, map_chains, run_steps
-from ...tree import ParentTree, Tree
-from .init import auto_starts, bhmc_init, start_level_labels, state_from_level_labels, tree_init_state
+from ...tree import ParentTree
+from .init import _chain_init, _chain_starts, _check_init, _labels_state, bhmc_init, tree_init_state
 from .moves import gibbs_point_update, point_update
 from .state import (
-    NEG_INF,
     OVERFLOW_COMPONENTS,
     OVERFLOW_NODES,
     BHMCConfig,
@@ -40,8 +40,13 @@ from .state import (
     check_key,
     check_positive,
     check_X,
+    grow_state,
     make_config,
+    pad_state,
+    point_mask,
     raise_overflow,
+    row_permutation,
+    unpad_state,
 )
 from .summary import BHMCPosterior, summarise_chains, weight_similarity
 from .updates import complete_data_log_likelihood, update_hyper, update_theta, update_weights, update_weights_exact
@@ -70,35 +75,40 @@ def _sweep(
     path_update: str = "gibbs",
     likelihood: bool = True,
     num_split_merge: int = 0,
+    num_points=None,
 ):
+    """One sweep; ``num_points`` (a traced int; default all rows): ``X`` and ``st`` are padded
+    and only their first ``num_points`` rows are points (`state.point_mask`)."""
     N = X.shape[0]
+    n_pts = N if num_points is None else num_points
+    mask = point_mask(N, num_points)
     kperm, kpts, kh, kb, kt = jax.random.split(key, 5)
-    perm = jax.random.permutation(kperm, N)
+    perm = row_permutation(kperm, N, num_points)  # = jax.random.permutation(kperm, n_pts), then the padding
 
     def body(i, carry):
         s, nacc = carry
         n = perm[i]
         k = jax.random.fold_in(kpts, i)
         if path_update == "gibbs":
-            s, _, acc = gibbs_point_update(k, s, n, X[n], cfg, likelihood)
+            s, _, acc = gibbs_point_update(k, s, n, X[n], cfg, likelihood, mask)
         else:
-            s, _, acc = point_update(k, s, n, X[n], cfg, mode="mcmc")
+            s, _, acc = point_update(k, s, n, X[n], cfg, mode="mcmc", mask=mask)
         return s, nacc + acc.astype(jnp.int32)
 
-    st, nacc = jax.lax.fori_loop(0, N, body, (st, jnp.int32(0)))
+    st, nacc = jax.lax.fori_loop(0, n_pts, body, (st, jnp.int32(0)))
     if path_update == "gibbs":  # alpha, sigma2 given the state; gamma0, gamma with the weights integrated out
         if sample_hyper:  # (without the likelihood sigma2 keeps its value: its target would be the flat prior)
-            st = update_hyper(kh, st, X, cfg, num_hyper_steps, (True, False, False, likelihood))
-        st = update_weights_exact(kb, st, cfg, num_hyper_steps if sample_hyper else 0, num_split_merge)
+            st = update_hyper(kh, st, X, cfg, num_hyper_steps, (True, False, False, likelihood), mask)
+        st = update_weights_exact(kb, st, cfg, num_hyper_steps if sample_hyper else 0, num_split_merge, mask)
     else:
         if sample_hyper:
-            st = update_hyper(kh, st, X, cfg, num_hyper_steps)
-        st = update_weights(kb, st)
-    st = update_theta(kt, st, X, cfg, likelihood)
+            st = update_hyper(kh, st, X, cfg, num_hyper_steps, mask=mask)
+        st = update_weights(kb, st, mask)
+    st = update_theta(kt, st, X, cfg, likelihood, mask)
     K = st.theta.shape[0]
     info = {
-        "log_likelihood": complete_data_log_likelihood(st, X),
-        "accept_rate": nacc.astype(X.dtype) / N,
+        "log_likelihood": complete_data_log_likelihood(st, X, mask),
+        "accept_rate": nacc.astype(X.dtype) / n_pts,
         "num_nodes": jnp.sum(st.count > 0),
         "num_components": jnp.sum(jnp.isfinite(st.logb[0, :K])),
         "alpha": st.alpha,
@@ -113,8 +123,10 @@ _STATIC = ("sample_hyper", "num_hyper_steps", "path_update", "likelihood", "num_
 
 
 @functools.partial(jax.jit, static_argnames=_STATIC)
-def _sweep_jit(key, st, X, cfg, sample_hyper, num_hyper_steps, path_update="gibbs", likelihood=True, num_split_merge=0):
-    return _sweep(key, st, X, cfg, sample_hyper, num_hyper_steps, path_update, likelihood, num_split_merge)
+def _sweep_jit(
+    key, st, X, cfg, sample_hyper, num_hyper_steps, path_update="gibbs", likelihood=True, num_split_merge=0, npts=None
+):
+    return _sweep(key, st, X, cfg, sample_hyper, num_hyper_steps, path_update, likelihood, num_split_merge, npts)
 
 
 def bhmc_step(
@@ -220,87 +232,18 @@ def state_to_tree(state: BHMCState):
 # ------------------------------------------------------------------------------------------
 # the driver
 # ------------------------------------------------------------------------------------------
-def _grow_state(st: BHMCState, M2: int, K2: int) -> BHMCState:
-    """``st`` (or a stack of chains) padded to ``M2`` node and ``K2`` component slots."""
-    M, K1 = st.logb.shape[-2:]
-    K = K1 - 1
-    lead = st.logb.shape[:-2]
-    f = st.logb.dtype
-    logb = jnp.full(lead + (M2, K2 + 1), NEG_INF, f).at[..., :, K2].set(0.0)
-    logb = logb.at[..., :M, :K].set(st.logb[..., :K]).at[..., :M, K2].set(st.logb[..., K])
-    theta = jnp.zeros(lead + (K2, st.theta.shape[-1]), f).at[..., :K, :].set(st.theta)
-
-    def pad(a, fill):
-        return jnp.full(lead + (M2,), fill, a.dtype).at[..., :M].set(a)
-
-    return st._replace(
-        logb=logb,
-        theta=theta,
-        parent=pad(st.parent, -1),
-        level=pad(st.level, 0),
-        count=pad(st.count, 0),
-        overflow=jnp.zeros_like(st.overflow),
-    )
-
-
 @functools.partial(jax.jit, static_argnames=_STATIC)
 def _sweep_chains_jit(
-    keys, st, X, cfg, sample_hyper, num_hyper_steps, path_update="gibbs", likelihood=True, num_split_merge=0
+    keys, st, X, cfg, sample_hyper, num_hyper_steps, path_update="gibbs", likelihood=True, num_split_merge=0, npts=None
 ):
     return jax.vmap(
-        lambda k, s: _sweep(k, s, X, cfg, sample_hyper, num_hyper_steps, path_update, likelihood, num_split_merge)
+        lambda k, s: _sweep(k, s, X, cfg, sample_hyper, num_hyper_steps, path_update, likelihood, num_split_merge, npts)
     )(keys, st)
 
 
-def _check_init(init, N, L):
-    if isinstance(init, str):
-        if init not in ("auto", "ward", "bhc", "chain"):
-            raise ValueError(
-                f"init must be 'auto', 'ward', 'bhc', 'chain', a jaxhc Tree over the {N} points, "
-                f"level labels [N, depth] or a list of these, got {init!r}"
-            )
-    elif isinstance(init, Tree):
-        if init.n_leaves != N:
-            raise ValueError(f"init tree has {init.n_leaves} leaves, expected N={N}")
-    else:
-        lab = np.asarray(init)
-        if lab.shape != (N, L) or lab.dtype.kind not in "iu":
-            raise ValueError(
-                f"init must be 'auto', 'ward', 'bhc', 'chain', a jaxhc Tree over the {N} points, "
-                f"level labels [N, depth] = {(N, L)} or a list of these, got {type(init).__name__} "
-                f"of shape {getattr(lab, 'shape', None)}"
-            )
-        for l in range(1, L):  # nested: a level-(l + 1) cluster inside one level-l cluster
-            _, inv = np.unique(lab[:, l], return_inverse=True)
-            up = np.zeros(inv.max() + 1, np.int64) - 1
-            for i, u in zip(inv.reshape(-1), lab[:, l - 1]):
-                if up[i] >= 0 and up[i] != u:
-                    raise ValueError(f"init level labels are not nested: level {l + 1} splits a level-{l} cluster")
-                up[i] = u
-
-
-def _chain_starts(X, L, inits, num_chains, init_levels, K):
-    """``(name, spec)`` for every chain: ``inits`` in turn (``"auto"`` expands to `auto_starts`,
-    one per chain that takes it); ``spec`` is level labels ``[N, L]`` or ``"chain"``."""
-    out = []
-    auto = None
-    for c in range(num_chains):
-        one = inits[c % len(inits)]
-        if isinstance(one, str) and one == "auto":
-            if auto is None:
-                n_auto = sum(
-                    1
-                    for i in range(num_chains)
-                    if isinstance(inits[i % len(inits)], str) and inits[i % len(inits)] == "auto"
-                )
-                auto = iter(auto_starts(X, L, n_auto, init_levels, K))
-            out.append(next(auto))
-        elif isinstance(one, str) and one == "chain":
-            out.append(("chain", "chain"))
-        else:
-            name = one if isinstance(one, str) else ("tree" if isinstance(one, Tree) else "labels")
-            out.append((name, start_level_labels(X, L, one, init_levels, K)[0]))
-    return out
+@jax.jit
+def _loglik_jit(st, X, num_points):
+    return complete_data_log_likelihood(st, X, point_mask(X.shape[0], num_points))
 
 
 def bhmc(
@@ -332,6 +275,7 @@ def bhmc(
     summary: str = "posterior",
     split_merge: int = 4,
     similarity: str = "weights",
+    _bucket: bool = True,
 ) -> BHMCSamples:
     """Bayesian Hierarchical Mixture Clustering (Huang et al.): ``num_warmup + num_samples``
     sweeps of the exact block Gibbs sampler (or Algorithm 2's MH) with split-merge moves on
@@ -360,6 +304,11 @@ def bhmc(
     paper's hyperpriors, and the start is Ward's tree cut to ``depth`` levels where its merge
     heights jump (`level_sizes_from_gaps`). The same key gives the same labels for ``X`` and
     ``a X + b``.
+
+    Compiled once per bucket of ``N``: the points are padded to ``bucket(N)`` rows
+    (`jaxhc._internal.buckets`) that no sweep visits and every sum over points masks out
+    (`jaxhc.inference.bhmc.state`), with random draws made per real point, so the result
+    equals the unpadded computation's; every output holds the ``N`` real points only.
 
     Args:
       key: a ``jax.random`` key (the same key gives the same result).
@@ -432,7 +381,8 @@ def bhmc(
     num_samples = check_int(num_samples, "num_samples", 1)
     num_warmup = check_int(num_warmup, "num_warmup", 0)
     num_hyper_steps = check_int(num_hyper_steps, "num_hyper_steps", 1)
-    M = check_int(max_nodes if max_nodes is not None else min(N * L + L + 1, 1024), "max_nodes", L + 1)
+    P = bucket(N) if _bucket else N  # rows of the compiled programs (the padding: module docstring of state)
+    M = check_int(max_nodes if max_nodes is not None else min(P * L + L + 1, 1024), "max_nodes", L + 1)
     K = check_int(max_components if max_components is not None else 128, "max_components", 1)
     if path_update not in ("gibbs", "mh"):
         raise ValueError(f"path_update must be 'gibbs' or 'mh', got {path_update!r}")
@@ -467,14 +417,15 @@ def bhmc(
             stacklevel=2,
         )
         sigma2 = start
-    Xj = jnp.asarray(X)
+    Xj = jnp.asarray(pad_rows(X, P))
+    npts = np.int32(N)
     k_init, k_run = jax.random.split(key)
-    hyper = dict(alpha=alpha, gamma0=gamma0, gamma=gamma)
     if init_state is not None:
         st = init_state
         if tuple(st.path.shape) != (N, L + 1):
             raise ValueError(f"init_state.path has shape {tuple(st.path.shape)}, expected {(N, L + 1)}")
         M, K = st.parent.shape[0], st.theta.shape[0]
+        st = jax.device_put(pad_state(st, P))
         num_chains = 1
     else:
         starts = _chain_starts(X, L, inits, num_chains, init_levels, K)
@@ -483,35 +434,24 @@ def bhmc(
         for c, (_, spec) in enumerate(starts):
             if isinstance(spec, str) and spec == "chain":
                 s2 = sigma2 if sigma2 is not None else 0.25 * float(cfg.sigma2_max)
-                one = bhmc_init(
-                    kinit[c], Xj, L, cfg, sigma2=s2, epsilon=epsilon, max_nodes=M, max_components=K, **hyper
-                )
+                one = _chain_init(kinit[c], Xj, N, L, cfg, (alpha, gamma0, gamma, s2), epsilon, M, K)
             else:
-                one = state_from_level_labels(
-                    X,
-                    spec,
-                    cfg,
-                    key=kinit[c],
-                    sigma2=sigma2,
-                    max_nodes=M,
-                    max_components=K,
-                    sample_hyper=sample_hyper,
-                    **hyper,
-                )
+                hyper = (alpha, gamma0, gamma, sigma2)
+                one = _labels_state(X, spec, cfg, kinit[c], None, hyper, M, K, sample_hyper, size=P)
             states.append(one)
         st = states[0] if num_chains == 1 else jax.tree_util.tree_map(lambda *a: jnp.stack(a), *states)
     chains = num_chains > 1
     vec = chains and chain_method == "vectorized"
     sts = [jax.tree_util.tree_map(lambda a: a[i], st) for i in range(num_chains)] if chains and not vec else None
-    args = (Xj, cfg, bool(sample_hyper), num_hyper_steps, path_update, True, split_merge)
+    args = (Xj, cfg, bool(sample_hyper), num_hyper_steps, path_update, True, split_merge, npts)
     best_sweep = -1  # the starts are candidates too (the sampler may only find worse states)
     firsts = [jax.tree_util.tree_map(lambda a: a[i], st) for i in range(num_chains)] if chains else [st]
-    start_vals = [float(complete_data_log_likelihood(x, Xj)) for x in firsts]
+    start_vals = [float(_loglik_jit(x, Xj, npts)) for x in firsts]
     best = firsts[int(np.argmax(start_vals))]
     best_val = max(start_vals)
     kept_paths, kept_c, wsim = [], [], [None]
     auto_M, auto_K = max_nodes is None, max_components is None
-    M_full = N * L + L + 1
+    M_full = P * L + L + 1
 
     def sweep(t, carry):
         """Sweep ``t`` of every chain (key ``fold_in(k_run, t)``, chain ``i`` its ``i``-th split).
@@ -543,8 +483,8 @@ def bhmc(
                 raise_overflow(flag, M, K, f"in sweep {t}")
             M = min(2 * M, M_full) if grow_M else M
             K = 2 * K if grow_K else K
-            st = _grow_state(st, M, K)
-            sts = None if sts is None else [_grow_state(x, M, K) for x in sts]
+            st = grow_state(st, M, K)
+            sts = None if sts is None else [grow_state(x, M, K) for x in sts]
 
     def collect(t, carry, info):
         """Every sweep's ``info`` goes to the trace (copied to the host once, at the end); a
@@ -590,11 +530,13 @@ def bhmc(
         trace = {k: np.moveaxis(v, 0, 1) for k, v in trace.items()}
         if not vec:
             st = jax.tree_util.tree_map(lambda *a: jnp.stack(a), *sts)
-    best = jax.device_get(best)
-    best_ll = float(complete_data_log_likelihood(best, Xj))
-    paths = np.stack(jax.device_get(kept_paths), 1)  # [chains, kept sweeps, N, L + 1]
-    comps = np.stack(jax.device_get(kept_c), 1)
-    post = summarise_chains(paths, comps, np.asarray(wsim[0]) / (paths.shape[0] * paths.shape[1]), similarity)
+    best_ll = float(_loglik_jit(best, Xj, npts))
+    best = unpad_state(best, N)  # the real points only (host arrays), as every output
+    st = jax.device_put(unpad_state(st, N))
+    paths = np.stack(jax.device_get(kept_paths), 1)[:, :, :N]  # [chains, kept sweeps, N, L + 1]
+    comps = np.stack(jax.device_get(kept_c), 1)[:, :, :N]
+    wsim = np.asarray(wsim[0])[:, :N, :N] / (paths.shape[0] * paths.shape[1])
+    post = summarise_chains(paths, comps, wsim, similarity)
     if summary == "posterior":
         tree, level_labels, labels = post.tree, post.level_labels, post.labels
     else:

@@ -70,7 +70,7 @@ def _log_ncrp_split(cA, cB, alpha, internal):
     return r
 
 
-def split_merge_level(key, st: BHMCState, l: int, tables, num_moves: int):
+def split_merge_level(key, st: BHMCState, l: int, tables, num_moves: int, mask=None):
     """``num_moves`` split-merge proposals at level ``l`` (module docstring).
 
     Args:
@@ -81,6 +81,7 @@ def split_merge_level(key, st: BHMCState, l: int, tables, num_moves: int):
       tables: int ``[M, K]`` table counts of the level-``l + 1`` nodes (their customers at
         their parent), ignored at ``l = L`` (the points' components are the customers).
       num_moves: proposals (static).
+      mask: bool ``[N]`` the real points of a padded state (padding rows are never items).
 
     Returns:
       ``(state, accepted)``: the state with the new structure at level ``l`` (``path``,
@@ -104,7 +105,7 @@ def split_merge_level(key, st: BHMCState, l: int, tables, num_moves: int):
 
     def items(s):
         if leaf:
-            return s.path[:, L], jnp.ones(N, bool), jnp.ones(N, f)
+            return s.path[:, L], jnp.ones(N, bool) if mask is None else mask, jnp.ones(N, f)
         valid = (s.level == l + 1) & (s.count > 0) & (s.parent >= 0)
         return s.parent, valid, s.count.astype(f)
 

@@ -1,5 +1,12 @@
-"""BHMC's state and configuration (`BHMCState`, `BHMCConfig`, `make_config`) and the input
-checks of its public functions."""
+"""BHMC's state and configuration (`BHMCState`, `BHMCConfig`, `make_config`), the input
+checks of its public functions, and the padding of a state's points to a bucket size.
+
+Padding ("compile once, fit many"): `jaxhc.bhmc` runs its compiled programs on the data's
+rows padded to ``bucket(N)`` (`jaxhc._internal.buckets`). Padded points have path 0 (the
+root at every level) and component 0, take no node (node ``count`` holds the real points
+only), are never visited by a sweep and are masked out of every sum over points (the
+``mask`` arguments, ``arange(size) < N``); random draws are made per real point (row-major
+prefixes, `row_permutation`), so a key gives the same state whatever the padding."""
 
 from __future__ import annotations
 
@@ -9,10 +16,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..._internal.buckets import pad_rows
 from ..._internal.validation import real_array
 
 __all__ = [
     "BHMCConfig",
+    "row_permutation",
     "BHMCState",
     "OVERFLOW_COMPONENTS",
     "OVERFLOW_NODES",
@@ -168,3 +177,75 @@ def raise_overflow(flag, M, K, where):
         raise ValueError(f"BHMC ran out of node slots (max_nodes={M}) {where}; pass a larger max_nodes")
     if flag & OVERFLOW_COMPONENTS:
         raise ValueError(f"BHMC ran out of component slots (max_components={K}) {where}; pass a larger max_components")
+
+
+# ------------------------------------------------------------------------------------------
+# padding the points to a bucket size (module docstring)
+# ------------------------------------------------------------------------------------------
+def _shuffle_rounds(n: int) -> int:
+    """Sorting rounds `jax.random.permutation` uses for ``n`` entries."""
+    return int(np.ceil(3 * np.log(max(1, n)) / np.log(np.iinfo(np.uint32).max)))
+
+
+def row_permutation(key, size: int, num_points=None):
+    """A uniformly random order ``[size]`` of the rows ``0..n-1`` (``n = num_points``, a traced
+    int allowed; default ``size``), followed by the padding rows ``n..size-1`` (in some order).
+
+    The real rows' order depends on ``key`` and ``n`` only, not on ``size``, and equals
+    ``jax.random.permutation(key, n)`` (its sorts by random 32-bit keys, the padding rows
+    sorted last)."""
+    n = size if num_points is None else num_points
+    x = jnp.arange(size, dtype=jnp.int32)
+    for r in range(_shuffle_rounds(size)):
+        key, sub = jax.random.split(key)
+        bits = jax.random.bits(sub, (size,), jnp.uint32)
+        y = jax.lax.sort(((x >= n).astype(jnp.int32), bits, x), num_keys=2, is_stable=True)[2]
+        if r == 0:  # every n > 1 sorts at least once (n <= 1: the identity either way)
+            x = y
+        else:  # round r only for the sizes that need it (rounds(m) > r <=> m > the last m without)
+            lo, hi = 1, size
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                lo, hi = (mid, hi) if _shuffle_rounds(mid) <= r else (lo, mid - 1)
+            x = jnp.where(n > lo, y, x)
+    return x
+
+
+def point_mask(size: int, num_points=None):
+    """``bool [size]``: the real points (``None`` when nothing is padded)."""
+    return None if num_points is None else jnp.arange(size) < num_points
+
+
+def pad_state(st: BHMCState, size: int) -> BHMCState:
+    """A host state of ``N`` points padded to ``size`` rows (path 0, component 0)."""
+    st = jax.device_get(st)
+    return st._replace(path=pad_rows(np.asarray(st.path), size, 0, -2), c=pad_rows(np.asarray(st.c), size, 0, -1))
+
+
+def unpad_state(st: BHMCState, num_points: int) -> BHMCState:
+    """The state's first ``num_points`` points (host arrays; a leading chain axis is kept)."""
+    st = jax.device_get(st)
+    return st._replace(path=np.asarray(st.path)[..., :num_points, :], c=np.asarray(st.c)[..., :num_points])
+
+
+def grow_state(st: BHMCState, M2: int, K2: int) -> BHMCState:
+    """``st`` (or a stack of chains) padded to ``M2`` node and ``K2`` component slots."""
+    M, K1 = st.logb.shape[-2:]
+    K = K1 - 1
+    lead = st.logb.shape[:-2]
+    f = st.logb.dtype
+    logb = jnp.full(lead + (M2, K2 + 1), NEG_INF, f).at[..., :, K2].set(0.0)
+    logb = logb.at[..., :M, :K].set(st.logb[..., :K]).at[..., :M, K2].set(st.logb[..., K])
+    theta = jnp.zeros(lead + (K2, st.theta.shape[-1]), f).at[..., :K, :].set(st.theta)
+
+    def pad(a, fill):
+        return jnp.full(lead + (M2,), fill, a.dtype).at[..., :M].set(a)
+
+    return st._replace(
+        logb=logb,
+        theta=theta,
+        parent=pad(st.parent, -1),
+        level=pad(st.level, 0),
+        count=pad(st.count, 0),
+        overflow=jnp.zeros_like(st.overflow),
+    )

@@ -29,13 +29,19 @@ __all__ = [
 ]
 
 
-def _node_comp_counts(st: BHMCState):
+def _ones(N, mask, dtype):
+    """``[N]`` weights of the points: 1, or 0 for a padding row (``mask``)."""
+    return jnp.ones(N, dtype) if mask is None else mask.astype(dtype)
+
+
+def _node_comp_counts(st: BHMCState, mask=None):
     """``N_zk``: points through node ``z`` with ``c = k`` ``[M, K]``."""
     M, K1 = st.logb.shape
     N, L1 = st.path.shape
     f = st.logb.dtype
     flat = (st.path * (K1 - 1) + st.c[:, None]).reshape(-1)
-    return jax.ops.segment_sum(jnp.ones(N * L1, f), flat, num_segments=M * (K1 - 1)).reshape(M, K1 - 1)
+    w = jnp.broadcast_to(_ones(N, mask, f)[:, None], (N, L1)).reshape(-1)
+    return jax.ops.segment_sum(w, flat, num_segments=M * (K1 - 1)).reshape(M, K1 - 1)
 
 
 def _num_tables(key, counts, log_conc, capacity: int):
@@ -60,7 +66,12 @@ def _num_tables(key, counts, log_conc, capacity: int):
 
 
 def update_weights_exact(
-    key, st: BHMCState, cfg: Optional[BHMCConfig] = None, num_hyper_steps: int = 0, num_split_merge: int = 0
+    key,
+    st: BHMCState,
+    cfg: Optional[BHMCConfig] = None,
+    num_hyper_steps: int = 0,
+    num_split_merge: int = 0,
+    mask=None,
 ):
     """``B | V, c`` exactly, by the multilevel HDP's table counts (the direct-assignment
     sampler of the hierarchical DP, level by level).
@@ -85,7 +96,8 @@ def update_weights_exact(
     With ``num_split_merge > 0`` the bottom-up pass also makes that many split-merge proposals
     on every level's nodes before drawing its tables (`splitmerge.split_merge_level`: the
     level's weights and those below are integrated out at that point, and all of them are drawn
-    afresh top-down afterwards); the tree's structure then changes too."""
+    afresh top-down afterwards); the tree's structure then changes too. ``mask``: the real
+    points when the state is padded (`state.point_mask`)."""
     M, K1 = st.logb.shape
     K = K1 - 1
     N, L1 = st.path.shape
@@ -94,7 +106,8 @@ def update_weights_exact(
     active = st.count > 0
     par = jnp.maximum(st.parent, 0)
     nonroot = active & (st.parent >= 0)
-    leaf_cnt = jax.ops.segment_sum(jnp.ones(N, jnp.int32), st.path[:, L] * K + st.c, num_segments=M * K).reshape(M, K)
+    ones = _ones(N, mask, jnp.int32)
+    leaf_cnt = jax.ops.segment_sum(ones, st.path[:, L] * K + st.c, num_segments=M * K).reshape(M, K)
     lg = jnp.log(st.gamma)
     keys = jax.random.split(key, L + 2)
     cust = jnp.where(((st.level == L) & nonroot)[:, None], leaf_cnt, 0)
@@ -103,13 +116,13 @@ def update_weights_exact(
     m_below = jnp.zeros((M, K), jnp.int32)  # tables of the level below (customers here)
     for l in range(L, 0, -1):  # customers at level l -> tables -> customers at level l - 1
         if num_split_merge > 0:  # level l's nodes split and merged, its weights integrated out
-            st, _ = split_merge_level(jax.random.fold_in(key, 11 + l), st, l, m_below, num_split_merge)
+            st, _ = split_merge_level(jax.random.fold_in(key, 11 + l), st, l, m_below, num_split_merge, mask)
             active = st.count > 0
             par = jnp.maximum(st.parent, 0)
             nonroot = active & (st.parent >= 0)
             below = (st.level == l + 1) & nonroot
             if l == L:
-                cnt = jax.ops.segment_sum(jnp.ones(N, jnp.int32), st.path[:, L] * K + st.c, num_segments=M * K)
+                cnt = jax.ops.segment_sum(ones, st.path[:, L] * K + st.c, num_segments=M * K)
                 here = cnt.reshape(M, K)
             else:
                 here = jax.ops.segment_sum(
@@ -165,21 +178,22 @@ def _children_top_down(key, st: BHMCState, logb, log_n, lg):
     return jax.lax.fori_loop(1, L + 1, level_body, logb)
 
 
-def update_weights(key, st: BHMCState):
+def update_weights(key, st: BHMCState, mask=None):
     """``B | V, c``: Eq. 3 at the root, then Eq. 4 level by level (parents first).
-    Components no point uses get weight 0 everywhere (their slots become free)."""
-    nk = _node_comp_counts(st)
+    Components no point uses get weight 0 everywhere (their slots become free); ``mask``: the
+    real points of a padded state."""
+    nk = _node_comp_counts(st, mask)
     root_conc = jnp.concatenate([jnp.log(nk[0]), jnp.log(st.gamma0)[None]])
     logb = st.logb.at[0].set(dirichlet_log(jax.random.fold_in(key, 0), root_conc))
     return st._replace(logb=_children_top_down(key, st, logb, jnp.log(nk), jnp.log(st.gamma)))
 
 
-def update_theta(key, st: BHMCState, X, cfg, likelihood: bool = True):
+def update_theta(key, st: BHMCState, X, cfg, likelihood: bool = True, mask=None):
     """Eq. 5: ``theta_k | X, c ~ N(mu_k, Sigma_k)`` with ``Sigma_k = (Sigma0^-1 + N_k
     Sigma^-1)^-1``, ``mu_k = Sigma_k (Sigma0^-1 mu0 + Sigma^-1 sum_{c_n = k} x_n)``
-    (``likelihood=False``: the prior ``H``)."""
+    (``likelihood=False``: the prior ``H``; ``mask``: the real rows of padded ``X``)."""
     K = st.theta.shape[0]
-    w = jnp.ones(X.shape[0], X.dtype) if likelihood else jnp.zeros(X.shape[0], X.dtype)
+    w = _ones(X.shape[0], mask, X.dtype) if likelihood else jnp.zeros(X.shape[0], X.dtype)
     nk = jax.ops.segment_sum(w, st.c, num_segments=K)
     sk = jax.ops.segment_sum(X * w[:, None], st.c, num_segments=K)
     var = 1.0 / (1.0 / cfg.prior_var[None, :] + nk[:, None] / st.sigma2)
@@ -191,7 +205,7 @@ def _gamma_logpdf(x, a, rate):
     return (a - 1.0) * jnp.log(x) - rate * x
 
 
-def _hyper_targets(st: BHMCState, X, cfg):
+def _hyper_targets(st: BHMCState, X, cfg, mask=None):
     """Log conditional densities (up to constants) of each hyperparameter given the rest,
     including its hyperprior: ``alpha ~ Ga(3, 1)``, ``gamma0 ~ Ga(3.5, 1)``, ``gamma ~
     Unif(0, 1.5)``, ``sigma2 ~ Unif(0, s)``."""
@@ -203,8 +217,8 @@ def _hyper_targets(st: BHMCState, X, cfg):
     live = jnp.isfinite(st.logb[0, :K])
     n_live = jnp.sum(live).astype(X.dtype)
     star0 = st.logb[0, K]
-    sq = jnp.sum((X - st.theta[st.c]) ** 2)
-    ND = X.shape[0] * X.shape[1]
+    sq = jnp.sum(_ones(X.shape[0], mask, X.dtype)[:, None] * (X - st.theta[st.c]) ** 2)
+    ND = (X.shape[0] if mask is None else jnp.sum(mask).astype(X.dtype)) * X.shape[1]
 
     def t_alpha(a):
         return ncrp_log_prob(st.parent, st.level, st.count, a, L) + _gamma_logpdf(a, 3.0, 1.0)
@@ -237,10 +251,11 @@ def _log_rw_mh(key, t, v, step, num_steps):
     return jax.lax.fori_loop(0, num_steps, body, (v, t(v)))[0]
 
 
-def update_hyper(key, st: BHMCState, X, cfg, num_steps: int = 5, which=(True, True, True, True)):
+def update_hyper(key, st: BHMCState, X, cfg, num_steps: int = 5, which=(True, True, True, True), mask=None):
     """Log-scale random-walk MH for each of ``(alpha, gamma0, gamma, sigma2)`` in turn (those
-    with ``which`` set), ``num_steps`` proposals each, given the explicit state."""
-    targets = _hyper_targets(st, X, cfg)
+    with ``which`` set), ``num_steps`` proposals each, given the explicit state (``mask``: the
+    real rows of padded ``X``)."""
+    targets = _hyper_targets(st, X, cfg, mask)
     vals = [st.alpha, st.gamma0, st.gamma, st.sigma2]
     keys = jax.random.split(key, 4)
     out = [
@@ -250,12 +265,13 @@ def update_hyper(key, st: BHMCState, X, cfg, num_steps: int = 5, which=(True, Tr
     return st._replace(alpha=out[0], gamma0=out[1], gamma=out[2], sigma2=out[3])
 
 
-def complete_data_log_likelihood(st: BHMCState, X):
+def complete_data_log_likelihood(st: BHMCState, X, mask=None):
     """``log p(X, c, V | B, theta)``: ``sum_n [log beta_{leaf(n), c_n} + log N(x_n;
     theta_{c_n}, sigma2 I)] + log p(V | alpha)``, the paper's criterion for the reported
-    tree."""
+    tree (``mask``: the real rows of a padded state and ``X``; the padding adds 0)."""
     L = st.path.shape[1] - 1
     leaf = st.path[:, L]
-    lc = jnp.sum(st.logb[leaf, st.c])
-    lx = jnp.sum(normal_diag_logpdf(X, st.theta[st.c], st.sigma2))
+    real = jnp.ones(X.shape[0], bool) if mask is None else mask
+    lc = jnp.sum(jnp.where(real, st.logb[leaf, st.c], 0.0))
+    lx = jnp.sum(jnp.where(real, normal_diag_logpdf(X, st.theta[st.c], st.sigma2), 0.0))
     return lc + lx + ncrp_log_prob(st.parent, st.level, st.count, st.alpha, L)
