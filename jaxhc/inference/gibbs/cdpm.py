@@ -114,15 +114,23 @@ def column_components(component, J, size=None, name="CDPM MCMC"):
     cannot be split raises `jaxhc.components.ColumnSplitError` (a ``TypeError`` and a
     ``ValueError``; `Component.column_components`).
 
-    Built on the host (``restrict_columns`` of every column over NumPy copies of the
-    parameters, stacked by NumPy), so no program is compiled per ``J``."""
+    No program is compiled per ``J``: a family with its own (vectorised) ``column_components``
+    runs it on its restriction to the padded column list (eager operations at ``size``, once a
+    bucket); the others are restricted column by column on NumPy copies of the parameters and
+    stacked by NumPy."""
     size = J if size is None else int(size)
     component.check_column_split(name)
     host = jax.tree_util.tree_map(np.asarray, component)
+    if type(component).column_components is not Component.column_components:
+        idx = np.concatenate([np.arange(J), np.zeros(size - J, np.int64)])
+        try:
+            return host.restrict_columns(idx, name=name).column_components(size, name)
+        except (TypeError, ValueError):  # e.g. BetaBinomial's unequal trials: its own call below raises
+            pass
     try:
         cols = [host.restrict_columns([j], name=name) for j in range(J)]
         stacked = _tmap(lambda *xs: np.stack([np.asarray(x) for x in xs]), *cols)
-    except (TypeError, ValueError):  # columns that do not stack (BetaBinomial's trials): the family's own
+    except (TypeError, ValueError):  # columns that do not stack: the family's own call
         stacked = _tmap(np.asarray, component.column_components(J, name))
     return to_device(_tmap(lambda a: np.concatenate([a, np.repeat(a[:1], size - J, axis=0)]), stacked))
 

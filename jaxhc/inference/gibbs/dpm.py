@@ -526,7 +526,7 @@ class DPMGibbs(MCMCKernel):
 
     def __init__(self, X, component, alpha=1.0, *, num_split_merge=3, num_restricted_scans=5, init_labels=None):
         Xa, self.alpha = validate(X, component, alpha)
-        self.X = jnp.asarray(Xa)  # NumPy's MCMC compiles its own programs: not padded
+        self.X = jnp.asarray(Xa)  # NumPyro's MCMC compiles its own programs: not padded
         self.component = component
         self.num_split_merge = check_int(num_split_merge, "num_split_merge", 0)
         self.num_restricted_scans = check_int(num_restricted_scans, "num_restricted_scans", 0)
