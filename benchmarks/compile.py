@@ -130,9 +130,9 @@ def _setup(exact_shapes: bool):
 
     jax.config.update("jax_enable_x64", True)
     if exact_shapes:
-        from jaxhc.inference.bhc import greedy
+        from jaxhc.inference.bhc import terms
 
-        greedy.PAD_TO_BUCKETS = False
+        terms.PAD_TO_BUCKETS = False
 
 
 def worker_first(system: str, n: int, exact_shapes: bool, cache: str) -> dict:

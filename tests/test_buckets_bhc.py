@@ -12,7 +12,7 @@ import pytest
 import jaxhc
 from jaxhc._internal.buckets import GRID_STEPS, MIN_BUCKET, bucket, bucket_grid, buckets_of, pad_rows
 from jaxhc._internal.compiles import count_compilations
-from jaxhc.inference.bhc import greedy
+from jaxhc.inference.bhc import terms
 
 
 def _data(n, d=3, seed=0):
@@ -26,11 +26,11 @@ def exact_shapes(monkeypatch):
     """Runs the unpadded (exact-shape) path while active."""
 
     def run(f, *a, **kw):
-        monkeypatch.setattr(greedy, "PAD_TO_BUCKETS", False)
+        monkeypatch.setattr(terms, "PAD_TO_BUCKETS", False)
         try:
             return f(*a, **kw)
         finally:
-            monkeypatch.setattr(greedy, "PAD_TO_BUCKETS", True)
+            monkeypatch.setattr(terms, "PAD_TO_BUCKETS", True)
 
     return run
 
@@ -90,6 +90,12 @@ def test_bhc_padded_equals_exact_shape(n, family, exact_shapes):
     a = jaxhc.bhc(X, comp, 0.7)
     b = exact_shapes(jaxhc.bhc, X, comp, 0.7)
     _same_result(a, b)
+    # the fixed-tree recursion of the found tree too
+    ta = jaxhc.tree_log_evidence(X, a.tree, comp, 0.7)
+    tb = exact_shapes(jaxhc.tree_log_evidence, X, b.tree, comp, 0.7)
+    for x, y in zip(ta, tb):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=0, atol=1e-10)
+    np.testing.assert_allclose(float(ta.log_evidence), float(a.log_evidence), rtol=0, atol=1e-9)
     # the predictives too (nodes and query rows padded)
     pa = np.asarray(jaxhc.bhc_predictive(a, X[:3]))
     pb = np.asarray(exact_shapes(jaxhc.bhc_predictive, b, X[:3]))
@@ -157,12 +163,13 @@ def test_rbhc_compiles_nothing_for_new_sizes():
 
 
 def test_a_sweep_compiles_once_per_bucket_touched():
-    comp = jaxhc.components.NormalGamma.from_data(_data(100))
-    jaxhc.bhc(_data(10), comp)  # the programs that do not depend on n
+    d = 7  # a width no other test of this file uses: every bucket's programs are new here
+    comp = jaxhc.components.NormalGamma.from_data(_data(100, d))
+    jaxhc.bhc(_data(10, d), comp)  # the programs that do not depend on n
     counts = {}
     for n in (21, 23, 24, 25, 27, 28, 29, 31, 33, 39):
         with count_compilations() as c:
-            jaxhc.bhc(_data(n, seed=n), comp)
+            jaxhc.bhc(_data(n, d, seed=n), comp)
         counts.setdefault(bucket(n), []).append(c.compiled)
     assert sorted(counts) == [24, 28, 32, 40]
     firsts = [v[0] for v in counts.values()]

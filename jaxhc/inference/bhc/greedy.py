@@ -31,7 +31,6 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import gammaln
 
-from ..._internal.buckets import bucket
 from ..._internal.validation import check_alpha, check_component
 from ...components import Component, GaussianStats
 from . import slots as slot_rows
@@ -42,6 +41,7 @@ from .terms import (  # the fixed-tree functions are re-exported from here
     check_finite_scores,
     merge_terms,
     node_stats_of_tree,
+    padded_leaf_stats,
     take,
     tree_log_evidence,
     tree_node_terms,
@@ -632,12 +632,6 @@ def _work_estimate(leaf_stats, n: int) -> float:
 
 
 @eqx.filter_jit
-def _leaf_stats(comp, X):
-    # one small program instead of an eager compile per primitive (~0.1 s of a first call)
-    return comp.leaf_stats(X)
-
-
-@eqx.filter_jit
 def _leaf_log_marginals(comp, leaf_stats):
     # one compiled program per padded size (eagerly, every distinct number of real points
     # would compile each primitive of the log marginal again)
@@ -776,22 +770,6 @@ def bhc(X, component: Component, alpha: float = 1.0, *, progress_bar: Optional[b
     if progress_bar is None:
         progress_bar = n >= 3000 or _work_estimate(leaf, n) > _CHUNKED_WORK
     return bhc_from_stats(component, alpha, leaf, n_valid=n, progress_bar=progress_bar)
-
-
-#: pad the data to the library's bucket grid (`jaxhc._internal.buckets`); tests turn it off
-#: to compare the padded search with the exact-shape one
-PAD_TO_BUCKETS = True
-
-
-def padded_leaf_stats(component, Xh: np.ndarray):
-    """The leaf statistics of the rows of ``Xh [n, d]`` padded to ``bucket(n)`` slots with
-    copies of row 0 (valid data, so every padded value is finite; the search never activates
-    them), so one compiled program serves every ``n`` of a bucket."""
-    n = Xh.shape[0]
-    size = bucket(n) if PAD_TO_BUCKETS else n
-    if size > n:
-        Xh = np.concatenate([Xh, np.repeat(Xh[:1], size - n, axis=0)])
-    return _leaf_stats(component, jnp.asarray(Xh))
 
 
 # ------------------------------------------------------------------------------------------

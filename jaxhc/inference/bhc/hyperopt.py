@@ -21,7 +21,7 @@ import optax
 from ..._internal.buckets import bucket
 from ..._internal.validation import check_alpha, check_component
 from ...components import Component
-from . import greedy
+from . import terms
 from .greedy import BHCResult, bhc
 from .terms import pad_tree, padded_tree_terms
 
@@ -201,7 +201,7 @@ def learn_hyperparameters(
         return _unpack_program(component, u, tuple(sorted(mask.items())))
 
     n = Xh.shape[0]
-    N = bucket(n) if greedy.PAD_TO_BUCKETS else n
+    N = bucket(n) if terms.PAD_TO_BUCKETS else n
 
     def m_step(u, node_stats, children):
         stats_p, children_p = pad_tree(node_stats, children, N)

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..._internal.buckets import bucket
 from ...components import CountStats
-from . import greedy
+from . import terms
 from .greedy import BHCResult
 
 
@@ -19,7 +19,7 @@ def _padded_nodes(log_w, node_stats):
     padded nodes copy node 0's statistics and weigh ``-inf``, so they add exact zeros to the
     mixture and one program serves every ``n`` of a bucket."""
     m = len(log_w)
-    size = 2 * bucket((m + 1) // 2) - 1 if greedy.PAD_TO_BUCKETS else m
+    size = 2 * bucket((m + 1) // 2) - 1 if terms.PAD_TO_BUCKETS else m
     lw = np.concatenate([np.asarray(log_w), np.full(size - m, -np.inf)])
 
     def pad(x):
@@ -59,7 +59,7 @@ def bhc_predictive(result: BHCResult, X_new) -> jax.Array:
     Xn = comp.validate_data(Xn, "X_new")
     log_w, node_stats = _padded_nodes(result.log_weights(), result.node_stats)
     m = Xn.shape[0]
-    rows = bucket(m) if greedy.PAD_TO_BUCKETS else m
+    rows = bucket(m) if terms.PAD_TO_BUCKETS else m
     Xp = np.concatenate([Xn, np.repeat(Xn[:1], rows - m, axis=0)]) if rows > m else Xn
     out = np.asarray(_predictive_core(comp, log_w, node_stats, jnp.asarray(Xp)))[:m]
     bad = ~np.isfinite(out) & ~(out == -np.inf)

@@ -9,12 +9,14 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 import chex
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import gammaln
 from scipy.special import gammaln as _host_gammaln
 
+from ..._internal.buckets import bucket
 from ..._internal.validation import check_alpha, check_component
 from ...components import Component
 from ...tree import Tree
@@ -32,6 +34,8 @@ __all__ = [
     "tree_log_evidence",
     "padded_tree_terms",
     "pad_tree",
+    "padded_leaf_stats",
+    "PAD_TO_BUCKETS",
     "check_finite_scores",
 ]
 
@@ -95,6 +99,28 @@ def set_at(tree, i, val):
 def concat_nodes(leaf, inner):
     """Leaf rows then inner-node rows, leaf by leaf of the pytrees."""
     return jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b], axis=0), leaf, inner)
+
+
+#: pad the data to the library's bucket grid (`jaxhc._internal.buckets`); tests turn it off
+#: to compare the padded search with the exact-shape one
+PAD_TO_BUCKETS = True
+
+
+def padded_leaf_stats(component, Xh: np.ndarray):
+    """The leaf statistics of the rows of ``Xh [n, d]`` padded to ``bucket(n)`` slots with
+    copies of row 0 (valid data, so every padded value is finite; the search never activates
+    them), so one compiled program serves every ``n`` of a bucket."""
+    n = Xh.shape[0]
+    size = bucket(n) if PAD_TO_BUCKETS else n
+    if size > n:
+        Xh = np.concatenate([Xh, np.repeat(Xh[:1], size - n, axis=0)])
+    return _leaf_stats(component, jnp.asarray(Xh))
+
+
+@eqx.filter_jit
+def _leaf_stats(comp, X):
+    # one small program instead of an eager compile per primitive (~0.1 s of a first call)
+    return comp.leaf_stats(X)
 
 
 # ------------------------------------------------------------------------------------------
@@ -212,7 +238,7 @@ def padded_tree_terms(comp: Component, alpha, node_stats, children, n_valid) -> 
     (cnt, log_d, log_pT, log_r, log_1mr), _ = jax.lax.scan(
         step, (cnt0, log_d0, log_pT0, log_r0, log_1mr0), (jnp.arange(N - 1), children)
     )
-    root = N + n_valid - 2
+    root = jnp.where(n_valid > 1, N + n_valid - 2, 0)  # one point: the root is leaf 0
     ev = log_pT[root]
     bound = ev + log_d[root] + gammaln(alpha) - gammaln(n_valid + alpha)
     return TreeTerms(ev, bound, log_h1, log_d, log_pT, log_r, log_1mr)
@@ -248,16 +274,21 @@ def tree_log_evidence(X, tree: Tree, component: Component, alpha: float = 1.0) -
     tree = tree.validate() if isinstance(tree, Tree) else Tree(tree).validate()
     if tree.n_leaves != Xh.shape[0]:
         raise ValueError(f"tree has {tree.n_leaves} leaves but X has {Xh.shape[0]} rows")
-    leaf = component.leaf_stats(jnp.asarray(Xh))
-    return _tree_terms(
-        component, jnp.asarray(alpha, dtype=jnp.result_type(float)), leaf, jnp.asarray(tree.children, jnp.int32)
-    )
+    n = Xh.shape[0]
+    leaf = padded_leaf_stats(component, Xh)
+    N = jax.tree_util.tree_leaves(leaf)[0].shape[0]
+    _, children = pad_tree(np.zeros(2 * n - 1), tree.children, N)
+    terms = _tree_terms(component, np.asarray(alpha, dtype=jnp.result_type(float)), leaf, children, np.int32(n))
+    # the real nodes of the bucket's layout, on the host (leaves 0..n-1, inner N..N+n-2)
+    rows = np.concatenate([np.arange(n), N + np.arange(n - 1)])
+    return TreeTerms(*(jnp.asarray(np.asarray(x)[rows] if np.ndim(x) else np.asarray(x)) for x in terms))
 
 
 @jax.jit
-def _tree_terms(comp, alpha, leaf_stats, children):
-    """`node_stats_of_tree` then `tree_node_terms` as one compiled program (per family and n)."""
-    return tree_node_terms(comp, alpha, node_stats_of_tree(comp, leaf_stats, children), children)
+def _tree_terms(comp, alpha, leaf_stats, children, n_valid):
+    """`node_stats_of_tree` then `padded_tree_terms` as one compiled program (per family and
+    size bucket: leaves padded to ``N``, ``children`` laid out by `pad_tree`)."""
+    return padded_tree_terms(comp, alpha, node_stats_of_tree(comp, leaf_stats, children), children, n_valid)
 
 
 def check_finite_scores(comp, leaf_stats, n, leaf_log_h1=None, merge_terms=()):
