@@ -43,11 +43,22 @@ Missing entries (NaN in ``X``) are supported where the component's statistics sk
 (`BetaBernoulli`, `BetaBinomial`): held-out cells are predicted by `dpm_predict_cells` and
 `cdpm_predict_cells`. `DPMGibbs` and `CDPMGibbs` wrap the kernels as NumPyro ``MCMCKernel``s.
 
-Compilation: the runs and the single steps go through one jitted chunk program per data
-shape, component and static option (``num_split_merge``; ``num_aux``): chain lengths,
-``thin``, ``num_restricted_scans``, ``gibbs_sweep`` and ``heat`` are traced, and kept samples
-go to buffers of a length fixed by the shape (`jaxhc._internal.chain.chunk_size`), longer runs
-taking several calls (`jaxhc._internal.chain.run_chunks`).
+Compilation: the runs and the single steps go through one jitted chunk program per bucket of
+data shapes (`jaxhc._internal.buckets`), component and static option (``num_split_merge``;
+``num_aux``): chain lengths, ``thin``, ``num_restricted_scans``, ``gibbs_sweep``, ``heat`` and
+the real sizes are traced, and kept samples go to buffers of a length fixed by the bucket
+(`jaxhc._internal.chain.chunk_size`), longer runs taking several calls
+(`jaxhc._internal.chain.run_chunks`; how many samples a call keeps depends on the real size
+only, so the chunk boundaries and keys do not move with the padding). Rows (and the CDPM's
+columns) are padded to the bucket's size: a padding row is in no cluster (labelled ``K``,
+zero statistics, never visited by a sweep or a split-merge move), a padding column in no view
+(zero statistics, no weight in any view's likelihood, never visited), so the samples equal
+those of the exact-shape computation. The random draws do not depend on the padding: row
+``i`` (column ``j``) draws with the ``i``-th (``j``-th) key of one ``split``, and every draw
+is over ``[K]`` logits per key (``-inf`` beyond the candidates); DPM Gibbs draws what it drew
+before padding, CDPM MCMC draws every view's row label (and auxiliary partitions) with keys of
+their own. The NumPyro kernels `DPMGibbs` and `CDPMGibbs` run unpadded (NumPyro compiles its
+own programs).
 
 Modules: `dpm` (DPM Gibbs), `cdpm` (CDPM MCMC), `cells` (held-out cells), `common` (statistics
 bookkeeping, CRP helpers, validation).
