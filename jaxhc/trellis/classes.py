@@ -572,8 +572,9 @@ def class_call(energy, leaves, n, with_map, marginals, tables=True):
     if not tables:
         return res[0]
     log_z, map_v, log_m, tz, tb, bp = res
-    if all(d.platform == "cpu" for d in log_m.devices()):
+    if all(d.platform == "cpu" for d in log_z.devices()):
         # on the host: a slice of a host buffer costs a copy, and a jitted cut would compile
         # one small program per N (every N of a class otherwise shares its programs)
-        return (log_z, map_v, *(jnp.asarray(np.asarray(x)[: 2**n]) for x in (log_m, tz, tb, bp)))
+        cut = lambda x: None if x is None else jnp.asarray(np.asarray(x)[: 2**n])  # noqa: E731
+        return (log_z, map_v, *(cut(x) for x in (log_m, tz, tb, bp)))
     return (log_z, map_v, *_cut_tables((log_m, tz, tb, bp), 2**n))
