@@ -21,7 +21,6 @@ from ..._internal.validation import real_array
 
 __all__ = [
     "BHMCConfig",
-    "row_permutation",
     "BHMCState",
     "OVERFLOW_COMPONENTS",
     "OVERFLOW_NODES",
