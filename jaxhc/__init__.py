@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # what type checkers and the API reference see; at run time, `__getattr__`
     from . import components, datasets, jets, metrics, tree, trellis
     from ._internal.cache import enable_compilation_cache
+    from ._internal.compiles import CompileCount, count_compilations
     from .components import (
         BetaBernoulli,
         BetaBinomial,
@@ -52,6 +53,7 @@ __all__ = [
     "BHMCResult",
     "BHMCSamples",
     "BetaBernoulli",
+    "CompileCount",
     "BetaBinomial",
     "DirichletMultinomial",
     "HyperoptResult",
@@ -75,6 +77,7 @@ __all__ = [
     "bhcc_predictive_column",
     "bhcc_predictive_row",
     "cdpm_mcmc",
+    "count_compilations",
     "dpm_gibbs",
     "enable_compilation_cache",
     "components",
@@ -103,6 +106,8 @@ _SUBMODULES = frozenset(
 #: every other public name: the module it is defined in
 _LAZY = {
     "enable_compilation_cache": "._internal.cache",
+    "CompileCount": "._internal.compiles",
+    "count_compilations": "._internal.compiles",
     "BetaBernoulli": ".components",
     "BetaBinomial": ".components",
     "DirichletMultinomial": ".components",
