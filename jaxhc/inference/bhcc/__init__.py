@@ -21,9 +21,16 @@ clusters the columns of a view are independent): `BetaBernoulli`, `BetaBinomial`
 computed once (with one extra all-missing "null" column); a view is a padded vector of column
 indices whose padding points at the null column, which contributes exactly zero to every
 log marginal. The BHC runs of all candidate views of a step are independent, so they are
-batched with ``vmap`` over views of one padded width (widths are powers of two, batches are
-padded to a power of two, so only a few programs compile). Missing entries (NaN) are
-supported throughout: they are skipped by the statistics and can be predicted (Eq. 13).
+batched over views of one padded width (widths are powers of four, batches of a fixed
+size, so only a few programs compile). Missing entries (NaN) are supported throughout:
+they are skipped by the statistics and can be predicted (Eq. 13).
+
+Compile once, fit many: the table itself is padded to the library's size grid
+(`jaxhc._internal.buckets`), rows to ``bucket(I)`` and columns to ``bucket(J + 1)``, with
+missing entries (zero statistics). The row searches take the real ``I`` as their number of
+active slots (padding rows are never merged), the predictives give the padding nodes zero
+weight, and the results are sliced back to the real rows on the host, so every table of a
+bucket runs the same compiled programs and gets the unpadded answer.
 
 Refinement (not in the paper). The greedy merges, and the cut at ``r < 0.5``, can leave a
 column partition that a single move improves under the model. `bhcc` and `rbhcc` therefore

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import gammaln
 
+from ..._internal.buckets import bucket
 from ..._internal.validation import real_array
 from ...components import (
     ColumnSplitError,
@@ -23,6 +24,19 @@ from ...components import (
 from .hostmath import host_gammaln as _sgammaln
 
 LOG_2PI = float(np.log(2 * np.pi))
+
+#: pad the rows and columns of the data to the library's bucket grid
+#: (`jaxhc._internal.buckets.bucket`), so one compiled program serves every table size of a
+#: bucket; the tests turn it off to compare the padded programs with exact-shape ones
+PAD_TO_BUCKETS = True
+
+
+def padded_sizes(I: int, J: int):
+    """``(row slots, column slots)`` of an ``I x J`` table: ``bucket(I)`` and ``bucket(J + 1)``
+    (at least one null column); ``(I, J + 1)`` with `PAD_TO_BUCKETS` off."""
+    if PAD_TO_BUCKETS:
+        return bucket(I), bucket(J + 1)
+    return int(I), int(J) + 1
 
 
 class _BetaView(Component):
@@ -88,30 +102,43 @@ class _BetaView(Component):
 
 
 class ColumnData(eqx.Module):
-    """Per-row per-column statistics of ``X [I, J]`` plus a null column ``J`` (no data).
+    """Per-row per-column statistics of ``X [I, J]``, padded to ``[n_slots, Jp]`` slots
+    (`padded_sizes`): rows ``I..`` and columns ``J..`` are all-missing (NaN), so their
+    statistics are zero and contribute exactly nothing; column ``J`` is the "null" column.
 
-    ``view(cols)`` returns the component and the leaf statistics ``[I, W]`` of the padded
-    column index vector ``cols [W]`` (entries equal to ``J`` are padding)."""
+    ``view(cols)`` returns the component and the leaf statistics ``[n_slots, W]`` of the
+    padded column index vector ``cols [W]`` (entries equal to ``J`` are padding). ``I`` and
+    ``J`` are array leaves (host ints outside ``jit``, traced inside), so one compiled program
+    serves every table of the same padded shape; row searches take ``I`` as their number of
+    real rows (`jaxhc.inference.bhc.greedy.bhc_core`'s ``n_valid``)."""
 
     beta: bool = eqx.field(static=True)
     shared: bool = eqx.field(static=True)  # one Beta prior for every column (scalar tables)
-    J: Any  # number of real columns (host int; not used under jit)
-    p1: jax.Array  # a  | mean        [J + 1]
-    p2: jax.Array  # b  | prior_var   [J + 1]
-    p3: jax.Array  # trials per column | noise_var [J + 1]
-    s: Any  # CountStats fields (n, succ, fail, logc) or IndepNormalStats, each [I, J + 1]
+    J: Any  # number of real columns (host int; traced under jit)
+    p1: jax.Array  # a  | mean        [Jp]
+    p2: jax.Array  # b  | prior_var   [Jp]
+    p3: jax.Array  # trials per column | noise_var [Jp]
+    s: Any  # CountStats fields (n, succ, fail, logc) or IndepNormalStats, each [n_slots, Jp]
     tables: Any  # (ga, gb, gab) log Gamma tables of the Beta families, or None
     dense: Any = None  # see _BetaView
     stride: int = eqx.field(static=True, default=0)
+    I: Any = None  # number of real rows (host int; traced under jit)
 
     @property
     def n_rows(self) -> int:
+        """Real rows ``I`` (a host int outside ``jit``)."""
+        return self.I
+
+    @property
+    def n_slots(self) -> int:
+        """Row slots of the padded arrays (static): ``bucket(I)``, or ``I`` unpadded."""
         return int(self.s[0].shape[0])
 
     @property
     def n_cols(self) -> int:
-        """Real columns ``J``; arrays are padded to a power of two ``> J`` with null columns
-        (so tables of similar width share compiled programs); index ``J`` is a null column."""
+        """Real columns ``J``; arrays are padded to ``bucket(J + 1)`` columns with null
+        columns (so tables of similar width share compiled programs); index ``J`` is a null
+        column."""
         return self.J
 
     def comp(self, cols):
@@ -133,6 +160,15 @@ class ColumnData(eqx.Module):
         else:
             leaf = IndepNormalStats(*(x[:, cols] for x in self.s))
         return comp, leaf
+
+    def host_leaf(self, cols):
+        """`view`'s leaf statistics ``[I, w]`` of the real columns ``cols [w]``, on the host
+        (NumPy: eager gathers would compile a program per view width)."""
+        cols = np.asarray(cols, np.int64)
+        f = [np.asarray(x)[: self.I, cols] for x in self.s]
+        if self.beta:
+            return CountStats(f[0], f[1], f[2], np.sum(f[3], axis=-1))
+        return IndepNormalStats(*f)
 
     def _gamma_table(self, k, m, col):
         """``log Gamma(p + m)`` of the Beta prior's ``p = a, b, a + b`` (``k = 0, 1, 2``) of
@@ -168,8 +204,12 @@ def column_model(component: Component, X: np.ndarray) -> ColumnData:
     ``TypeError``, otherwise)."""
     I, J = X.shape
     fdt = jnp.result_type(float)
-    npad = max(8, 1 << int(np.ceil(np.log2(J + 1)))) - J  # null columns J .. Jp-1
-    Xj = jnp.asarray(np.concatenate([X, np.full((I, npad), np.nan)], axis=1), fdt)
+    Ip, Jp = padded_sizes(I, J)
+    npad = Jp - J  # null columns J .. Jp-1
+    # padding rows and columns are missing entries: zero statistics (host NumPy throughout,
+    # so nothing here compiles a program per table size)
+    Xj = np.full((Ip, Jp), np.nan)
+    Xj[:I, :J] = X
     component.check_column_split("BHCC")
     par = component.column_parameters()
     kind = None if par is None else par.kind
@@ -184,22 +224,22 @@ def column_model(component: Component, X: np.ndarray) -> ColumnData:
         a = np.broadcast_to(np.asarray(par.p1, float), (J,))
         b = np.broadcast_to(np.asarray(par.p2, float), (J,))
         tt = np.append(t, np.ones(npad))
-        obs = ~np.isnan(np.asarray(Xj))
-        x = np.where(obs, np.asarray(Xj), 0.0)
+        obs = ~np.isnan(Xj)
+        x = np.where(obs, Xj, 0.0)
         tt_e = np.where(obs, tt[None, :], 0.0)
         logc = _sgammaln(tt_e + 1) - _sgammaln(x + 1) - _sgammaln(tt_e - x + 1)
         s = tuple(jnp.asarray(v, fdt) for v in (obs.astype(float), x, tt_e - x, logc))
         a1 = np.append(a, np.full(npad, a[0] if shared else 1.0))
         b1 = np.append(b, np.full(npad, b[0] if shared else 1.0))
-        size = int((I + 1) * t.max()) + 1  # counts of I rows plus one predicted row
+        size = int((Ip + 1) * t.max()) + 1  # counts of Ip rows plus one predicted row
         m = np.arange(size, dtype=float)
         dense, stride = None, 0
         if shared:
             tables = tuple(jnp.asarray(_sgammaln(v + m), fdt) for v in (a1[0], b1[0], a1[0] + b1[0]))
             tmax = int(t.max())
-            if np.all(t == tmax) and (I + 2) * size <= (1 << 23):
+            if np.all(t == tmax) and (Ip + 2) * size <= (1 << 23):
                 # term of a column with n observed entries and s successes (fail = t n - s)
-                nn = np.arange(I + 2, dtype=float)[:, None]
+                nn = np.arange(Ip + 2, dtype=float)[:, None]
                 ss = m[None, :]
                 ff = tmax * nn - ss
                 with np.errstate(invalid="ignore"):
@@ -223,13 +263,16 @@ def column_model(component: Component, X: np.ndarray) -> ColumnData:
             tables,
             dense,
             stride,
+            I,
         )
     mean, pv, nv = (np.broadcast_to(np.asarray(x, float), (J,)) for x in (par.p1, par.p2, par.p3))
     comp = IndependentNormal(
         np.append(mean, np.zeros(npad)), np.append(pv, np.ones(npad)), np.append(nv, np.ones(npad))
     )
-    s = tuple(x.reshape(I, J + npad) for x in comp.stats(Xj[:, :, None, None]))
-    return ColumnData(False, False, J, comp.mean, comp.prior_var, comp.noise_var, s, None)
+    obs = ~np.isnan(Xj)
+    x = np.where(obs, Xj, 0.0)
+    s = tuple(jnp.asarray(v, fdt) for v in (obs.astype(float), x, x * x))  # IndependentNormal.stats per cell
+    return ColumnData(False, False, J, comp.mean, comp.prior_var, comp.noise_var, s, None, None, 0, I)
 
 
 def check_real_table(X, name: str) -> np.ndarray:

@@ -11,39 +11,52 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import gammaln, logsumexp
 
+from ..._internal.buckets import pad_rows
 from ...components import CountStats, IndependentNormal, IndepNormalStats
 from .columns import ColumnData, check_real_table, column_model, validate_inputs
 from .result import BHCCResult
 from .views import VIEW_CHUNK, grouped_views, pad_views, views_full, views_full_batches
 
 
-def _row_weights(children, log_r, log_1mr, I, size_weighted):
-    """Per row-tree node ``log w_m [2I-1]`` (r_m times the (1 - r) of its ancestors; with
-    ``size_weighted`` also the ``n_child / n_parent`` factors of `BHCResult.log_weights`) and
-    the membership matrix ``[2I-1, I]``."""
-    N = 2 * I - 1
+def _real_nodes(n, I):
+    """``[2n-1]`` mask of the real nodes of a row tree over ``n`` slots of which the first
+    ``I`` are real rows: the leaves ``0..I-1`` and the inner nodes ``n .. n+I-2``."""
+    idx = jnp.arange(2 * n - 1)
+    return (idx < I) | ((idx >= n) & (idx < n + I - 1))
+
+
+def _row_weights(children, log_r, log_1mr, n, I, size_weighted):
+    """Per row-tree node ``log w_m [2n-1]`` (r_m times the (1 - r) of its ancestors; with
+    ``size_weighted`` also the ``n_child / n_parent`` factors of `BHCResult.log_weights`;
+    ``-inf`` at padding nodes) and the membership matrix ``[2n-1, n]``, of a row tree over
+    ``n`` slots (static) of which the first ``I`` (traced) are real: merges ``t >= I - 1``
+    are padding and change nothing."""
+    N = 2 * n - 1
     dt = log_r.dtype
-    full_r = jnp.concatenate([jnp.zeros(I, dt), log_r])
-    full_1 = jnp.concatenate([jnp.full(I, -jnp.inf, dt), log_1mr])
-    mem0 = jnp.zeros((N, I), bool).at[jnp.arange(I), jnp.arange(I)].set(True)
+    full_r = jnp.concatenate([jnp.zeros(n, dt), log_r])
+    full_1 = jnp.concatenate([jnp.full(n, -jnp.inf, dt), log_1mr])
+    mem0 = jnp.zeros((N, n), bool).at[jnp.arange(n), jnp.arange(n)].set(True)
 
     def up(mem, tc):
         t, (a, b) = tc
-        return mem.at[I + t].set(mem[a] | mem[b]), None
+        k = n + t
+        return mem.at[k].set(jnp.where(t < I - 1, mem[a] | mem[b], mem[k])), None
 
-    mem, _ = jax.lax.scan(up, mem0, (jnp.arange(I - 1), children))
+    mem, _ = jax.lax.scan(up, mem0, (jnp.arange(n - 1), children))
     size = jnp.sum(mem, axis=1).astype(dt)
 
     def down(acc, tc):
         t, (a, b) = tc
-        k = I + t
+        k = n + t
         base = acc[k] + full_1[k]
         ea = jnp.log(size[a] / size[k]) if size_weighted else 0.0
         eb = jnp.log(size[b] / size[k]) if size_weighted else 0.0
-        return acc.at[a].set(base + ea).at[b].set(base + eb), None
+        real = t < I - 1
+        acc = acc.at[a].set(jnp.where(real, base + ea, acc[a]))
+        return acc.at[b].set(jnp.where(real, base + eb, acc[b])), None
 
-    acc, _ = jax.lax.scan(down, jnp.zeros(N, dt), (jnp.arange(I - 1), children), reverse=True)
-    return full_r + acc, mem
+    acc, _ = jax.lax.scan(down, jnp.zeros(N, dt), (jnp.arange(n - 1), children), reverse=True)
+    return jnp.where(_real_nodes(n, I), full_r + acc, -jnp.inf), mem
 
 
 def _node_stats(leaf, out_stats):
@@ -57,9 +70,10 @@ def _views_predict(cd: ColumnData, cols, outs, log_alpha, q_view, q_a, q_b, mode
     ``q_a [Q, W]`` (``mode="row"``; ``q_b`` is unused). The row-tree weights of every view
     are computed once, then gathered per query. (Cells go through `_path_mix`.)
     """
-    I = cd.n_rows
+    n, I = cd.n_slots, cd.I
     children, out_stats, log_h1, log_d, log_pT, log_r, log_1mr, leaf_h1 = outs
-    lw, mem = jax.vmap(lambda ch, lr, l1: _row_weights(ch, lr, l1, I, mode == "row"))(children, log_r, log_1mr)
+    lw, mem = jax.vmap(lambda ch, lr, l1: _row_weights(ch, lr, l1, n, I, mode == "row"))(children, log_r, log_1mr)
+    real = _real_nodes(n, I)
 
     def per_query(v, qa, qb):
         c = cols[v]
@@ -67,14 +81,15 @@ def _views_predict(cd: ColumnData, cols, outs, log_alpha, q_view, q_a, q_b, mode
         ns = _node_stats(leaf, jax.tree_util.tree_map(lambda x: x[v], out_stats))
         sx = cd.stats_of(qa[None, :], c)
         lp = comp.log_marginal(comp.merge(ns, sx)) - comp.log_marginal(ns)
-        return logsumexp(lw[v] + lp)
+        return logsumexp(jnp.where(real, lw[v] + lp, -jnp.inf))
 
     return jax.vmap(per_query)(q_view, q_a, q_b)
 
 
 @jax.jit
 def views_column_predict(cd: ColumnData, cols, outs, log_alpha, Y, ycol, sign=1.0, base=1.0):
-    """``log p(y | view's row tree)`` ``[B, Q]`` of new columns ``Y [Q, I]`` (prior of column
+    """``log p(y | view's row tree)`` ``[B, Q]`` of new columns ``Y [Q, n_slots]`` (rows
+    padded with NaN to ``cd.n_slots``; prior of column
     ``ycol [Q]``) for every view of ``cols [B, W]``: Eq. 12 summed over the row tree's
     consistent partitions, as the evidence ratio ``p(X_view, y | T_rows) / p(X_view | T_rows)``.
     The new column's statistics are aggregated up each row tree (``O(I Q)``) and the BHC
@@ -84,10 +99,10 @@ def views_column_predict(cd: ColumnData, cols, outs, log_alpha, Y, ycol, sign=1.
     returns its root minus ``base * log p(X_view | T_rows)``: ``sign=-1`` for a column of the
     view gives ``log p(X_{view - y} | T_rows) - log p(X_view | T_rows)``, ``base=0`` gives
     ``log p(y | T_rows)`` of the column alone (the refinement's screen, `_column_estimates`)."""
-    I = cd.n_rows
+    n, I = cd.n_slots, cd.I  # row slots (static) and real rows (traced): Y's padding rows are NaN
     children, out_stats, log_h1, log_d, log_pT, log_r, log_1mr, leaf_h1 = outs
     ycomp = cd.comp(ycol)
-    yleaf = ycomp.stats(Y.T[:, None, :])  # fields [I, Q]
+    yleaf = ycomp.stats(Y.T[:, None, :])  # fields [n, Q]
     if cd.beta:  # per-column log binomial coefficients (CountStats sums them over columns)
         obs = ~jnp.isnan(Y.T)
         x = jnp.where(obs, Y.T, 0.0)
@@ -95,34 +110,38 @@ def views_column_predict(cd: ColumnData, cols, outs, log_alpha, Y, ycol, sign=1.
         yleaf = yleaf._replace(logc=gammaln(tt + 1) - gammaln(x + 1) - gammaln(tt - x + 1))
 
     def one(ch, lh1_inner, ld_inner, lpT_inner, lh1_leaf):
-        pad = jax.tree_util.tree_map(lambda x: jnp.zeros((I - 1,) + x.shape[1:], x.dtype), yleaf)
+        # merges t >= I - 1 are padding (children (0, 0)): they write only the padding nodes
+        # n + t >= n + I - 1, which no real node reads
+        pad = jax.tree_util.tree_map(lambda x: jnp.zeros((n - 1,) + x.shape[1:], x.dtype), yleaf)
 
         def agg(st, tc):
             t, (a, b) = tc
             m_ = jax.tree_util.tree_map(lambda x: x[a] + x[b], st)
-            return jax.tree_util.tree_map(lambda x, u: x.at[I + t].set(u), st, m_), None
+            return jax.tree_util.tree_map(lambda x, u: x.at[n + t].set(u), st, m_), None
 
-        yst, _ = jax.lax.scan(agg, _node_stats(yleaf, pad), (jnp.arange(I - 1), ch))
-        col_terms = ycomp.column_log_marginal(yst)  # [2I-1, Q]
+        yst, _ = jax.lax.scan(agg, _node_stats(yleaf, pad), (jnp.arange(n - 1), ch))
+        col_terms = ycomp.column_log_marginal(yst)  # [2n-1, Q]
         h = base * jnp.concatenate([lh1_leaf, lh1_inner])[:, None] + sign * col_terms
-        if I == 1:
-            return h[0] - base * lh1_leaf[0]
-        ld = jnp.concatenate([jnp.full((I,), log_alpha), ld_inner])
-        size = jnp.concatenate([jnp.ones(I), jnp.zeros(I - 1)])
+        single = h[0] - base * lh1_leaf[0]  # one real row: the root is leaf 0
+        if n == 1:
+            return single
+        ld = jnp.concatenate([jnp.full((n,), log_alpha), ld_inner])
+        size = jnp.concatenate([jnp.ones(n), jnp.zeros(n - 1)])
 
         def up(c, tc):
             size, lp = c
             t, (a, b) = tc
-            k = I + t
+            k = n + t
             nk = size[a] + size[b]
             lag = log_alpha + gammaln(nk)
             ldd = ld[a] + ld[b]
             val = jnp.logaddexp(lag - ld[k] + h[k], ldd - ld[k] + lp[a] + lp[b])
             return (size.at[k].set(nk), lp.at[k].set(val)), None
 
-        lp0 = jnp.where((jnp.arange(2 * I - 1) < I)[:, None], h, 0.0)
-        (_, lp), _ = jax.lax.scan(up, (size, lp0), (jnp.arange(I - 1), ch))
-        return lp[-1] - base * lpT_inner[-1]
+        lp0 = jnp.where((jnp.arange(2 * n - 1) < n)[:, None], h, 0.0)
+        (_, lp), _ = jax.lax.scan(up, (size, lp0), (jnp.arange(n - 1), ch))
+        r = jnp.maximum(I - 2, 0)  # the root is merge I - 2
+        return jnp.where(I > 1, lp[n + r] - base * lpT_inner[r], single)
 
     return jax.vmap(one)(children, log_h1, log_d, log_pT, leaf_h1)
 
@@ -151,6 +170,7 @@ def node_queries(cd: ColumnData, col_lists, alpha, mode, per_node_queries):
                 continue
             Qc = QUERY_CHUNK["column"]
             Qp = -(-len(Y) // Qc) * Qc
+            Y = pad_rows(np.asarray(Y, float), cd.n_slots, np.nan, axis=1)  # padding rows: missing
             Yp = np.concatenate([Y, np.repeat(Y[:1], Qp - len(Y), axis=0)])
             yc = np.concatenate([ycol, np.repeat(ycol[:1], Qp - len(Y))]).astype(np.int32)
             res = np.concatenate(
@@ -235,7 +255,8 @@ def bhcc_predictive_row(result: BHCCResult, X_new) -> np.ndarray:
 
     ``p(x | T_c) = r_c p(x | X_c, DPM) + (1 - r_c) p(x_a | T_a) p(x_b | T_b)`` with each
     view's DPM predictive the BHC predictive of its row tree (`jaxhc.bhc_predictive`).
-    Returns ``[m]``."""
+    The row trees run padded as in `jaxhc.bhcc` (padding nodes weigh zero), queries in
+    chunks of fixed size. Returns ``[m]``."""
     _check_result(result)
     Xn = check_real_table(X_new, "X_new")
     if Xn.ndim != 2 or Xn.shape[1] != result.n_columns:
@@ -278,6 +299,9 @@ def bhcc_predictive_column(result: BHCCResult, Y, column: Optional[int] = None) 
       column: index of an existing column whose prior parameters the new column uses
         (default: the component's parameters of column 0; with scalar parameters all agree).
     Returns ``[m]``.
+
+    The new columns are padded with missing entries to the row trees' padded rows (as in
+    `jaxhc.bhcc`), so they add nothing there.
     """
     _check_result(result)
     Yn = check_real_table(Y, "Y")
@@ -297,7 +321,15 @@ def bhcc_predictive_column(result: BHCCResult, Y, column: Optional[int] = None) 
     qs = [(Yn, np.full(len(Yn), c, np.int32)) for _ in nodes]
     outs = _result_queries(result, nodes, "column", qs)
     terms = np.stack([lw[k] + o for k, o in zip(nodes, outs)])
-    return np.asarray(logsumexp(jnp.asarray(terms), axis=0))
+    return _host_logsumexp(terms)
+
+
+def _host_logsumexp(x):
+    """``logsumexp`` over axis 0 on the host (eagerly, jnp's would compile per shape)."""
+    top = np.max(x, axis=0)
+    safe = np.where(np.isfinite(top), top, 0.0)
+    with np.errstate(divide="ignore"):
+        return np.where(np.isfinite(top), safe + np.log(np.sum(np.exp(x - safe), axis=0)), top)
 
 
 def _restrict(component, cols):
@@ -333,6 +365,9 @@ def bhcc_predictive_cell(result: BHCCResult, rows, cols, values) -> np.ndarray:
       rows, cols: int ``[Q]`` cell coordinates.
       values: ``[Q]`` or ``[Q, K]`` candidate values of each cell.
     Returns ``log p`` with the shape of ``values``.
+
+    The row trees run padded as in `jaxhc.bhcc`; the paths are padded (``-inf`` weights) to a
+    power of two of at least `CELL_MIN_DEPTH` nodes, and queries to chunks of fixed size.
     """
     _check_result(result)
     rows = _index_array(rows, "rows")
@@ -419,7 +454,9 @@ def _cell_pass(result, nodes, rows, cols, vals2, sets, lw, active):
         q_stats.append([f[np.maximum(p, 0), pos[:, None]] for f in stats])
         q_node.append(np.full(len(sel), k))
         q_col.append(cols[sel])
-    D = max(w.shape[1] for w in q_w)
+    # path lengths padded to a power of two of at least `CELL_MIN_DEPTH` (one program per
+    # depth class, not per table size; rows of at most that many slots share one)
+    D = max(max(w.shape[1] for w in q_w), CELL_MIN_DEPTH)
     D = 1 << int(np.ceil(np.log2(D)))
     padD = lambda a, fill: np.concatenate([a, np.full((a.shape[0], D - a.shape[1]), fill, a.dtype)], axis=1)
     w = np.concatenate([padD(x, -np.inf) for x in q_w])
@@ -443,6 +480,8 @@ def _cell_pass(result, nodes, rows, cols, vals2, sets, lw, active):
 
 # cell queries per call of `_path_mix` (padded, so one program per path length D)
 CELL_QUERY_CHUNK = 1024
+# the least padded path length D of `_path_mix` (a row path has at most I nodes)
+CELL_MIN_DEPTH = 16
 
 
 def _mix_chunks(cd, qc, vals, stats, w):
@@ -481,16 +520,21 @@ def _row_trees(cd: ColumnData, col_lists, alpha) -> list:
     the root), their log weights ``r_m prod_{above m} (1 - r)`` (``-inf`` past the root), and
     each statistics field of the view's columns at every tree node ``[2I-1, W]`` (fields
     without a column axis: zeros)."""
-    I = cd.n_rows
+    I, n = cd.n_rows, cd.n_slots
     out = [None] * len(col_lists)
     for sub, cols, outs in views_full_batches(cd, col_lists, alpha):
         children, out_stats, _, _, _, log_r, log_1mr, _ = outs
-        children, log_r, log_1mr = np.asarray(children), np.asarray(log_r), np.asarray(log_1mr)
+        # the real rows and merges only (the outputs have a row per padded slot); inner node
+        # ids n + t -> I + t
+        k = I - 1
+        children = np.asarray(children)[:, :k]
+        children = np.where(children >= n, children - n + I, children)
+        log_r, log_1mr = np.asarray(log_r)[:, :k], np.asarray(log_1mr)[:, :k]
         full = []
-        for lf, inner in zip(cd.s, out_stats):  # leaf fields [I, J + 1]
-            inner = np.asarray(inner)
+        for lf, inner in zip(cd.s, out_stats):  # leaf fields [n, Jp]
+            inner = np.asarray(inner)[:, :k]
             if inner.ndim == 3:  # [B, I-1, W]
-                full.append(np.concatenate([np.moveaxis(np.asarray(lf)[:, cols], 1, 0), inner], axis=1))
+                full.append(np.concatenate([np.moveaxis(np.asarray(lf)[:I][:, cols], 1, 0), inner], axis=1))
             else:
                 full.append(np.zeros((len(cols), 2 * I - 1, cols.shape[1])))
         Bn = len(sub)

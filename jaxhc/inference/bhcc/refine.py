@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import gammaln
 
+from ..._internal.buckets import pad_rows
 from ..._internal.pool import pool_map
 from ...tree import Tree
 from .columns import ColumnData
@@ -59,7 +60,8 @@ class SetEvidence:
             sub, cols = job
             outs = views_full(cd, jnp.asarray(cols), self.log_alpha)
             if I > 1:
-                lp, ld = np.asarray(outs[4])[: len(sub), -1], np.asarray(outs[3])[: len(sub), -1]
+                # the root is merge I - 2 (the outputs have a row per padded row slot)
+                lp, ld = np.asarray(outs[4])[: len(sub), I - 2], np.asarray(outs[3])[: len(sub), I - 2]
             else:
                 lp, ld = np.asarray(outs[7])[: len(sub), 0], np.full(len(sub), np.log(alpha))
             return [float(p + d + const[0] - const[1]) for p, d in zip(lp, ld)]
@@ -293,7 +295,7 @@ def _column_estimates(cd: ColumnData, alpha: float, X: np.ndarray, views, budget
     V = len(views)
     add = np.empty((V, J))
     loo, alone = np.zeros(J), np.zeros(J)
-    Y = np.asarray(X, float).T
+    Y = pad_rows(np.asarray(X, float).T, cd.n_slots, np.nan, axis=1)  # padding rows: missing
     Qc = QUERY_CHUNK["column"]
     Qp = -(-J // Qc) * Qc
     Yp = np.concatenate([Y, np.repeat(Y[:1], Qp - J, axis=0)])
@@ -304,7 +306,7 @@ def _column_estimates(cd: ColumnData, alpha: float, X: np.ndarray, views, budget
             sub = idx[s0 : s0 + VIEW_CHUNK]
             cols = jnp.asarray(pad_views([views[i] for i in sub], W, J, VIEW_CHUNK))
             outs = views_full(cd, cols, log_alpha)
-            log_d_root = np.asarray(outs[3][:, -1]) if I > 1 else np.full(VIEW_CHUNK, la)
+            log_d_root = np.asarray(outs[3])[:, I - 2] if I > 1 else np.full(VIEW_CHUNK, la)
 
             def pred(sign, base):
                 return np.concatenate(

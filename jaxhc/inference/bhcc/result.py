@@ -5,10 +5,9 @@ from __future__ import annotations
 from typing import NamedTuple, Sequence
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
-from ...components import Component
+from ...components import Component, IndependentNormal
 from ...tree import Tree
 from ..bhc.greedy import BHCResult, assemble_result
 from .columns import ColumnData, column_model
@@ -120,21 +119,32 @@ class BHCCResult(NamedTuple):
 
 def _view_rows(cd: "ColumnData", col_lists, alpha, component: Component) -> list:
     """The row `BHCResult` of each view in ``col_lists``, run padded (programs shared with
-    the predictive passes) and sliced to the view's own columns. Its component is the
-    user's ``component`` restricted to the view's columns (the Beta families run on
+    the predictive passes) and sliced on the host to the view's own columns and the real
+    rows and merges (inner node ids ``n_slots + t`` renumbered ``I + t``). Its component is
+    the user's ``component`` restricted to the view's columns (the Beta families run on
     `ColumnData`'s lookup-table form of the same marginals, with the same statistics), so
     the BHC functions (predictives, cuts) apply to it."""
     out = [None] * len(col_lists)
+    I, n = cd.n_rows, cd.n_slots
+    # host parameters: restricting the user's component slices NumPy arrays, not device ones
+    # (an eager gather compiles per view width)
+    host_comp = jax.tree_util.tree_map(np.asarray, component)
     for sub, _, outs in views_full_batches(cd, col_lists, alpha):
+        outs = jax.tree_util.tree_map(np.asarray, outs)
         for r, i in enumerate(sub):
-            w = len(col_lists[i])
-            c = jnp.asarray(np.asarray(col_lists[i], np.int32))
-            comp, leaf = cd.view(c)
+            cols = np.asarray(col_lists[i], np.int64)
+            w, k = len(cols), I - 1
+            leaf = cd.host_leaf(cols)
             if cd.beta:
-                comp = component.restrict_columns(col_lists[i])
+                comp = host_comp.restrict_columns(cols)
+            else:
+                comp = IndependentNormal(*(np.asarray(x)[cols] for x in (cd.p1, cd.p2, cd.p3)))
             o = jax.tree_util.tree_map(lambda x: x[r], outs)
-            out_stats = type(o[1])(*(x[:, :w] if x.ndim == 2 else x for x in o[1]))
-            out[i] = _rows_result(comp, alpha, leaf, (o[0], out_stats) + tuple(o[2:]))
+            children = o[0][:k]
+            children = np.where(children >= n, children - n + I, children)
+            out_stats = type(o[1])(*(x[:k, :w] if x.ndim == 2 else x[:k] for x in o[1]))
+            rest = tuple(x[:k] for x in o[2:7])
+            out[i] = _rows_result(comp, alpha, leaf, (children, out_stats) + rest + (o[7][:I],))
     return out
 
 

@@ -88,6 +88,11 @@ def bhcc(
     over 5 seeds each this search reached the truth's criterion on 9 of the 15 runs (2 of the
     3 tables). ``"local"`` stays the default, as the cheaper search that needs no seed.
 
+    Padding: the rows of ``X`` are padded to ``bucket(I)`` and its columns to ``bucket(J +
+    1)`` (the library's size grid) with missing entries that the row searches never merge, so
+    one set of compiled programs serves every table of a bucket; the result is the unpadded
+    one.
+
     Args:
       X: data ``[I, J]`` (rows = data points, columns = dimensions); NaN marks missing
         entries.
@@ -266,6 +271,10 @@ def rbhcc(
     split-merge proposals are allocated by the criterion (two column sets per allocated
     column): `bhcc`'s pair affinities come from Algorithm 1 over all column pairs, which
     RBHCC never forms.
+
+    Padding as in `bhcc` (rows and columns to the size grid; every group's column set to
+    ``bucket(m + 1)`` slots): the random subsets are drawn on the host at the real sizes, so
+    the same key gives the same tree whatever the padding.
 
     Args:
       key: a `jax.random` key (the random subsets; the same key gives the same tree).

@@ -10,8 +10,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import gammaln
 
+from ..._internal.buckets import bucket
 from ..._internal.pool import pool_map
 from ..bhc.greedy import bhc_core
+from . import columns as _columns
 from .columns import ColumnData
 
 
@@ -24,22 +26,33 @@ def view_width(m: int) -> int:
 
 
 def row_bhc(cd: ColumnData, cols, log_alpha):
-    """BHC over the rows of one padded view; returns the raw per-merge outputs."""
+    """BHC over the rows of one padded view; returns the raw per-merge outputs over the
+    ``n_slots`` row slots (the first ``cd.I`` real, the rest never merged: merges ``I-1..``
+    are unused rows, inner node ``n_slots + t`` is merge ``t``)."""
     comp, leaf = cd.view(cols)
-    I = cd.n_rows
-    if I == 1:
+    n = cd.n_slots
+    if n == 1:  # an unpadded single row (padding off): no merges
         lh = comp.log_marginal(leaf)
         z = jnp.zeros((0,), lh.dtype)
         empty = jax.tree_util.tree_map(lambda y: y[:0], leaf)
         return comp, leaf, (jnp.zeros((0, 2), jnp.int32), empty, z, z, z, z, z, lh)
-    return comp, leaf, bhc_core(comp, log_alpha, leaf, jnp.asarray(I, jnp.int32), row_batch=I)
+    return comp, leaf, bhc_core(comp, log_alpha, leaf, jnp.asarray(cd.I, jnp.int32), row_batch=n)
+
+
+def root_terms(out, log_alpha, I):
+    """``(log p(X | T), log d)`` of the root of a row BHC's outputs ``out`` (`row_bhc`) over
+    ``I`` real rows (host int or traced): merge ``I - 2``, or the single leaf when ``I = 1``."""
+    leaf = out[7][..., 0]
+    if out[4].shape[-1] == 0:
+        return leaf, jnp.broadcast_to(log_alpha, leaf.shape)
+    k = jnp.maximum(jnp.asarray(I) - 2, 0)
+    one = jnp.asarray(I) > 1
+    return jnp.where(one, out[4][..., k], leaf), jnp.where(one, out[3][..., k], log_alpha)
 
 
 def dpm_bound(out, log_alpha, I):
     alpha = jnp.exp(log_alpha)
-    leaf_log_h1 = out[7]
-    log_pT = out[4][-1] if I > 1 else leaf_log_h1[0]
-    log_d = out[3][-1] if I > 1 else log_alpha
+    log_pT, log_d = root_terms(out, log_alpha, I)
     return log_pT + log_d + gammaln(alpha) - gammaln(I + alpha)
 
 
@@ -79,8 +92,8 @@ def _pairs_evidence(cd: ColumnData, cols, P, L, ia, ib, count, log_alpha):
     tables (log marginals are additive over the columns of a view). Views run one after the
     other (a loop, not ``vmap``: the lazy best-pair search does a data-dependent number of
     row rescans per merge, which under ``vmap`` every view would pay for)."""
-    I = cd.n_rows
-    eye = jnp.eye(I, dtype=bool)
+    n, I = cd.n_slots, cd.I
+    eye = jnp.eye(n, dtype=bool)
     alpha = jnp.exp(log_alpha)
 
     def body(q, out):
@@ -89,7 +102,8 @@ def _pairs_evidence(cd: ColumnData, cols, P, L, ia, ib, count, log_alpha):
         lv = L[a] + L[b]
         S0 = jnp.where(eye, -jnp.inf, P[a] + P[b] - lv[:, None] - lv[None, :] - log_alpha)
         log_pT, log_d = bhc_core(comp, log_alpha, leaf, jnp.asarray(I, jnp.int32), S0=S0, evidence_only=True)
-        return out.at[q].set(log_pT + log_d + gammaln(alpha) - gammaln(I + alpha))
+        # a single row: its log marginal alone (`evidence`'s unpadded single-row value)
+        return out.at[q].set(jnp.where(I > 1, log_pT + log_d + gammaln(alpha) - gammaln(I + alpha), log_pT))
 
     return jax.lax.fori_loop(0, count, body, jnp.zeros(cols.shape[0], P.dtype))
 
@@ -115,12 +129,17 @@ def grouped_views(col_lists):
 
 
 class ViewSlots:
-    """Device-resident pair tables of the current column clusters (one slot each, plus an
-    empty slot at the end)."""
+    """Device-resident pair tables of the current column clusters: one slot each, then null
+    columns that no view uses and an empty slot at the end (the last), ``bucket(m + 1)``
+    slots in all (as `ColumnData`'s columns: one program for the tables of a bucket)."""
 
     def __init__(self, cd: ColumnData, col_ids):
         self.cd = cd
-        self.P, self.L = _pair_tables(cd, jnp.asarray(np.asarray(col_ids, np.int32)))
+        ids = np.asarray(col_ids, np.int32)
+        m = len(ids)
+        mp = (bucket(m + 1) if _columns.PAD_TO_BUCKETS else m + 1) - 1
+        ids = np.concatenate([ids, np.full(mp - m, cd.n_cols, np.int32)])
+        self.P, self.L = _pair_tables(cd, jnp.asarray(ids))
         self.empty = int(self.P.shape[0]) - 1
 
     def merge(self, a: int, b: int):
@@ -130,11 +149,6 @@ class ViewSlots:
         """``log p(X[:, view] | BHC)`` of the unions of slots ``ia[q]`` and ``ib[q]``."""
         cd = self.cd
         out = np.empty(len(col_lists))
-        if cd.n_rows == 1:
-            for q, c in enumerate(col_lists):
-                comp, leaf = cd.view(jnp.asarray(np.asarray(c, np.int32)))
-                out[q] = float(comp.log_marginal(leaf)[0])
-            return out
         ia, ib = np.asarray(ia, np.int32), np.asarray(ib, np.int32)
         jobs = []
         for idx, W in grouped_views(col_lists):
