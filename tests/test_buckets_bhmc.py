@@ -8,6 +8,7 @@ bucket's compiled programs (counted with `count_compilations`)."""
 
 import jax
 import numpy as np
+import pytest
 
 import jaxhc
 from jaxhc._internal.buckets import bucket
@@ -73,6 +74,7 @@ def test_row_permutation_is_jax_permutation_whatever_the_padding():
         np.testing.assert_array_equal(np.sort(got[n:]), np.arange(n, size))  # then the padding
 
 
+@pytest.mark.slow
 def test_bucket_sizes_reuse_their_programs():
     """The first size of a bucket compiles the bucket's programs (a bounded number); every
     other size in a bucket already met compiles nothing: a warm-up at 41, then 42..48 (all in
@@ -95,6 +97,7 @@ def test_bucket_sizes_reuse_their_programs():
     assert c.compiled == 0, c.compiled
 
 
+@pytest.mark.slow
 def test_padded_runs_equal_exact_shape_runs():
     """Same key, same answer at ``n = 40`` (no padding) and ``n = 41`` (7 padding rows, more
     node slots) as the programs compiled at the exact shape; also from the paper's chain start

@@ -325,11 +325,12 @@ def bhmc(
         ``Ga(3, 1)``, ``Ga(3.5, 1)``, ``Unif(0, 1.5)``, ``Unif(0, sigma2_max)`` (default on).
       sigma2_max: ``s`` of the ``sigma2`` prior (default: mean per-feature variance of X).
       epsilon: initial root stick truncation (``init="chain"``, Algorithm 2 line 1).
-      max_nodes, max_components: slot capacities. Left at their defaults (``min(N L + L + 1,
-        1024)``, enough for every point on its own path while one more is proposed, and 128)
-        they double when a sweep runs out (the sweep is redone; one more compilation), up to
-        ``N L + L + 1`` nodes and 4096 components; given explicitly, running out raises a
-        ValueError that names the one to raise.
+      max_nodes, max_components: slot capacities. Left at their defaults (``min(P L + L + 1,
+        1024)`` with ``P = bucket(N)``, enough for every point on its own path while one more
+        is proposed, and 128) they double when a sweep runs out (the sweep is redone; one more
+        compilation), up to ``P L + L + 1`` nodes and 4096 components; given explicitly,
+        running out raises a ValueError that names the one to raise. Unused slots change
+        nothing (the same key gives the same result with more slots).
       num_hyper_steps: MH proposals per hyperparameter per sweep.
       init: the start of each chain: ``"auto"`` (default: chain ``i`` takes the ``i``-th of
         `auto_starts`: Ward's tree at its gap sizes, BHC's tree, Ward's with a repeated

@@ -6,7 +6,9 @@ rows padded to ``bucket(N)`` (`jaxhc._internal.buckets`). Padded points have pat
 root at every level) and component 0, take no node (node ``count`` holds the real points
 only), are never visited by a sweep and are masked out of every sum over points (the
 ``mask`` arguments, ``arange(size) < N``); random draws are made per real point (row-major
-prefixes, `row_permutation`), so a key gives the same state whatever the padding."""
+prefixes, `row_permutation`), so a key gives the same state whatever the padding. (A draw
+of shape ``[size, ...]`` starts with the draw of shape ``[N, ...]`` under JAX's default
+``jax_threefry_partitionable=True``; with it off, results depend on the bucket too.)"""
 
 from __future__ import annotations
 
