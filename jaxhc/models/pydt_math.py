@@ -52,6 +52,8 @@ __all__ = [
     "log_prior_from_counts",
     "log_prior_masked",
     "log_rate_factor",
+    "node_sum",
+    "ordered_sum",
     "prior_tables",
     "sample_prior_tree",
     "subtree_mask",
@@ -154,6 +156,42 @@ def log_branch_prod(K, alpha, beta):
     with_beta = (Kf - 2) * jnp.log(sb) + gammaln(alpha / sb + Kf) - gammaln(alpha / sb + 2)
     no_beta = (Kf - 2) * jnp.log(jnp.where(alpha > 0, alpha, 1.0)) + jnp.where(alpha > 0, 0.0, -jnp.inf)
     return jnp.where(K > 2, jnp.where(bpos, with_beta, no_beta), 0.0)
+
+
+# ------------------------------------------------------------------------------------------
+# sums that padding does not change
+# ------------------------------------------------------------------------------------------
+_RADIX = 8
+
+
+def ordered_sum(x, axis=0):
+    """``x`` summed along ``axis`` in an order fixed by the element index: left folds of 8
+    consecutive entries, then of 8 consecutive partial sums, and so on (zeros pad each level
+    to a multiple of 8). Appending zeros to ``x`` leaves the result unchanged bit for bit,
+    which XLA's own reductions do not promise (their association depends on the length): the
+    EM's optimisers compare nearly equal sums, and a padded program
+    (`jaxhc.inference.pydt.padding`) must make the same choices as the exact-size one."""
+    x = jnp.moveaxis(jnp.asarray(x), axis, 0)
+    while True:
+        pad = (-x.shape[0]) % _RADIX
+        if pad:
+            x = jnp.concatenate([x, jnp.zeros((pad,) + x.shape[1:], x.dtype)])
+        x = x.reshape((-1, _RADIX) + x.shape[1:])
+        acc = x[:, 0]
+        for j in range(1, _RADIX):
+            acc = acc + x[:, j]
+        x = acc
+        if x.shape[0] == 1:
+            return x[0]
+
+
+def node_sum(x):
+    """The sum of a per-node array ``[m, ...]`` (``m = 2N - 1`` fixed-capacity slots) over its
+    first axis: leaves ``0..N-1`` and internal slots ``N..m-1`` each by `ordered_sum`, so a
+    padded tree (padding leaves after the real ones, the internal slots shifted up) sums to
+    the exact-size tree's value bit for bit."""
+    N = (x.shape[0] + 1) // 2
+    return ordered_sum(x[:N]) + ordered_sum(x[N:])
 
 
 # ------------------------------------------------------------------------------------------
@@ -290,7 +328,7 @@ def log_prior_masked(parent, times, active, is_leaf, c, alpha, beta, tables: Opt
     tpar = jnp.where(parent >= 0, times[jnp.maximum(parent, 0)], 0.0)
     A = lambda t: -c * jnp.log1p(-t)  # noqa: E731
     eq11 = (A(tpar) - A(tb)) * T.H[jnp.clip(cnt - 1, 0, m)]
-    return jnp.sum(jnp.where(branch, eq9 + eq11, 0.0))
+    return node_sum(jnp.where(branch, eq9 + eq11, 0.0))
 
 
 def log_prior_from_counts(parent, times, active, cnt, N, c, alpha, beta):
@@ -321,7 +359,7 @@ def log_prior_from_counts(parent, times, active, cnt, N, c, alpha, beta):
     tpar = jnp.where(parent >= 0, times[jnp.maximum(parent, 0)], 0.0)
     A = lambda t: -c * jnp.log1p(-t)  # noqa: E731
     eq11 = (A(tpar) - A(tb)) * H[jnp.clip(cnt - 1, 0, m)]
-    return jnp.sum(jnp.where(branch, eq9 + eq11, 0.0))
+    return node_sum(jnp.where(branch, eq9 + eq11, 0.0))
 
 
 # ------------------------------------------------------------------------------------------
@@ -392,37 +430,42 @@ def attach_point(key, parent, times, active, cnt, root, t_max, c, alpha, beta, m
     return seg, node, t, tries
 
 
-def sample_prior_tree(key, N, f, c, alpha, beta):
+def sample_prior_tree(key, N, f, c, alpha, beta, n=None):
     """A tree drawn from the PYDT prior by the generative process (points one by one, each by
     `attach_point`), jittable: ``(parent int32 [2N - 1], times [2N - 1])`` (float ``f``).
 
     The JAX twin of `jaxhc.models.pydt.sample_prior` (the NumPy reference, run on the host):
-    same law, different random stream (``jax.random.fold_in(key, n)`` for point ``n``)."""
+    same law, different random stream (``jax.random.fold_in(key, n)`` for point ``n``).
+
+    ``n`` (optional, may be traced): a tree over the first ``n <= N`` leaves only, on the ``2N - 1``
+    slots (leaves ``n..N-1`` stay free, internal nodes from slot ``N``): one program for every
+    ``n`` of a shape bucket, the same draws as ``N = n`` with the internal slots shifted by
+    ``N - n`` (`jaxhc.inference.pydt.padding`)."""
     m = 2 * N - 1
     slots = jnp.arange(m)
     parent = jnp.full(m, FREE, jnp.int32).at[0].set(-1)
     times = jnp.zeros(m, f).at[:N].set(1.0)
     is_leaf = slots < N
 
-    def body(n, carry):
+    def body(i, carry):
         parent, times = carry
-        active = (parent != FREE) & ((slots < n) | (slots >= N))
+        active = (parent != FREE) & ((slots < i) | (slots >= N))
         order = time_order(parent, times, active)
         cnt = up_counts(parent, order, active, is_leaf.astype(jnp.int32))
         root = jnp.argmax(active & (parent == -1)).astype(jnp.int32)
         seg, node, t, _ = attach_point(
-            jax.random.fold_in(key, n), parent, times, active, cnt, root, jnp.asarray(1.0, f), c, alpha, beta
+            jax.random.fold_in(key, i), parent, times, active, cnt, root, jnp.asarray(1.0, f), c, alpha, beta
         )
         slot = jnp.argmax((parent == FREE) & (slots >= N)).astype(jnp.int32)
-        par_seg = parent.at[slot].set(parent[node]).at[node].set(slot).at[n].set(slot)
-        par_bp = parent.at[n].set(node)
+        par_seg = parent.at[slot].set(parent[node]).at[node].set(slot).at[i].set(slot)
+        par_bp = parent.at[i].set(node)
         parent = jnp.where(seg, par_seg, par_bp)
         times = jnp.where(seg, times.at[slot].set(t), times)
         return parent, times
 
     # leaf n is "free" until inserted: mark it by leaving its parent as FREE
     parent = parent.at[1:N].set(FREE)
-    return jax.lax.fori_loop(1, N, body, (parent, times))
+    return jax.lax.fori_loop(1, N if n is None else n, body, (parent, times))
 
 
 # ------------------------------------------------------------------------------------------

@@ -74,6 +74,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..._internal.buckets import pad_rows
 from ..._internal.validation import check_key
 from ...models.pydt_math import FREE, check_X
 from .checks import check_count, check_hyperparameters, check_likelihood, check_priors
@@ -81,6 +82,7 @@ from .ep import EPConfig, EPSites, ep_e_step, prior_sites
 from .estep import EMHyper, EStep, e_step, pydt_em_bound
 from .moves import em_batch, initial_structure, propose_collapse, propose_reattach, propose_regraft
 from .mstep import m_step
+from .padding import leaf_capacity, pad_tree, unpad_tree
 from .predictive import pydt_predictive_logpdf
 from .state import PYDTEMResult, PYDTPriors, state_to_tree
 
@@ -205,6 +207,7 @@ def pydt_em(
     num_restarts: int = 1,
     init=None,
     progress_bar: bool = True,
+    _bucket: bool = True,
 ) -> PYDTEMResult:
     """Greedy Bayesian EM search over PYDT trees (section 5.2), Gaussian or probit observations.
 
@@ -277,6 +280,11 @@ def pydt_em(
 
     Returns:
       `PYDTEMResult`. Arrays use fixed capacity ``2N - 1`` (see module docstring).
+
+    Shape buckets: the compiled programs run on ``bucket(N)`` leaf slots (`jaxhc._internal.buckets`;
+    zero data rows, padding leaves that never join a tree, internal slots shifted; see
+    `jaxhc.inference.pydt.padding`), so every ``N`` of a bucket reuses them; the result is
+    the exact-size one (same key, same search).
     """
     X = check_X(X)
     check_likelihood(X, likelihood)
@@ -308,7 +316,8 @@ def pydt_em(
     moves = tuple(moves)
     if not moves or any(mv not in MOVES for mv in moves) or len(set(moves)) != len(moves):
         raise ValueError(f"moves must be a non-empty subset of {MOVES}, got {moves}")
-    init_tree = None if init is None else _check_init(init, N)
+    Nb = leaf_capacity(N, _bucket)  # padded leaf slots (`padding`)
+    init_tree = None if init is None else pad_tree(*_check_init(init, N), N, Nb)
     conf = None
     if probit:
         conf = EPConfig(int(ep.max_sweeps), float(ep.tol), float(ep.damping))
@@ -321,7 +330,7 @@ def pydt_em(
     learn_ab = (learn if learn_alpha_beta is None else bool(learn_alpha_beta)) and not ddt
     allow_bp = not ddt
     pri = check_priors(priors)
-    Xj = jnp.asarray(2.0 * X - 1.0) if probit else jnp.asarray(X)  # probit: the signs
+    Xj = jnp.asarray(pad_rows(2.0 * X - 1.0, Nb, fill=-1.0) if probit else pad_rows(X, Nb))  # probit: the signs
     hyper0 = em_init_hyper(X, c, alpha, beta, sigma2)
     if probit:
         s2max = float(hyper0.sigma2)  # unused: sigma2 is fixed
@@ -333,7 +342,8 @@ def pydt_em(
         )
     n_em = int(num_em_candidates)
     em_args = (pri, learn, learn_ab, int(max_em), float(tol_em), int(max_lbfgs), s2max, conf)
-    ctx = _SearchContext(Xj, N, n_em, k_best, float(tol_em), pri, learn, not probit, allow_bp, em_args)
+    n_arg = N if _bucket else None  # traced: the real rows of the padded data
+    ctx = _SearchContext(Xj, N, n_em, k_best, float(tol_em), pri, learn, not probit, allow_bp, em_args, n_arg)
 
     bar = None
     if progress_bar:
@@ -356,6 +366,7 @@ def pydt_em(
             if sig not in merged or merged[sig][0] < e[0]:
                 merged[sig] = e
     items = sorted(merged.values(), key=lambda e: -e[0])[:k_best]
+    items = [(e[0],) + unpad_tree(e[1], e[2], N, Nb) + (e[3], _unpad_sites(e[4], N)) for e in items]
     Lb, par, tim, hyp, _ = items[0]
 
     def hdict(h):
@@ -389,6 +400,11 @@ def pydt_em(
     )
 
 
+def _unpad_sites(sites, n):
+    """EP sites of the real rows (host arrays; `None` passes)."""
+    return None if sites is None else EPSites(*(np.asarray(a)[:n] for a in sites))
+
+
 class _SearchContext(NamedTuple):
     X: jax.Array  # the data (probit: the signs)
     N: int
@@ -400,6 +416,7 @@ class _SearchContext(NamedTuple):
     learn_sigma2: bool
     allow_bp: bool
     em_args: tuple  # the static tail of `em_batch`'s arguments
+    n: Optional[int] = None  # the real rows of the padded X (None: X unpadded)
 
 
 def _search(key, ctx: _SearchContext, hyper, probit, moves, num_iters, init_tree, bar):
@@ -410,7 +427,7 @@ def _search(key, ctx: _SearchContext, hyper, probit, moves, num_iters, init_tree
     k_init, k_search = jax.random.split(key)
     sites = prior_sites(ctx.X, hyper.sigma2) if probit else None
     if init_tree is None:
-        parent, times = initial_structure(k_init, ctx.X, hyper, ctx.allow_bp, sites)
+        parent, times = initial_structure(k_init, ctx.X, hyper, ctx.allow_bp, sites, ctx.n)
     else:
         parent, times = jnp.asarray(init_tree[0]), jnp.asarray(init_tree[1], ctx.X.dtype)
     # EM on the start tree: `em_batch` on n_em copies (one compiled EM program for the search)

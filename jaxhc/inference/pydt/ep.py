@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import log_ndtr
 
-from ...models.pydt_math import FREE, time_order
+from ...models.pydt_math import FREE, ordered_sum, time_order
 from .estep import EMHyper, e_step_diag
 from .messages import marginals_diag
 from .state import PYDTPriors
@@ -72,6 +72,7 @@ def _probit_site(S, mu_c, v_c):
     return logZ, tau, nu
 
 
+@jax.jit
 def prior_sites(S, sigma2):
     """Sites matched against the prior leaf marginal ``N(0, sigma2)`` (an EP start)."""
     _, tau, nu = _probit_site(S, jnp.zeros_like(S), jnp.full_like(S, sigma2))
@@ -87,9 +88,11 @@ def _cavity(mean, var, sites):
 
 def _ep(parent, times, active, S, sites, sigma2, order, conf: EPConfig):
     """Parallel damped EP sweeps on a fixed tree from ``sites`` (warm start). Returns the
-    sites and the number of sweeps."""
+    sites and the number of sweeps. Rows of leaves outside the tree (the padding of
+    `jaxhc.inference.pydt.padding`) keep their sites and do not count in the convergence test."""
     N = S.shape[0]
     damp = conf.damping
+    real = active[:N, None]
 
     def cond(st):
         _, delta, i = st
@@ -100,8 +103,8 @@ def _ep(parent, times, active, S, sites, sigma2, order, conf: EPConfig):
         mean, var, _, _, _ = marginals_diag(parent, times, active, sites.mean, sites.var, sigma2, order)
         mu_c, v_c = _cavity(mean[:N], var[:N], sites)
         _, tau, nu = _probit_site(S, mu_c, v_c)
-        tau = (1.0 - damp) * sites.tau + damp * jnp.maximum(tau, _TAU_MIN)
-        nu = (1.0 - damp) * sites.nu + damp * nu
+        tau = jnp.where(real, (1.0 - damp) * sites.tau + damp * jnp.maximum(tau, _TAU_MIN), sites.tau)
+        nu = jnp.where(real, (1.0 - damp) * sites.nu + damp * nu, sites.nu)
         delta = jnp.maximum(jnp.max(jnp.abs(tau - sites.tau)), jnp.max(jnp.abs(nu - sites.nu)))
         return EPSites(tau, nu), delta, i + 1
 
@@ -123,7 +126,9 @@ def run_ep_e_step(parent, times, S, sites, hyper, priors, learn, conf: EPConfig)
     mu_c, v_c = _cavity(est.mean[:N], est.var[:N], sites)
     logZhat, _, _ = _probit_site(S, mu_c, v_c)
     s2 = v_c + V
-    corr = jnp.sum(logZhat + 0.5 * (2.0 * _LOG_SQRT_2PI + jnp.log(s2) + (M - mu_c) ** 2 / s2))
+    terms = logZhat + 0.5 * (2.0 * _LOG_SQRT_2PI + jnp.log(s2) + (M - mu_c) ** 2 / s2)
+    # leaves outside the tree (padding) add nothing; `ordered_sum`: the same value at any padding
+    corr = ordered_sum(ordered_sum(jnp.where(active[:N, None], terms, 0.0)))
     return est._replace(log_lik=est.log_lik + corr, bound=est.bound + corr), sites
 
 

@@ -35,6 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 from numpyro.infer.mcmc import MCMCKernel
 
+from ..._internal.buckets import bucket, pad_rows
 from ..._internal.chain import check_chains, map_chains, run_steps, stack_chains, unstack_chains
 from ..._internal.validation import check_key
 from ...models.pydt_math import (
@@ -44,6 +45,7 @@ from ...models.pydt_math import (
     check_X,
     harmonic_table,
     log_prior_masked,
+    node_sum,
     prior_tables,
     sample_prior_tree,
     subtree_mask,
@@ -53,6 +55,7 @@ from ...models.pydt_math import (
 from ..mh import mh_accept
 from .checks import check_count, check_hyperparameters, check_likelihood, check_priors
 from .messages import log_marginal_masked, sample_locations
+from .padding import leaf_capacity, pad_tree, real_leaves, slot_categorical, unpad_tree
 from .state import PYDTInfo, PYDTPriors, PYDTSamples, PYDTState
 
 __all__ = [
@@ -92,7 +95,7 @@ def _move(key, st: PYDTState, X, use_lik: bool, leaf_var=0.0, tables: Optional[P
     # pick a non-root active node uniformly
     cand = active & (st.parent >= 0)
     n_cand = jnp.sum(cand)
-    s = jax.random.categorical(ks, jnp.where(cand, 0.0, -jnp.inf)).astype(jnp.int32)
+    s = slot_categorical(ks, jnp.where(cand, 0.0, -jnp.inf), N, real_leaves(st.parent, N))
     p = st.parent[s]
     t_s = st.times[s]
     insub = subtree_mask(st.parent, st.times, active, s)
@@ -160,7 +163,7 @@ def _gibbs_c(key, st, N, priors):
     J = H[jnp.maximum(cnt - 1, 0)] - kidsH
     tb = jnp.where(branch, st.times, 0.0)
     shape = priors.c[0] + jnp.sum(branch)
-    rate = priors.c[1] - jnp.sum(jnp.where(branch, J * jnp.log1p(-tb), 0.0))
+    rate = priors.c[1] - node_sum(jnp.where(branch, J * jnp.log1p(-tb), 0.0))
     return jax.random.gamma(key, shape, dtype=st.times.dtype) / rate
 
 
@@ -177,7 +180,7 @@ def _gibbs_precision(key, st, X, priors):
     sq = jnp.sum((loc - lp) ** 2, axis=1) / (2.0 * jnp.maximum(st.times - tp, 1e-300))
     n_edges = jnp.sum(active)
     shape = priors.precision[0] + n_edges * D / 2.0
-    rate = priors.precision[1] + jnp.sum(jnp.where(active, sq, 0.0))
+    rate = priors.precision[1] + node_sum(jnp.where(active, sq, 0.0))
     return rate / jax.random.gamma(kg, shape, dtype=X.dtype)
 
 
@@ -249,10 +252,11 @@ def _slice_alpha_beta(key, st, N, priors, sample_alpha, sample_beta):
 # init / step
 # ------------------------------------------------------------------------------------------
 @functools.partial(jax.jit, static_argnames=("use_lik", "probit"))
-def _init_jit(key, X, c, alpha, beta, sigma2, use_lik, probit):
+def _init_jit(key, X, c, alpha, beta, sigma2, use_lik, probit, n=None):
+    """The initial state; ``n`` (traced): the real rows of a padded ``X`` (`padding`)."""
     N = X.shape[0]
     f = X.dtype
-    parent, times = sample_prior_tree(key, N, f, c, alpha, beta)
+    parent, times = sample_prior_tree(key, N, f, c, alpha, beta, n)
     latent = jnp.where(X > 0.5, 1.0, -1.0).astype(f) if probit else None
     st = PYDTState(parent, times, c, alpha, beta, sigma2, jnp.zeros((), f), jnp.zeros((), f), latent)
     lp, ll = _log_joint_terms(st, latent if probit else X, use_lik, 1.0 if probit else 0.0)
@@ -294,10 +298,14 @@ def _probit_latent(key, st, Y):
     lower = jnp.where(pos, z0, -jnp.inf)
     upper = jnp.where(pos, jnp.inf, z0)
     z = jax.random.truncated_normal(k2, lower, upper, Y.shape, Y.dtype)
-    return mean + sd * z
+    return jnp.where((par != FREE)[:, None], mean + sd * z, st.latent)  # padding rows (no parent) kept
 
 
-def _step(key, st, X, priors, num_moves, sample_c, sample_sigma2, sample_alpha, sample_beta, use_lik):
+def _step(key, st, X, priors, num_moves, sample_c, sample_sigma2, sample_alpha, sample_beta, use_lik, move_cap=None):
+    """One step. ``num_moves`` moves: a static int, or (with the static ``move_cap``) a traced
+    count ``<= move_cap``, so that one program serves every count up to ``move_cap`` (the moves'
+    keys are the first ``num_moves`` of ``split(key, move_cap)``, those of ``split(key,
+    num_moves)``; the info of the skipped moves is padding)."""
     N = X.shape[0]
     km, kc, ks, kab, kp = jax.random.split(key, 5)
     probit = st.latent is not None
@@ -314,7 +322,16 @@ def _step(key, st, X, priors, num_moves, sample_c, sample_sigma2, sample_alpha, 
         s, info = _move(k, s, data, use_lik, leaf_var, tables)
         return s, info
 
-    st, (acc, lr, tries) = jax.lax.scan(mv, st, jax.random.split(km, num_moves))
+    if move_cap is None:
+        st, (acc, lr, tries) = jax.lax.scan(mv, st, jax.random.split(km, num_moves))
+    else:
+
+        def mv_masked(s, ik):
+            i, k = ik
+            skip = (jnp.bool_(False), jnp.zeros((), s.times.dtype), jnp.int32(0))
+            return jax.lax.cond(i < num_moves, lambda s: mv(s, k), lambda s: (s, skip), s)
+
+        st, (acc, lr, tries) = jax.lax.scan(mv_masked, st, (jnp.arange(move_cap), jax.random.split(km, move_cap)))
     changed = False
     if sample_c:
         st = st._replace(c=_gibbs_c(kc, st, N, priors))
@@ -333,20 +350,24 @@ def _step(key, st, X, priors, num_moves, sample_c, sample_sigma2, sample_alpha, 
     return st, PYDTInfo(acc, lr, tries, nb)
 
 
-@functools.partial(
-    jax.jit, static_argnames=("num_moves", "sample_c", "sample_sigma2", "sample_alpha", "sample_beta", "use_lik")
-)
-def _step_jit(key, st, X, priors, num_moves, sample_c, sample_sigma2, sample_alpha, sample_beta, use_lik):
-    return _step(key, st, X, priors, num_moves, sample_c, sample_sigma2, sample_alpha, sample_beta, use_lik)
+_STATIC = ("sample_c", "sample_sigma2", "sample_alpha", "sample_beta", "use_lik", "move_cap")
 
 
-@functools.partial(
-    jax.jit, static_argnames=("num_moves", "sample_c", "sample_sigma2", "sample_alpha", "sample_beta", "use_lik")
-)
-def _step_chains(keys, st, X, priors, num_moves, sample_c, sample_sigma2, sample_alpha, sample_beta, use_lik):
-    return jax.vmap(
-        lambda k, s: _step(k, s, X, priors, num_moves, sample_c, sample_sigma2, sample_alpha, sample_beta, use_lik)
-    )(keys, st)
+def _step_vmapped(
+    keys, st, X, priors, num_moves, sample_c, sample_sigma2, sample_alpha, sample_beta, use_lik, move_cap=None
+):
+    def one(k, s):
+        return _step(k, s, X, priors, num_moves, sample_c, sample_sigma2, sample_alpha, sample_beta, use_lik, move_cap)
+
+    return jax.vmap(one)(keys, st)
+
+
+# exact shapes, ``num_moves`` static (`pydt_mcmc_step`, ``pydt_mcmc(..., _bucket=False)``)
+_step_jit = jax.jit(_step, static_argnames=_STATIC + ("num_moves",))
+_step_chains = jax.jit(_step_vmapped, static_argnames=_STATIC + ("num_moves",))
+# padded states (`padding`), ``num_moves`` traced up to the static ``move_cap``: `pydt_mcmc`
+_step_padded = jax.jit(_step, static_argnames=_STATIC)
+_step_chains_padded = jax.jit(_step_vmapped, static_argnames=_STATIC)
 
 
 def pydt_mcmc_step(
@@ -404,6 +425,7 @@ def pydt_mcmc(
     init_state: Optional[PYDTState] = None,
     chain_method: str = "vectorized",
     progress_bar: bool = True,
+    _bucket: bool = True,
 ) -> PYDTSamples:
     """PYDT posterior samples by the section-5.1 sampler.
 
@@ -431,6 +453,12 @@ def pydt_mcmc(
 
     Returns:
       `PYDTSamples` (``[S, ...]`` arrays, or ``[num_chains, S, ...]``).
+
+    Shape buckets: the compiled step runs on ``bucket(N)`` leaf slots (`jaxhc._internal.buckets`;
+    zero data rows, padding leaves that never join the tree, internal slots shifted; see
+    `jaxhc.inference.pydt.padding`) and ``bucket(num_moves)`` move slots (the extra ones
+    skipped), so every ``N`` of a bucket reuses one program; the outputs are the exact-size
+    arrays, and the samples those of the unpadded sampler (same key, same draws).
     """
     X = check_X(X)
     check_likelihood(X, likelihood)
@@ -445,31 +473,39 @@ def pydt_mcmc(
     num_moves = N if num_moves is None else check_count(num_moves, "num_moves", 1)
     pri = check_priors(priors)
     check_key(key)
+    Nb = leaf_capacity(N, _bucket)
     k0, k1 = jax.random.split(key)
-    Xj = jnp.asarray(X)
+    Xj = jnp.asarray(pad_rows(X, Nb))
     f = Xj.dtype
     hyp = tuple(jnp.asarray(v, f) for v in (c, alpha, beta, sigma2))
     probit = likelihood == "probit"
     chains = num_chains > 1
     split = chains and chain_method != "vectorized"
+    n_arg = N if _bucket else None  # traced: the real rows of the padded X
     if init_state is not None:
-        st = init_state
+        st = _pad_state(init_state, N, Nb)
     elif chains:
-        st = jax.vmap(lambda k: _init_jit(k, Xj, *hyp, True, probit))(jax.random.split(k0, num_chains))
+        st = jax.vmap(lambda k: _init_jit(k, Xj, *hyp, True, probit, n_arg))(jax.random.split(k0, num_chains))
     else:
-        st = _init_jit(k0, Xj, *hyp, True, probit)
-    flags = (num_moves, bool(sample_c), bool(sample_sigma2), bool(sample_alpha), bool(sample_beta), True)
+        st = _init_jit(k0, Xj, *hyp, True, probit, n_arg)
+    sample = (bool(sample_c), bool(sample_sigma2), bool(sample_alpha), bool(sample_beta), True)
+    if _bucket:  # num_moves traced (one program for every count up to its bucket)
+        flags = (np.int32(num_moves),) + sample + (bucket(num_moves),)
+        one, vec = _step_padded, _step_chains_padded
+    else:
+        flags = (num_moves,) + sample
+        one, vec = _step_jit, _step_chains
 
     def step(t, state):  # iteration t: key fold_in(k1, t); chain i gets its i-th split
         kt = jax.random.fold_in(k1, t)
         if split:
             outs = map_chains(
-                lambda k, s: _step_jit(k, s, Xj, pri, *flags), jax.random.split(kt, num_chains), state, chain_method
+                lambda k, s: one(k, s, Xj, pri, *flags), jax.random.split(kt, num_chains), state, chain_method
             )
             return [o[0] for o in outs], [o[1] for o in outs]
         if chains:
-            return _step_chains(jax.random.split(kt, num_chains), state, Xj, pri, *flags)
-        return _step_jit(kt, state, Xj, pri, *flags)
+            return vec(jax.random.split(kt, num_chains), state, Xj, pri, *flags)
+        return one(kt, state, Xj, pri, *flags)
 
     def collect(t, state, info):  # per-chain states are stacked only where they are read
         s = stack_chains(state) if split else state
@@ -488,10 +524,11 @@ def pydt_mcmc(
     )
     if split:
         st = stack_chains(st)
-    accs = [r[1] for r in rows]
+    accs = [r[1][..., :num_moves] for r in rows]  # the moves a step made (skipped slots dropped)
     rows = [r[0] for r in rows]
     ax = 1 if chains else 0
     cols = [np.stack([r[i] for r in rows], axis=ax) for i in range(8)]
+    cols[0], cols[1] = unpad_tree(cols[0], cols[1], N, Nb)
     nan = [nm for nm, v in (("c", cols[2]), ("sigma2", cols[5]), ("log_lik", cols[6])) if np.any(np.isnan(v))]
     if nan:
         raise ValueError(
@@ -499,7 +536,24 @@ def pydt_mcmc(
             f"and data far from unit scale overflow the sampler's float64 arithmetic (it squares sigma2 and "
             f"its inverse): standardise X's columns"
         )
-    return PYDTSamples(*cols, float(np.mean(np.concatenate([a.reshape(-1) for a in accs]))), st)
+    acc_rate = float(np.mean(np.concatenate([a.reshape(-1) for a in accs])))
+    return PYDTSamples(*cols, acc_rate, _unpad_state(st, N, Nb))
+
+
+def _pad_state(st: PYDTState, n: int, nb: int) -> PYDTState:
+    """An exact-size state (``[..., 2n - 1]``; chains lead) on the padded slots (`padding`)."""
+    par, tim = pad_tree(st.parent, st.times, n, nb)
+    lat = None if st.latent is None else jnp.asarray(pad_rows(np.asarray(st.latent), nb, axis=-2))
+    return st._replace(parent=jnp.asarray(par, jnp.int32), times=jnp.asarray(tim), latent=lat)
+
+
+def _unpad_state(st: PYDTState, n: int, nb: int) -> PYDTState:
+    """The exact-size state of a padded one (host work; `padding`)."""
+    if n == nb:
+        return st
+    par, tim = unpad_tree(jax.device_get(st.parent), jax.device_get(st.times), n, nb)
+    lat = None if st.latent is None else jnp.asarray(np.asarray(st.latent)[..., :n, :])
+    return st._replace(parent=jnp.asarray(par), times=jnp.asarray(tim), latent=lat)
 
 
 class _KernelState(NamedTuple):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from ...models.pydt_math import time_order, walk_up
+from ...models.pydt_math import node_sum, time_order, walk_up
 
 __all__ = [
     "downward",
@@ -79,7 +79,7 @@ def upward_messages(parent, times, active, X, sigma2, order=None, leaf_var=0.0):
     edge_terms = -0.5 * (D * (log2pi + jnp.log(vo)) + jnp.sum((mo - target) ** 2, axis=1) / vo)
     branch = active & ~is_leaf & has
     node_terms = 0.5 * D * (log2pi - jnp.log(Asafe))
-    logz = jnp.sum(jnp.where(send, edge_terms, 0.0)) + jnp.sum(jnp.where(branch, node_terms, 0.0))
+    logz = node_sum(jnp.where(send, edge_terms, 0.0)) + node_sum(jnp.where(branch, node_terms, 0.0))
     return mu, v, has, logz
 
 
@@ -93,13 +93,16 @@ def log_marginal_masked(parent, times, active, X, sigma2, leaf_var=0.0):
 
 def sample_locations(key, parent, times, active, X, sigma2, leaf_var=0.0):
     """Backward sampling of all internal node locations given the data ``[m, D]`` (leaves hold
-    ``X``)."""
+    ``X``). On a padded tree (inactive leaves, `jaxhc.inference.pydt.padding`) node ``k`` of the
+    time order draws with the key the exact-size tree gives it (the ``j``-th latest node uses
+    ``split(key, 2n - 1)[2n - 2 - j]``, ``n`` the active leaves), so the draws ignore the padding."""
     m = parent.shape[0]
     N, D = X.shape
     order = time_order(parent, times, active)
     mu, v, _, _ = upward_messages(parent, times, active, X, sigma2, order, leaf_var)
     loc = jnp.zeros((m, D), X.dtype).at[:N].set(X)
     keys = jax.random.split(key, m)
+    shift = m - (2 * jnp.sum(active[:N]) - 1)  # 0 unless padded
 
     def body(i, loc):
         k = order[m - 1 - i]  # increasing time: parents first
@@ -109,7 +112,7 @@ def sample_locations(key, parent, times, active, X, sigma2, leaf_var=0.0):
         pv = sigma2 * (times[k] - tp)
         post_v = pv * v[k] / (pv + v[k])
         post_mu = (prior_mu * v[k] + mu[k] * pv) / (pv + v[k])
-        x = post_mu + jnp.sqrt(post_v) * jax.random.normal(keys[i], (D,), X.dtype)
+        x = post_mu + jnp.sqrt(post_v) * jax.random.normal(keys[jnp.maximum(i - shift, 0)], (D,), X.dtype)
         write = active[k] & (k >= N)
         return loc.at[jnp.where(write, k, m)].set(x, mode="drop")
 

@@ -16,6 +16,7 @@ from ...models.pydt_math import FREE, harmonic_table, log_branch_prod, log_prior
 from .estep import bound_extra, bound_terms, leaf_counts
 from .messages import marginals, marginals_diag, upward_messages, upward_messages_diag
 from .mstep import run_em, run_em_probit
+from .padding import real_leaves, slot_categorical
 
 __all__ = ["em_batch", "initial_structure", "propose_collapse", "propose_reattach", "propose_regraft"]
 
@@ -242,7 +243,7 @@ def propose_reattach(key, parent, times, hyper, X, sites, allow_bp, n_em):
     N = X.shape[0]
     active = parent != FREE
     cand = active & (parent >= 0)
-    s = jax.random.categorical(key, jnp.where(cand, 0.0, -jnp.inf)).astype(jnp.int32)
+    s = slot_categorical(key, jnp.where(cand, 0.0, -jnp.inf), N, real_leaves(parent, N))
     cnt = leaf_counts(parent, times, active, N)
     M, V = _pseudo_data(X, sites)
     mu_s, v_s = _subtree_message(parent, times, active, M, hyper.sigma2, s, V)
@@ -350,16 +351,36 @@ def em_batch(
     return tims, hypers, out_sites, jnp.where(ok, Ls, -jnp.inf)
 
 
+def _permutation(key, n, N):
+    """``jax.random.permutation(key, n)`` for a traced ``n <= N``, as the first ``n`` entries of
+    an ``[N]`` array (the rest: ``n..N-1``). The same sort as JAX's (rounds of a stable sort of
+    ``arange`` by random 32-bit keys, ``ceil(3 log n / log(2^32 - 1))`` rounds), the padding
+    entries sorted last: the keys of the first ``n`` positions are those of an ``[n]`` draw."""
+    u32max = np.iinfo(np.uint32).max
+    rounds = int(np.ceil(3 * np.log(max(1, N)) / np.log(u32max)))
+    rounds_n = jnp.ceil(3.0 * jnp.log(jnp.maximum(n, 1).astype(jnp.float32)) / np.float32(np.log(u32max)))
+    pad = jnp.arange(N) >= n
+    x = jnp.arange(N)
+    for r in range(rounds):
+        key, sub = jax.random.split(key)
+        bits = jax.random.bits(sub, (N,), jnp.uint32)
+        _, _, y = jax.lax.sort((pad, bits, x), num_keys=2, is_stable=True)
+        x = jnp.where(r < rounds_n, y, x)
+    return x
+
+
 @jax.jit
-def initial_structure(key, X, hyper, allow_bp, sites=None):
+def initial_structure(key, X, hyper, allow_bp, sites=None, n=None):
     """Sequential attachment of the points (random order), each at its best-scoring place
     (times: segment midpoints). ``sites=None``: Gaussian ``X``; else probit (``X`` the signs,
-    the points attached as the pseudo-observations of ``sites``). Returns ``(parent, times)``."""
+    the points attached as the pseudo-observations of ``sites``). Returns ``(parent, times)``.
+    ``n`` (traced): attach only the first ``n`` rows (padded ``X``, `padding`); the tree is the
+    one of ``X[:n]`` with its internal slots shifted by ``N - n``."""
     N = X.shape[0]
     m = 2 * N - 1
     f = X.dtype
     slots = jnp.arange(m)
-    perm = jax.random.permutation(key, N)
+    perm = jax.random.permutation(key, N) if n is None else _permutation(key, n, N)
     parent = jnp.full(m, FREE, jnp.int32).at[perm[0]].set(N).at[perm[1]].set(N).at[N].set(-1)
     times = jnp.zeros(m, f).at[:N].set(1.0).at[N].set(0.5)
     M, V = _pseudo_data(X, sites)
@@ -376,4 +397,4 @@ def initial_structure(key, X, hyper, allow_bp, sites=None):
         )
         return build(jnp.argmax(scores))
 
-    return jax.lax.fori_loop(2, N, body, (parent, times))
+    return jax.lax.fori_loop(2, N if n is None else n, body, (parent, times))

@@ -12,7 +12,7 @@ import numpy as np
 import optax
 import optax.tree_utils as otu
 
-from ...models.pydt_math import FREE, harmonic_table, log_prior_from_counts
+from ...models.pydt_math import FREE, harmonic_table, log_prior_from_counts, node_sum
 from .ep import run_ep_e_step
 from .estep import EMHyper, EStep, e_step
 from .messages import marginals
@@ -38,18 +38,36 @@ def time_objective(t, parent, active, b, lam, cbar, J, N, D):
     dsafe = jnp.where(active & ok_edge, delta, 1.0)
     edge = -0.5 * D * jnp.log(dsafe) - lam * b / dsafe
     tsafe = jnp.where(internal & (t < 1.0), t, 0.5)
-    G = jnp.sum(jnp.where(active, edge, 0.0)) + jnp.sum(jnp.where(internal, (cbar * J - 1.0) * jnp.log1p(-tsafe), 0.0))
+    G = node_sum(jnp.where(active, edge, 0.0)) + node_sum(
+        jnp.where(internal, (cbar * J - 1.0) * jnp.log1p(-tsafe), 0.0)
+    )
     return jnp.where(valid, G, -jnp.inf)
 
 
+_CHUNK = 32  # L-BFGS parameter chunk (see `_lbfgs_times`)
+
+
+def _chunks(v):
+    """``v`` zero-padded to a multiple of `_CHUNK` and cut into a tuple of ``[_CHUNK]`` pieces."""
+    pad = (-v.shape[0]) % _CHUNK
+    v = jnp.concatenate([v, jnp.zeros(pad, v.dtype)]) if pad else v
+    return tuple(v[i : i + _CHUNK] for i in range(0, v.shape[0], _CHUNK))
+
+
 def _lbfgs_times(parent, times, active, b, lam, cbar, J, N, D, max_iter, tol):
+    """L-BFGS on Eq. 17 over ``s = logit t`` of the internal slots. The parameters are a tuple of
+    `_CHUNK`-long pieces: optax reduces a pytree leaf by leaf in order, so a padded tree (more
+    trailing zero pieces, `jaxhc.inference.pydt.padding`) takes the same steps bit for bit."""
     m = parent.shape[0]
     internal = active & (jnp.arange(m) >= N)
     t_int = jnp.clip(times[N:], 1e-12, 1 - 1e-12)
-    s0 = jnp.where(internal[N:], jnp.log(t_int) - jnp.log1p(-t_int), 0.0)
+    s0 = _chunks(jnp.where(internal[N:], jnp.log(t_int) - jnp.log1p(-t_int), 0.0))
+
+    def to_times(s):
+        return _times_from_s(jnp.concatenate(s)[: m - N], times, internal, N)
 
     def fun(s):
-        return -time_objective(_times_from_s(s, times, internal, N), parent, active, b, lam, cbar, J, N, D)
+        return -time_objective(to_times(s), parent, active, b, lam, cbar, J, N, D)
 
     opt = optax.lbfgs()
     vg = optax.value_and_grad_from_state(fun)
@@ -69,7 +87,7 @@ def _lbfgs_times(parent, times, active, b, lam, cbar, J, N, D, max_iter, tol):
     s, _ = jax.lax.while_loop(cont, step, (s0, opt.init(s0)))
     f0, f1 = fun(s0), fun(s)
     better = jnp.isfinite(f1) & (f1 <= f0)  # reject steps that leave the valid ordering
-    return jnp.where(better, _times_from_s(s, times, internal, N), times)
+    return jnp.where(better, to_times(s), times)
 
 
 def _golden(h, lo, hi, iters=40):
@@ -145,7 +163,7 @@ def m_step(
         tp = jnp.where(has_p, times[jnp.maximum(parent, 0)], 0.0)
         delta = jnp.where(active, times - tp, 1.0)
         p_shape = priors.precision[0] + 0.5 * D * jnp.sum(active)
-        p_rate = priors.precision[1] + jnp.sum(jnp.where(active, b / delta, 0.0))
+        p_rate = priors.precision[1] + node_sum(jnp.where(active, b / delta, 0.0))
         # the bound is unimodal in the rate at fixed shape: clipping 1/<lam> to
         # [0, sigma2_max] is the constrained coordinate maximum (see `pydt_em`)
         p_rate = jnp.minimum(p_rate, p_shape * sigma2_max)
@@ -153,7 +171,7 @@ def m_step(
     if learn:
         tb = jnp.where(internal, times, 0.0)
         c_shape = priors.c[0] + jnp.sum(internal)
-        c_rate = priors.c[1] - jnp.sum(jnp.where(internal, J * jnp.log1p(-tb), 0.0))
+        c_rate = priors.c[1] - node_sum(jnp.where(internal, J * jnp.log1p(-tb), 0.0))
         hyper = hyper._replace(c_shape=jnp.asarray(c_shape, f), c_rate=jnp.asarray(c_rate, f))
     c = hyper.c_mean
 
