@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from dataclasses import dataclass, field
-from typing import Dict, Iterator
+from typing import Dict, Iterator, Union
 
 __all__ = ["CompileCount", "count_compilations", "compile_totals"]
 
@@ -27,13 +27,13 @@ _totals: Dict[str, list] = {k: [0, 0.0] for k in _EVENTS.values()}
 _registered = [False]
 
 
-def _listener(event: str, seconds: float, **_kw) -> None:
+def _listener(event: str, duration_secs: float, **kwargs: Union[str, int]) -> None:
     kind = _EVENTS.get(event)
     if kind is not None:
         with _lock:
             t = _totals[kind]
             t[0] += 1
-            t[1] += seconds
+            t[1] += duration_secs
 
 
 def _ensure_listener() -> None:
