@@ -231,6 +231,8 @@ def main():
         n = SYSTEMS[s][0]
         r = run_worker(__file__, "first", [s, str(n), ""] + flag, args.timeout, env)
         doc["first"][s] = r
+        if not args.no_json:  # after every system: a long run killed midway keeps its rows
+            write_json(args.out, doc)
         if "error" in r:
             print(f"{s:16s} error: {r['error'][-300:]}")
             continue
@@ -243,6 +245,8 @@ def main():
         sizes = _sizes(lo, hi, args.sweep_sizes)
         r = run_worker(__file__, "sweep", [s, ",".join(map(str, sizes))] + flag, args.timeout, env)
         doc["sweep"][s] = r
+        if not args.no_json:
+            write_json(args.out, doc)
         if "error" in r:
             print(f"sweep {s}: error: {r['error'][-300:]}")
             continue
