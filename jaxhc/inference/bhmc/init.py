@@ -109,10 +109,10 @@ def bhmc_init(
     weights, then ``B``
     and ``theta`` updated once (Eq. 3-5)."""
     hyper = (alpha, gamma0, gamma, sigma2)
-    return _chain_init(key, X, None, depth, cfg, hyper, epsilon, max_nodes, max_components)
+    return chain_init(key, X, None, depth, cfg, hyper, epsilon, max_nodes, max_components)
 
 
-def _chain_init(key, X, num_points, depth, cfg, hyper, epsilon, max_nodes, max_components):
+def chain_init(key, X, num_points, depth, cfg, hyper, epsilon, max_nodes, max_components):
     """`bhmc_init` on ``X`` whose first ``num_points`` rows are the data (``None``: all); the
     padding rows get path 0 and component 0 and are masked out (`state.point_mask`)."""
     X = jnp.asarray(X)
@@ -361,10 +361,10 @@ def state_from_level_labels(
     their conditionals (`update_weights_exact`, Eq. 5). Used for starts, and to score a known
     labelling by the model (e.g. the truth against the sampler's best state)."""
     hyper = (alpha, gamma0, gamma, sigma2)
-    return _labels_state(X, level_labels, cfg, key, components, hyper, max_nodes, max_components, sample_hyper)
+    return labels_state(X, level_labels, cfg, key, components, hyper, max_nodes, max_components, sample_hyper)
 
 
-def _labels_state(X, level_labels, cfg, key, components, hyper, max_nodes, max_components, sample_hyper, size=None):
+def labels_state(X, level_labels, cfg, key, components, hyper, max_nodes, max_components, sample_hyper, size=None):
     """`state_from_level_labels` with the points padded to ``size`` rows (path 0, component 0;
     masked out of the refresh), built on the host: one compiled program per ``size``."""
     alpha, gamma0, gamma, sigma2 = hyper
@@ -443,7 +443,7 @@ def _refresh_jit(key, st, X, cfg, num_points=None):
 # ------------------------------------------------------------------------------------------
 # the starts of `bhmc`'s chains
 # ------------------------------------------------------------------------------------------
-def _check_init(init, N, L):
+def check_init(init, N, L):
     if isinstance(init, str):
         if init not in ("auto", "ward", "bhc", "chain"):
             raise ValueError(
@@ -470,7 +470,7 @@ def _check_init(init, N, L):
                 up[i] = u
 
 
-def _chain_starts(X, L, inits, num_chains, init_levels, K):
+def chain_starts(X, L, inits, num_chains, init_levels, K):
     """``(name, spec)`` for every chain: ``inits`` in turn (``"auto"`` expands to `auto_starts`,
     one per chain that takes it); ``spec`` is level labels ``[N, L]`` or ``"chain"``."""
     out = []

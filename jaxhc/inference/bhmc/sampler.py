@@ -29,7 +29,7 @@ from numpyro.infer.mcmc import MCMCKernel
 from ..._internal.buckets import bucket, pad_rows
 from ..._internal.chain import check_chains, map_chains, run_steps
 from ...tree import ParentTree
-from .init import _chain_init, _chain_starts, _check_init, _labels_state, bhmc_init, tree_init_state
+from .init import bhmc_init, chain_init, chain_starts, check_init, labels_state, tree_init_state
 from .moves import gibbs_point_update, point_update
 from .state import (
     OVERFLOW_COMPONENTS,
@@ -397,7 +397,7 @@ def bhmc(
     if not inits:
         raise ValueError("init must not be an empty list")
     for one in inits:
-        _check_init(one, N, L)
+        check_init(one, N, L)
     cfg = make_config(X, mu0=mu0, prior_var=prior_var, sigma2_max=sigma2_max)
     if sample_hyper and sigma2 is not None and sigma2 >= float(cfg.sigma2_max):
         if sigma2_max is not None:  # both given by the user: they contradict each other
@@ -429,16 +429,16 @@ def bhmc(
         st = jax.device_put(pad_state(st, P))
         num_chains = 1
     else:
-        starts = _chain_starts(X, L, inits, num_chains, init_levels, K)
+        starts = chain_starts(X, L, inits, num_chains, init_levels, K)
         kinit = jax.random.split(k_init, num_chains) if num_chains > 1 else [k_init]
         states = []
         for c, (_, spec) in enumerate(starts):
             if isinstance(spec, str) and spec == "chain":
                 s2 = sigma2 if sigma2 is not None else 0.25 * float(cfg.sigma2_max)
-                one = _chain_init(kinit[c], Xj, N, L, cfg, (alpha, gamma0, gamma, s2), epsilon, M, K)
+                one = chain_init(kinit[c], Xj, N, L, cfg, (alpha, gamma0, gamma, s2), epsilon, M, K)
             else:
                 hyper = (alpha, gamma0, gamma, sigma2)
-                one = _labels_state(X, spec, cfg, kinit[c], None, hyper, M, K, sample_hyper, size=P)
+                one = labels_state(X, spec, cfg, kinit[c], None, hyper, M, K, sample_hyper, size=P)
             states.append(one)
         st = states[0] if num_chains == 1 else jax.tree_util.tree_map(lambda *a: jnp.stack(a), *states)
     chains = num_chains > 1
