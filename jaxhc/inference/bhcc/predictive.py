@@ -340,7 +340,8 @@ def _restrict(component, cols):
         cols = np.asarray(cols)
         g = lambda x: x if np.ndim(x) == 0 else np.asarray(x)[cols]
         return IndependentNormal(g(par.p1), g(par.p2), g(par.p3))
-    return component.restrict_columns(cols)
+    # host parameters: an eager gather of per-column [J] parameters compiles per J
+    return jax.tree_util.tree_map(np.asarray, component).restrict_columns(cols)
 
 
 def _index_array(x, name: str) -> np.ndarray:
