@@ -102,7 +102,8 @@ def _pairs_evidence(cd: ColumnData, cols, P, L, ia, ib, count, log_alpha):
         lv = L[a] + L[b]
         S0 = jnp.where(eye, -jnp.inf, P[a] + P[b] - lv[:, None] - lv[None, :] - log_alpha)
         log_pT, log_d = bhc_core(comp, log_alpha, leaf, jnp.asarray(I, jnp.int32), S0=S0, evidence_only=True)
-        # a single row: its log marginal alone (`evidence`'s unpadded single-row value)
+        # a single row: its log marginal alone, as before the padding (the bound's terms
+        # log alpha + log Gamma(alpha) - log Gamma(1 + alpha) cancel, up to rounding)
         return out.at[q].set(jnp.where(I > 1, log_pT + log_d + gammaln(alpha) - gammaln(I + alpha), log_pT))
 
     return jax.lax.fori_loop(0, count, body, jnp.zeros(cols.shape[0], P.dtype))
