@@ -163,39 +163,7 @@ def tree_node_terms(comp: Component, alpha, node_stats, children) -> TreeTerms:
     n = children.shape[0] + 1
     chex.assert_shape(children, (n - 1, 2))
     chex.assert_tree_shape_prefix(node_stats, (2 * n - 1,))
-    log_alpha = jnp.log(alpha)
-    log_h1 = comp.log_marginal(node_stats)
-    cnt0 = jnp.concatenate([jnp.ones(n), jnp.zeros(n - 1)]).astype(log_h1.dtype)
-    log_d0 = jnp.concatenate([jnp.full(n, log_alpha), jnp.zeros(n - 1)]).astype(log_h1.dtype)
-    log_pT0 = jnp.where(jnp.arange(2 * n - 1) < n, log_h1, 0.0)
-    log_r0 = jnp.zeros(2 * n - 1, log_h1.dtype)
-    log_1mr0 = jnp.full(2 * n - 1, -jnp.inf, log_h1.dtype)
-
-    def step(c, tc):
-        cnt, log_d, log_pT, log_r, log_1mr = c
-        t, (a, b) = tc
-        k = n + t
-        nk = cnt[a] + cnt[b]
-        lag = log_alpha + gammaln(nk)
-        ldd = log_d[a] + log_d[b]
-        ld = jnp.logaddexp(lag, ldd)
-        x = lag - ld + log_h1[k]
-        y = ldd - ld + log_pT[a] + log_pT[b]
-        lp = jnp.logaddexp(x, y)
-        return (
-            cnt.at[k].set(nk),
-            log_d.at[k].set(ld),
-            log_pT.at[k].set(lp),
-            log_r.at[k].set(x - lp),
-            log_1mr.at[k].set(y - lp),
-        ), None
-
-    (cnt, log_d, log_pT, log_r, log_1mr), _ = jax.lax.scan(
-        step, (cnt0, log_d0, log_pT0, log_r0, log_1mr0), (jnp.arange(n - 1), children)
-    )
-    ev = log_pT[-1]
-    bound = ev + log_d[-1] + gammaln(alpha) - gammaln(n + alpha)
-    return TreeTerms(ev, bound, log_h1, log_d, log_pT, log_r, log_1mr)
+    return padded_tree_terms(comp, alpha, node_stats, children, n)  # a bucket of exactly n
 
 
 def padded_tree_terms(comp: Component, alpha, node_stats, children, n_valid) -> TreeTerms:
