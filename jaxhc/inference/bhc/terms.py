@@ -32,10 +32,6 @@ __all__ = [
     "node_stats_of_tree",
     "tree_node_terms",
     "tree_log_evidence",
-    "padded_tree_terms",
-    "pad_tree",
-    "padded_leaf_stats",
-    "PAD_TO_BUCKETS",
     "check_finite_scores",
 ]
 
