@@ -242,9 +242,15 @@ def tree_log_evidence(X, tree: Tree, component: Component, alpha: float = 1.0) -
     leaf = padded_leaf_stats(component, Xh)
     N = jax.tree_util.tree_leaves(leaf)[0].shape[0]
     _, children = pad_tree(np.zeros(2 * n - 1), tree.children, N)
-    terms = _tree_terms(component, np.asarray(alpha, dtype=jnp.result_type(float)), leaf, children, np.int32(n))
-    # the real nodes of the bucket's layout, on the host (leaves 0..n-1, inner N..N+n-2)
+    # traced (under jit / grad in alpha or the component's parameters): stay in JAX
+    traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves((component, alpha)))
+    xp = jnp if traced else np
+    terms = _tree_terms(component, xp.asarray(alpha, dtype=jnp.result_type(float)), leaf, children, np.int32(n))
+    # the real nodes of the bucket's layout (leaves 0..n-1, inner N..N+n-2), on the host
+    # when not traced (an eager gather compiles per shape)
     rows = np.concatenate([np.arange(n), N + np.arange(n - 1)])
+    if traced:
+        return TreeTerms(*(x[rows] if jnp.ndim(x) else x for x in terms))
     return TreeTerms(*(jnp.asarray(np.asarray(x)[rows] if np.ndim(x) else np.asarray(x)) for x in terms))
 
 
