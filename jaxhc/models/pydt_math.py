@@ -27,6 +27,7 @@ an unused slot; the masked helpers take an ``active`` mask of the nodes present 
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple, Optional
 
 import jax
@@ -164,13 +165,16 @@ def log_branch_prod(K, alpha, beta):
 _RADIX = 8
 
 
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
 def ordered_sum(x, axis=0):
     """``x`` summed along ``axis`` in an order fixed by the element index: left folds of 8
     consecutive entries, then of 8 consecutive partial sums, and so on (zeros pad each level
     to a multiple of 8). Appending zeros to ``x`` leaves the result unchanged bit for bit,
     which XLA's own reductions do not promise (their association depends on the length): the
     EM's optimisers compare nearly equal sums, and a padded program
-    (`jaxhc.inference.pydt.padding`) must make the same choices as the exact-size one."""
+    (`jaxhc.inference.pydt.padding`) must make the same choices as the exact-size one. Its
+    derivative is the plain sum's (a custom JVP: reverse mode broadcasts the cotangent, exact
+    at any padding, instead of transposing the folds)."""
     x = jnp.moveaxis(jnp.asarray(x), axis, 0)
     while True:
         pad = (-x.shape[0]) % _RADIX
@@ -183,6 +187,11 @@ def ordered_sum(x, axis=0):
         x = acc
         if x.shape[0] == 1:
             return x[0]
+
+
+@ordered_sum.defjvp
+def _ordered_sum_jvp(axis, primals, tangents):
+    return ordered_sum(primals[0], axis), jnp.sum(tangents[0], axis=axis)
 
 
 def node_sum(x):
