@@ -61,8 +61,12 @@ def test_pad_rows():
     p = pad_rows(x, 5, fill=-1)
     assert p.shape == (5, 2) and np.array_equal(p[:3], x) and np.all(p[3:] == -1)
     assert pad_rows(x, 3) is x or np.array_equal(pad_rows(x, 3), x)
+    q = pad_rows(x, 4, "first", axis=1)
+    assert q.shape == (3, 4) and np.array_equal(q[:, :2], x) and np.array_equal(q[:, 2:], x[:, :1].repeat(2, 1))
     with pytest.raises(ValueError):
         pad_rows(x, 2)
+    with pytest.raises(ValueError):
+        pad_rows(x, 5, "last")
 
 
 # ---------------------------------------------------------------------------------------

@@ -61,17 +61,25 @@ def bucket_grid(lo: int, hi: int, minimum: int = MIN_BUCKET) -> Tuple[int, ...]:
 
 
 def pad_rows(x, size: int, fill=0, axis: int = 0) -> np.ndarray:
-    """``x`` (a host array) padded with ``fill`` to ``size`` entries along ``axis``
-    (NumPy, on the host: an eager ``jnp`` pad compiles a program per shape)."""
+    """``x`` (a host array) padded to ``size`` entries along ``axis`` with ``fill``, or with
+    copies of its first entry for ``fill="first"`` (valid data, so a padded value computed
+    from it stays finite). NumPy, on the host: an eager ``jnp`` pad compiles a program per
+    shape."""
     x = np.asarray(x)
     extra = int(size) - x.shape[axis]
     if extra < 0:
         raise ValueError(f"cannot pad {x.shape[axis]} rows down to {size}")
     if extra == 0:
         return x
-    shape = list(x.shape)
-    shape[axis] = extra
-    return np.concatenate([x, np.full(shape, fill, dtype=x.dtype)], axis=axis)
+    if isinstance(fill, str):
+        if fill != "first":
+            raise ValueError(f"fill must be a value or 'first', got {fill!r}")
+        pad = np.repeat(np.take(x, [0], axis=axis), extra, axis=axis)
+    else:
+        shape = list(x.shape)
+        shape[axis] = extra
+        pad = np.full(shape, fill, dtype=x.dtype)
+    return np.concatenate([x, pad], axis=axis)
 
 
 def buckets_of(sizes: Iterable[int], minimum: int = MIN_BUCKET) -> Tuple[int, ...]:

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..._internal.buckets import bucket
+from ..._internal.buckets import bucket, pad_rows
 from ...components import CountStats
 from . import terms
 from .greedy import BHCResult
@@ -20,13 +20,8 @@ def _padded_nodes(log_w, node_stats):
     mixture and one program serves every ``n`` of a bucket."""
     m = len(log_w)
     size = 2 * bucket((m + 1) // 2) - 1 if terms.PAD_TO_BUCKETS else m
-    lw = np.concatenate([np.asarray(log_w), np.full(size - m, -np.inf)])
-
-    def pad(x):
-        x = np.asarray(x)
-        return np.concatenate([x, np.repeat(x[:1], size - m, axis=0)]) if size > m else x
-
-    return jnp.asarray(lw), jax.tree_util.tree_map(lambda x: jnp.asarray(pad(x)), node_stats)
+    lw = pad_rows(np.asarray(log_w, dtype=float), size, -np.inf)
+    return jnp.asarray(lw), jax.tree_util.tree_map(lambda x: jnp.asarray(pad_rows(x, size, "first")), node_stats)
 
 
 @jax.jit
@@ -60,8 +55,7 @@ def bhc_predictive(result: BHCResult, X_new) -> jax.Array:
     log_w, node_stats = _padded_nodes(result.log_weights(), result.node_stats)
     m = Xn.shape[0]
     rows = bucket(m) if terms.PAD_TO_BUCKETS else m
-    Xp = np.concatenate([Xn, np.repeat(Xn[:1], rows - m, axis=0)]) if rows > m else Xn
-    out = np.asarray(_predictive_core(comp, log_w, node_stats, jnp.asarray(Xp)))[:m]
+    out = np.asarray(_predictive_core(comp, log_w, node_stats, jnp.asarray(pad_rows(Xn, rows, "first"))))[:m]
     bad = ~np.isfinite(out) & ~(out == -np.inf)
     if np.any(bad):
         scale = comp.prior_scale()

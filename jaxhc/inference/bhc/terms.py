@@ -16,7 +16,7 @@ import numpy as np
 from jax.scipy.special import gammaln
 from scipy.special import gammaln as _host_gammaln
 
-from ..._internal.buckets import bucket
+from ..._internal.buckets import bucket, pad_rows
 from ..._internal.validation import check_alpha, check_component
 from ...components import Component
 from ...tree import Tree
@@ -108,9 +108,7 @@ def padded_leaf_stats(component, Xh: np.ndarray):
     them), so one compiled program serves every ``n`` of a bucket."""
     n = Xh.shape[0]
     size = bucket(n) if PAD_TO_BUCKETS else n
-    if size > n:
-        Xh = np.concatenate([Xh, np.repeat(Xh[:1], size - n, axis=0)])
-    return _leaf_stats(component, jnp.asarray(Xh))
+    return _leaf_stats(component, jnp.asarray(pad_rows(Xh, size, "first")))
 
 
 @eqx.filter_jit

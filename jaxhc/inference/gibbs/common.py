@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import gammaln
 
-from ..._internal.buckets import MIN_BUCKET, bucket, bucket_grid
+from ..._internal.buckets import MIN_BUCKET, bucket, bucket_grid, pad_rows
 from ..._internal.dtypes import float_dtype as _float
 from ..._internal.validation import check_alpha, check_component
 from ...components import (
@@ -164,12 +164,7 @@ def pad_axis(a, size, fill, axis=0):
         widths = [(0, 0)] * a.ndim
         widths[axis] = (0, extra)
         return jnp.pad(a, widths, constant_values=fill) if extra else a
-    a = np.asarray(a)
-    if extra == 0:
-        return a
-    shape = list(a.shape)
-    shape[axis] = extra
-    return np.concatenate([a, np.full(shape, fill, dtype=a.dtype)], axis=axis)
+    return pad_rows(a, size, fill, axis)
 
 
 def take_front(a, sizes):
