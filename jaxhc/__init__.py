@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # what type checkers and the API reference see; at run time, 
     from .inference.bhc.randomized import rbhc
     from .inference.bhcc import (
         BHCCResult,
+        BHCCSearch,
         BHCCView,
         bhcc,
         bhcc_predictive_cell,
@@ -48,6 +49,7 @@ __version__ = "0.1.0"
 __all__ = [
     "BHCFit",
     "BHCCResult",
+    "BHCCSearch",
     "BHCCView",
     "BHCResult",
     "BHMCResult",
@@ -126,6 +128,7 @@ _LAZY = {
     "bhc_predictive_cell": ".inference.bhc.predictive",
     "rbhc": ".inference.bhc.randomized",
     "BHCCResult": ".inference.bhcc",
+    "BHCCSearch": ".inference.bhcc",
     "BHCCView": ".inference.bhcc",
     "bhcc": ".inference.bhcc",
     "bhcc_predictive_cell": ".inference.bhcc",

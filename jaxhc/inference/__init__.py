@@ -21,7 +21,15 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load on f
         rbhc,
         tree_log_evidence,
     )
-    from .bhcc import BHCCResult, BHCCView, bhcc_predictive_cell, bhcc_predictive_column, bhcc_predictive_row, rbhcc
+    from .bhcc import (
+        BHCCResult,
+        BHCCSearch,
+        BHCCView,
+        bhcc_predictive_cell,
+        bhcc_predictive_column,
+        bhcc_predictive_row,
+        rbhcc,
+    )
     from .bhmc import BHMC, BHMCResult, BHMCSamples, BHMCState, bhmc_init, bhmc_step
     from .gibbs import CDPMGibbs, DPMGibbs, cdpm_mcmc, cdpm_predict_cells, dpm_gibbs, dpm_predict_cells
     from .ginkgo_fit import LambdaFit, LambdaPosterior, LambdaSamples, fit_lambda, lambda_model, sample_lambda
@@ -41,6 +49,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load on f
 __all__ = [
     "BHCResult",
     "BHCCResult",
+    "BHCCSearch",
     "BHCCView",
     "BHMC",
     "BHMCResult",
@@ -101,6 +110,7 @@ _LAZY = {
     "rbhc": ".bhc",
     "tree_log_evidence": ".bhc",
     "BHCCResult": ".bhcc",
+    "BHCCSearch": ".bhcc",
     "BHCCView": ".bhcc",
     "bhcc_predictive_cell": ".bhcc",
     "bhcc_predictive_column": ".bhcc",

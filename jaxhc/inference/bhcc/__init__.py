@@ -58,11 +58,12 @@ exported at the top level (``jaxhc.bhcc``, ...).
 from ...components import IndependentNormal
 from .exact import MAX_EXACT_ROWS, cdpm_log_joint_exact
 from .predictive import bhcc_predictive_cell, bhcc_predictive_column, bhcc_predictive_row
-from .result import BHCCResult, BHCCView
+from .result import BHCCResult, BHCCSearch, BHCCView
 from .search import bhcc, rbhcc
 
 __all__ = [
     "BHCCResult",
+    "BHCCSearch",
     "BHCCView",
     "IndependentNormal",
     "MAX_EXACT_ROWS",

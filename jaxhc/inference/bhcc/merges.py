@@ -75,17 +75,24 @@ def greedy_merges(
     return children
 
 
-def bhcc_core(cd: ColumnData, alpha: float, col_ids: Sequence[int], progress=None, pairs=None):
+def bhcc_core(cd: ColumnData, alpha: float, col_ids: Sequence[int], progress=None, pairs=None, meter=None):
     """Algorithm 1 over the columns ``col_ids`` of ``cd``. Returns ``children`` (node ids
     local: leaves ``0..m-1`` = ``col_ids``), and per-node ``log_h1, log_d, log_pT, log_1mr,
     log_r``. ``pairs`` (``[m, m]``, optional) receives ``log p(X | BHC)`` of every pair of
-    columns (the first table of the merges; see `pair_affinity`)."""
+    columns (the first table of the merges; see `pair_affinity`). ``meter`` (a one-item
+    list, optional) is increased by the number of column sets evaluated (each a row BHC)."""
     col_ids = [int(c) for c in col_ids]
     m = len(col_ids)
     la = float(np.log(alpha))
     log_alpha = jnp.log(jnp.asarray(alpha, jnp.result_type(float)))
     slots = ViewSlots(cd, col_ids)
-    h1_leaf = slots.evidence([[c] for c in col_ids], np.arange(m), np.full(m, slots.empty), log_alpha)
+
+    def evidence(cl, ia, ib):
+        if meter is not None:
+            meter[0] += len(cl)
+        return slots.evidence(cl, ia, ib, log_alpha)
+
+    h1_leaf = evidence([[c] for c in col_ids], np.arange(m), np.full(m, slots.empty))
     N = 2 * m - 1
     node_h1 = np.full(N, np.nan)
     node_d = np.zeros(N)
@@ -104,7 +111,7 @@ def bhcc_core(cd: ColumnData, alpha: float, col_ids: Sequence[int], progress=Non
         node_pT,
         node_1mr,
         node_r,
-        lambda cl, ia, ib: slots.evidence(cl, ia, ib, log_alpha),
+        evidence,
         slots.merge,
         progress,
         pairs,

@@ -20,7 +20,7 @@ sets at once."""
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple, Optional, Sequence
+from typing import Callable, NamedTuple, Optional, Sequence, Union
 
 import numpy as np
 
@@ -152,17 +152,21 @@ def gibbs_sweep(
     temperature: float = 1.0,
     on_move: Optional[Callable[[Partition], None]] = None,
     columns: Optional[Sequence[int]] = None,
+    stop: Optional[Callable[[], bool]] = None,
 ) -> int:
     """One Gibbs sweep: every column (or every column of ``columns``), in an order drawn from
     ``rng``, is redrawn from its exact conditional (`gibbs_step`); each update leaves
     ``exp(S / T)`` invariant, whichever columns are swept. The sets of the next columns of the
     order are evaluated in one batch (as far as `VIEW_CHUNK` goes); after a move only the sets
-    not cached yet are new. ``on_move(P)`` is called after every change. Returns the number of
-    columns moved."""
+    not cached yet are new. ``on_move(P)`` is called after every change; the sweep ends early
+    when ``stop()`` (checked before each column) is true. Returns the number of columns
+    moved."""
     cols = np.arange(len(P.where)) if columns is None else np.asarray(sorted(int(c) for c in columns), np.int64)
     order = [int(c) for c in cols[rng.permutation(len(cols))]]
     moved = 0
     for i, c in enumerate(order):
+        if stop is not None and stop():
+            break
         spec = (s for c2 in order[i + 1 : i + 1 + 4 * VIEW_CHUNK] for s in _gibbs_sets(P, c2))
         _fetch(P, _gibbs_sets(P, c), spec)
         if gibbs_step(P, c, rng, temperature):
@@ -337,6 +341,30 @@ class SearchStats(NamedTuple):
     merges_accepted: int
     restarts: int
     gain: float
+    #: the best criterion (`Partition.score`) after the tempered chain and its polish, then
+    #: after each restart
+    trace: tuple = ()
+    #: the restarts allowed (``restarts``), and whether they stopped before it because
+    #: ``patience`` restarts in a row found nothing better
+    restarts_budget: int = 0
+    stopped_early: bool = False
+    #: column sets the search evaluated (each a row BHC), and the most it was allowed
+    #: (``budget``; None: no limit); whether it stopped because that was spent
+    evaluations: int = 0
+    budget: Optional[int] = None
+    out_of_budget: bool = False
+
+
+def default_restarts(J: int) -> int:
+    """The stochastic search's restart budget for ``J`` columns: one per 8 columns, at least
+    2 and at most 12 (a restart costs about one Gibbs sweep over the columns it perturbs plus
+    a local search; wide tables have more views to split and merge). With the default
+    ``patience`` the restarts stop earlier once the criterion has stopped moving."""
+    return int(min(12, max(2, -(-int(J) // 8))))
+
+
+#: restarts in a row without a better partition after which the search stops
+DEFAULT_PATIENCE = 2
 
 
 def perturb(P: Partition, rng: np.random.Generator, kind: int, fraction: float = 0.2, affinity=None) -> list:
@@ -391,6 +419,8 @@ def stochastic_search(
     restart_rounds: int = 2,
     fraction: float = 0.2,
     affinity: Optional[np.ndarray] = None,
+    patience: Optional[int] = None,
+    budget: Optional[int] = None,
 ) -> SearchStats:
     """A stochastic search of the column partition from ``P`` (changed in place to the best
     partition found; never worse than the start).
@@ -403,13 +433,21 @@ def stochastic_search(
     ``local(P)`` (the deterministic local search) polishes it. Then ``restarts`` times: from
     `perturb` of the best (``fraction`` of the columns moved), ``restart_rounds`` rounds at
     unit temperature whose Gibbs sweeps visit the columns the perturbation touched (those of
-    the split or merged views, or the moved columns), and ``local``; the best is kept.
-    Returns `SearchStats`."""
+    the split or merged views, or the moved columns), and ``local``; the best is kept. With
+    ``patience = k`` the restarts stop after ``k`` in a row that found no better partition
+    (None: all ``restarts`` run). With ``budget = m`` the search stops (between two moves,
+    then polishes the best) once it has evaluated ``m`` column sets not cached before (each
+    a row BHC: what the search's time is made of), so its cost is bounded whatever the
+    table. Returns `SearchStats`."""
     J = len(P.where)
     sm = (8 if affinity is not None else 4) if split_merges is None else int(split_merges)
     best = [list(P.views), P.score()]
     start = best[1]
     counts = dict(gm=0, sp=0, sa=0, mp=0, ma=0)
+    ev0 = P.ev.n_evaluated
+
+    def spent() -> bool:
+        return budget is not None and P.ev.n_evaluated - ev0 >= budget
 
     def see(Q):
         s = Q.score()
@@ -419,10 +457,14 @@ def stochastic_search(
     def chain(temps, n_rounds, columns=None):
         for T in temps:
             for _ in range(n_rounds):
-                counts["gm"] += gibbs_sweep(P, rng, T, on_move=see, columns=columns)
+                if spent():
+                    return
+                counts["gm"] += gibbs_sweep(P, rng, T, on_move=see, columns=columns, stop=spent)
                 if J < 2:
                     continue
                 for _ in range(sm):
+                    if spent():
+                        return
                     prop, acc = split_merge_step(P, rng, T, affinity)
                     k = "s" if prop.kind == "split" else "m"
                     counts[k + "p"] += 1
@@ -437,10 +479,16 @@ def stochastic_search(
 
     chain(temperatures, rounds)
     polish()
-    n_restarts = 0
+    trace = [best[1]]
+    n_restarts = idle = 0
+    stopped = False
     for _ in range(int(restarts)):
         if J < 2:
             break
+        if (patience is not None and idle >= int(patience)) or spent():
+            stopped = not spent()
+            break
+        before = best[1]
         P.set(best[0])
         views, touched = _perturb(P, rng, n_restarts % 3, fraction, affinity)
         P.set(views)
@@ -448,9 +496,23 @@ def stochastic_search(
         chain((1.0,), restart_rounds, touched)
         polish()
         n_restarts += 1
+        trace.append(best[1])
+        idle = idle + 1 if best[1] <= before else 0
     P.set(best[0])
     return SearchStats(
-        counts["gm"], counts["sp"], counts["sa"], counts["mp"], counts["ma"], n_restarts, best[1] - start
+        counts["gm"],
+        counts["sp"],
+        counts["sa"],
+        counts["mp"],
+        counts["ma"],
+        n_restarts,
+        best[1] - start,
+        tuple(float(x) for x in trace),
+        int(restarts),
+        stopped,
+        int(P.ev.n_evaluated - ev0),
+        None if budget is None else int(budget),
+        spent(),
     )
 
 
@@ -460,12 +522,35 @@ def stochastic_search(
 SEARCHES = ("local", "stochastic")
 
 
-def check_search(search, search_rounds, restarts) -> None:
+def check_search(search, search_rounds, restarts, patience=None, search_budget="auto") -> None:
     if not isinstance(search, str) or search not in SEARCHES:
         raise ValueError(f"search must be one of {SEARCHES}, got {search!r}")
-    for name, v in (("search_rounds", search_rounds), ("restarts", restarts)):
+    for name, v, none_ok in (
+        ("search_rounds", search_rounds, False),
+        ("restarts", restarts, True),
+        ("patience", patience, True),
+    ):
+        if v is None and none_ok:
+            continue
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
-            raise ValueError(f"{name} must be a non-negative integer, got {v!r}")
+            raise ValueError(f"{name} must be a non-negative integer{' or None' if none_ok else ''}, got {v!r}")
+    if not (
+        search_budget is None
+        or (isinstance(search_budget, str) and search_budget == "auto")
+        or (isinstance(search_budget, (int, np.integer)) and not isinstance(search_budget, bool) and search_budget >= 0)
+    ):
+        raise ValueError(f"search_budget must be 'auto', None or a non-negative integer, got {search_budget!r}")
+
+
+def budget_rule(search_budget, meter: list):
+    """The stochastic search's budget of column sets (`explorer`'s ``budget``) from the public
+    ``search_budget``: ``"auto"``: as many sets as the column tree (``meter[0]``, counted by
+    `bhcc_core`) and the local search (the partition's `SetEvidence`) evaluated before it,
+    so the search at most doubles the call's cost (every set is a row BHC); None: no limit;
+    an integer: that many."""
+    if isinstance(search_budget, str):
+        return lambda P: int(meter[0] + P.ev.n_evaluated)
+    return search_budget
 
 
 def search_rng(seed) -> np.random.Generator:
@@ -480,16 +565,34 @@ def search_rng(seed) -> np.random.Generator:
     return numpy_rng(check_key(seed, "seed"))
 
 
-def explorer(search: str, rng: np.random.Generator, search_rounds: int, restarts: int, affinity=None):
+def explorer(
+    search: str,
+    rng: np.random.Generator,
+    search_rounds: int,
+    restarts: Optional[int],
+    affinity=None,
+    patience: Optional[int] = DEFAULT_PATIENCE,
+    budget: Union[None, int, Callable[[Partition], int]] = None,
+):
     """``explore(P, local)`` for `refine_partition`: `stochastic_search` with these budgets
-    and ``affinity`` (``None`` for ``search="local"``). The last search's `SearchStats` is
-    kept in ``explore.stats``."""
+    (``restarts`` None: `default_restarts` of the table's columns; ``budget``: column sets,
+    or a function of the starting partition giving them) and ``affinity`` (``None`` for
+    ``search="local"``). The last search's `SearchStats` is kept in ``explore.stats``."""
     if search == "local":
         return None
 
     def explore(P, local):
+        n_restarts = default_restarts(len(P.where)) if restarts is None else int(restarts)
+        sets = budget(P) if callable(budget) else budget
         explore.stats = stochastic_search(
-            P, rng, local, rounds=int(search_rounds), restarts=int(restarts), affinity=affinity
+            P,
+            rng,
+            local,
+            rounds=int(search_rounds),
+            restarts=n_restarts,
+            affinity=affinity,
+            patience=patience,
+            budget=sets,
         )
 
     explore.stats = None

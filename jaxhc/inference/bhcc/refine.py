@@ -382,6 +382,7 @@ def refine_partition(
     propose,
     screen: Optional[int] = None,
     explore: Optional[Callable] = None,
+    trace: Optional[list] = None,
 ):
     """Local search over the column partition from the cut of a column tree, then a tree for it.
 
@@ -396,6 +397,9 @@ def refine_partition(
     then starts from that answer's partition ``P`` and leaves in it the best partition it
     found (never worse), ``local(Q)`` being the same local search (``passes`` passes); if it
     changed the partition, the local search, the rebuild and the cut loop run again from it.
+
+    ``trace``, when given, receives the criterion (`Partition.score`) of the input tree's cut,
+    of the local search's answer, and of the final partition.
 
     Returns ``None`` (the tree's cut is already a local optimum, and ``explore`` found nothing
     better) or ``(children, node_h1, node_d, node_pT, node_1mr, node_r, gain)`` of the new
@@ -426,11 +430,15 @@ def refine_partition(
         return rebuilt
 
     rebuilt = settle(None)
+    if trace is not None:
+        trace += [start, P.score()]
     if explore is not None:
         before = list(P.views)
         explore(P, lambda Q: _local_search(Q, int(passes), propose, estimates))
         if P.views != before:
             rebuilt = settle(rebuilt)
+    if trace is not None:
+        trace.append(P.score())
     if rebuilt is None:
         return None
     return rebuilt + (P.score() - start,)

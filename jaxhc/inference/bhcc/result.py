@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+from typing import NamedTuple, Optional, Sequence
 
 import jax
 import numpy as np
@@ -30,6 +30,82 @@ class BHCCView(NamedTuple):
         return self.rows.cut(threshold)
 
 
+class BHCCSearch(NamedTuple):
+    """What the column-partition search after the tree did (`BHCCResult.search`), so a user
+    can see whether more search would help.
+
+    Fields:
+      method: ``"local"`` or ``"stochastic"`` (the ``search`` that ran), ``"none"`` when
+        ``refine=False`` or the table has one column.
+      criterion_trace: the criterion of `BHCCResult.views_log_joint` (nats) of the greedy
+        tree's cut, of the local search's answer, then (stochastic) of the best partition
+        after the tempered chain and after each restart, and last of the reported partition
+        (equal to ``views_log_joint()``). Non-decreasing.
+      restarts: restarts the stochastic search ran; restarts_budget: those it was allowed;
+        stopped_early: whether it stopped before the budget because ``patience`` restarts in
+        a row found nothing better (a sign that more restarts would not help either).
+      gibbs_moves, splits_proposed, splits_accepted, merges_proposed, merges_accepted: the
+        stochastic moves made (0 for the local search).
+      evaluations: column sets (row BHCs) the stochastic search evaluated; budget: the most
+        it was allowed (``search_budget``; None: no limit); out_of_budget: whether it stopped
+        because they were spent (then more search, a larger ``search_budget``, may help).
+    """
+
+    method: str
+    criterion_trace: np.ndarray
+    restarts: int = 0
+    restarts_budget: int = 0
+    stopped_early: bool = False
+    gibbs_moves: int = 0
+    splits_proposed: int = 0
+    splits_accepted: int = 0
+    merges_proposed: int = 0
+    merges_accepted: int = 0
+    evaluations: int = 0
+    budget: Optional[int] = None
+    out_of_budget: bool = False
+
+    @property
+    def gain(self) -> float:
+        """How much the search raised the criterion over the greedy tree's cut (nats)."""
+        t = np.asarray(self.criterion_trace)
+        return float(t[-1] - t[0]) if t.size else 0.0
+
+    @property
+    def stochastic_gain(self) -> float:
+        """How much the stochastic search raised the criterion over the local search's
+        answer (nats; 0 for the local search)."""
+        t = np.asarray(self.criterion_trace)
+        return float(t[-1] - t[1]) if t.size > 1 else 0.0
+
+
+def search_record(method: str, trace, stats, constant: float) -> BHCCSearch:
+    """`BHCCSearch` from `refine_partition`'s ``trace`` (scores: start, local, final) and the
+    stochastic search's `SearchStats` (or None), in `views_log_joint` units (``constant`` =
+    ``log Gamma(alpha) - log Gamma(J + alpha)``)."""
+    t = list(trace)
+    if stats is not None and len(t) == 3:
+        t = t[:2] + list(stats.trace) + t[2:]
+    out = np.asarray(t, float) + constant
+    if stats is None:
+        return BHCCSearch(method, out)
+    return BHCCSearch(
+        method,
+        out,
+        int(stats.restarts),
+        int(stats.restarts_budget),
+        bool(stats.stopped_early),
+        int(stats.gibbs_moves),
+        int(stats.splits_proposed),
+        int(stats.splits_accepted),
+        int(stats.merges_proposed),
+        int(stats.merges_accepted),
+        int(stats.evaluations),
+        stats.budget,
+        bool(stats.out_of_budget),
+    )
+
+
 class BHCCResult(NamedTuple):
     """The output of `bhcc` / `rbhcc` (``J`` columns; column-tree nodes ``0 .. 2J-2`` as in
     `jaxhc.tree.Tree`, leaves = columns).
@@ -47,6 +123,7 @@ class BHCCResult(NamedTuple):
       component, alpha: the model; X: the data ``[I, J]`` (host array, NaN = missing).
       refine_gain: how much the refinement after the tree raised the criterion of the cut's
         column partition (`views_log_joint`), in nats; 0 when it changed nothing or was off.
+      search: `BHCCSearch`: which search ran, its restarts and the criterion's trace.
     """
 
     tree: Tree
@@ -62,6 +139,7 @@ class BHCCResult(NamedTuple):
     alpha: float
     X: np.ndarray
     refine_gain: float = 0.0
+    search: Optional[BHCCSearch] = None
 
     @property
     def n_columns(self) -> int:
@@ -181,7 +259,20 @@ def _views_of(X, component, alpha, tree, log_r_nodes) -> tuple:
 
 
 def finish_result(
-    children, J, node_h1, node_d, node_pT, node_1mr, node_log_r, X, component, alpha, *, heights=None, refine_gain=0.0
+    children,
+    J,
+    node_h1,
+    node_d,
+    node_pT,
+    node_1mr,
+    node_log_r,
+    X,
+    component,
+    alpha,
+    *,
+    heights=None,
+    refine_gain=0.0,
+    search: Optional[BHCCSearch] = None,
 ):
     log_r = node_log_r[J:]
     tree = Tree(
@@ -206,4 +297,5 @@ def finish_result(
         float(alpha),
         X,
         float(refine_gain),
+        search,
     )

@@ -14,10 +14,10 @@ from ...components import Component
 from .columns import ColumnData, column_model, validate_inputs
 from .hostmath import host_gammaln as _sgammaln
 from .merges import bhcc_core, merge_log, pair_affinity
-from .moves import check_search, explorer, search_rng
+from .moves import DEFAULT_PATIENCE, budget_rule, check_search, explorer, search_rng
 from .predictive import node_queries
 from .refine import SetEvidence, check_refine, greedy_split, refine_partition, tree_splits
-from .result import BHCCResult, finish_result
+from .result import BHCCResult, BHCCSearch, finish_result, search_record
 from .views import dpm_bound, pad_views, row_bhc, view_width
 
 
@@ -28,10 +28,12 @@ def bhcc(
     *,
     refine: bool = True,
     refine_passes: int = 10,
-    search: str = "local",
+    search: str = "stochastic",
     seed=0,
     search_rounds: int = 3,
-    restarts: int = 6,
+    restarts: Optional[int] = None,
+    patience: Optional[int] = DEFAULT_PATIENCE,
+    search_budget="auto",
     progress_bar: Optional[bool] = None,
 ) -> BHCCResult:
     """Bayesian hierarchical cross-clustering of the columns of ``X`` (Algorithm 1), with the
@@ -66,27 +68,29 @@ def bhcc(
 
     The local search stops at a local optimum: a partition that no single-column move, merge
     or split improves, yet that a few moves through worse partitions would improve (a true
-    view spread over three found views, say). ``search="stochastic"`` then goes on from the
-    local search's answer with moves that target ``exp(criterion / T)``: exact Gibbs
-    reassignment of each column (to any view or a new one, from its exact conditional) and
-    sequentially-allocated split-merge proposals of views (Dahl 2003) accepted by
-    Metropolis-Hastings, ``search_rounds`` rounds (a Gibbs sweep and 8 split-merge steps
-    each) at ``T = 2`` then at ``T = 1``; the best partition by the criterion seen after any
-    move is kept and polished by the local search. A split-merge proposal allocates the
-    columns by their pair affinities (`merges.pair_affinity`: the evidence two columns gain
-    by sharing a view, from the first table of Algorithm 1 above), so it evaluates only the
-    views it makes; its acceptance ratio is exact. Then ``restarts`` times from a
-    perturbation of the best (a view split by a split proposal, a fifth of the columns moved
-    at random, or two views merged, in turn): ``2`` rounds at ``T = 1`` whose Gibbs sweeps
-    visit the columns the perturbation touched, and the local search, the best kept. The
-    answer is never worse than ``search="local"``'s (the search starts from it and keeps the
-    best), and the tree is rebuilt over it as above. All draws come from ``seed``: the same
-    seed gives the same result. On 2 CPU cores (`benchmarks/bhcc_search_cost.py`) it costs
-    1.4x the local search's time on 100 x 100 Binomial tables of four views and 1.5x on 100 x
-    200 (same answer there), and 3-4x on 60 x 36 binary tables (3 s against 0.7 s), where it
-    matters: of 50 such tables the local search stopped short of the true partition on 3, and
-    over 5 seeds each this search reached the truth's criterion on 9 of the 15 runs (2 of the
-    3 tables). ``"local"`` stays the default, as the cheaper search that needs no seed.
+    view spread over three found views, say). The stochastic search (``search="stochastic"``,
+    the default) then goes on from the local search's answer with moves that target
+    ``exp(criterion / T)``: exact Gibbs reassignment of each column (to any view or a new one,
+    from its exact conditional) and sequentially-allocated split-merge proposals of views
+    (Dahl 2003) accepted by Metropolis-Hastings, ``search_rounds`` rounds (a Gibbs sweep and 8
+    split-merge steps each) at ``T = 2`` then at ``T = 1``; the best partition by the
+    criterion seen after any move is kept and polished by the local search. A split-merge
+    proposal allocates the columns by their pair affinities (`merges.pair_affinity`: the
+    evidence two columns gain by sharing a view, from the first table of Algorithm 1 above),
+    so it evaluates only the views it makes; its acceptance ratio is exact. Then restarts
+    from a perturbation of the best (a view split by a split proposal, a fifth of the columns
+    moved at random, or two views merged, in turn): ``2`` rounds at ``T = 1`` whose Gibbs
+    sweeps visit the columns the perturbation touched, and the local search, the best kept;
+    at most ``restarts`` of them (default one per 8 columns, 2 to 12), and no more once
+    ``patience`` restarts in a row found nothing better. Its cost is bounded by
+    ``search_budget``: by default (``"auto"``) it evaluates at most as many column sets (row
+    BHCs, what its time is made of) as the column tree and the local search did before it,
+    so it at most doubles the cost of a call; it stops between two moves when they are spent.
+    The answer is never worse than ``search="local"``'s (the search starts from it and keeps
+    the best), and the tree is rebuilt over it as above. All draws come from ``seed``: the
+    same seed gives the same result (the budget counts sets, not seconds). `BHCCResult.search`
+    says which search ran, its restarts, whether the budget or the patience stopped it, and
+    the criterion's trace. ``search="local"`` is the deterministic local search alone.
 
     Padding: the rows of ``X`` are padded to ``bucket(I)`` and its columns to ``bucket(J +
     1)`` (the library's size grid) with missing entries that the row searches never merge, so
@@ -103,22 +107,28 @@ def bhcc(
       refine: run the local search after the greedy tree (False: Algorithm 1 alone).
       refine_passes: most passes of the local search (>= 1). A pass evaluates ``O(J V)``
         column sets of ``V`` views (each a row BHC), fewer than the greedy tree's ``O(J^2)``.
-      search: ``"local"`` (the deterministic local search above) or ``"stochastic"`` (then
-        the Gibbs / split-merge search with restarts; with ``refine`` only).
+      search: ``"stochastic"`` (the default: the local search above, then the Gibbs /
+        split-merge search with restarts) or ``"local"`` (the local search alone). With
+        ``refine`` only.
       seed: the stochastic search's seed, a non-negative integer or a `jax.random` key.
       search_rounds: rounds of the stochastic search's chain per temperature (>= 0).
-      restarts: restarts of the stochastic search from perturbed partitions (>= 0).
+      restarts: most restarts of the stochastic search from perturbed partitions (>= 0;
+        None: one per 8 columns, 2 to 12).
+      patience: stop the restarts after this many in a row found nothing better (None: run
+        them all).
+      search_budget: most column sets the stochastic search evaluates: ``"auto"`` (as many
+        as the tree and the local search before it), None (no limit) or an integer.
       progress_bar: tqdm bar over column merges (default: ``J >= 100``).
 
     Returns:
       `BHCCResult`: the column ``tree`` with ``log_r`` per merge (Eq. 8), ``log_evidence``
       (Eq. 6), ``cdpm_lower_bound`` (Corollary 5.6), ``views`` at ``r < 0.5`` with their row
-      trees, ``cut(threshold)``, ``refine_gain``.
+      trees, ``cut(threshold)``, ``refine_gain``, ``search`` (`BHCCSearch`).
     """
     check_component(component)
     alpha = check_alpha(alpha)
     check_refine(refine, refine_passes)
-    check_search(search, search_rounds, restarts)
+    check_search(search, search_rounds, restarts, patience, search_budget)
     rng = search_rng(seed)
     Xh = validate_inputs(X, component)
     cd = column_model(component, Xh)
@@ -132,13 +142,25 @@ def bhcc(
         bar = tqdm(total=J - 1, desc="BHCC column merges", leave=False)
     try:
         pairs = np.full((J, J), np.nan) if (search == "stochastic" and refine) else None
-        children, h1, d, pT, l1, lr = bhcc_core(cd, alpha, range(J), None if bar is None else bar.update, pairs)
+        meter = [0]
+        children, h1, d, pT, l1, lr = bhcc_core(cd, alpha, range(J), None if bar is None else bar.update, pairs, meter)
     finally:
         if bar is not None:
             bar.close()
     gain = 0.0
+    record = _no_search()
     if refine and J > 1:
         ev = SetEvidence(cd, alpha)
+        explore = explorer(
+            search,
+            rng,
+            search_rounds,
+            restarts,
+            None if pairs is None else pair_affinity(pairs, h1),
+            patience,
+            budget_rule(search_budget, meter),
+        )
+        trace: list = []
         out = refine_partition(
             ev,
             cd,
@@ -149,11 +171,26 @@ def bhcc(
             lr,
             refine_passes,
             greedy_split(ev, float(np.log(alpha)), tree_splits(children, J, h1)),
-            explore=explorer(search, rng, search_rounds, restarts, None if pairs is None else pair_affinity(pairs, h1)),
+            explore=explore,
+            trace=trace,
         )
         if out is not None:
             children, h1, d, pT, l1, lr, gain = out
-    return finish_result(children, J, h1, d, pT, l1, lr, Xh, component, alpha, refine_gain=gain)
+        record = _record(search, trace, explore, alpha, J)
+    return finish_result(children, J, h1, d, pT, l1, lr, Xh, component, alpha, refine_gain=gain, search=record)
+
+
+def _no_search() -> BHCCSearch:
+    return BHCCSearch("none", np.zeros(0))
+
+
+def _record(search: str, trace: list, explore, alpha: float, J: int) -> BHCCSearch:
+    return search_record(
+        search,
+        trace,
+        None if explore is None else explore.stats,
+        float(_sgammaln(alpha) - _sgammaln(J + alpha)),
+    )
 
 
 @jax.jit
@@ -188,7 +225,7 @@ def _subtree_weights(children, log_r, log_1mr, sizes, top) -> np.ndarray:
     return out
 
 
-def _filter_split(cd: ColumnData, Xh: np.ndarray, alpha: float, cols: np.ndarray, rng, subset_size: int):
+def _filter_split(cd: ColumnData, Xh: np.ndarray, alpha: float, cols: np.ndarray, rng, subset_size: int, meter=None):
     """One filtering level of Algorithm 2: BHCC on a random subset ``V0`` of ``subset_size``
     columns of ``cols``; the root of its tree splits ``V0`` in two and every other column goes
     to the side with the larger CRP-weighted new-column predictive (Eq. 11-12). Returns the
@@ -196,7 +233,7 @@ def _filter_split(cd: ColumnData, Xh: np.ndarray, alpha: float, cols: np.ndarray
     m = len(cols)
     perm = rng.permutation(m)
     sub, rest = cols[perm[:subset_size]], cols[perm[subset_size:]]
-    ch, h1, d, pT, l1, lr = bhcc_core(cd, alpha, sub)
+    ch, h1, d, pT, l1, lr = bhcc_core(cd, alpha, sub, meter=meter)
     s = len(sub)
     sizes = np.concatenate([np.ones(s), np.zeros(s - 1)])
     for t, (a, b) in enumerate(ch):
@@ -233,9 +270,11 @@ def rbhcc(
     levels: Optional[int] = None,
     refine: bool = True,
     refine_passes: int = 10,
-    search: str = "local",
+    search: str = "stochastic",
     search_rounds: int = 3,
-    restarts: int = 6,
+    restarts: Optional[int] = None,
+    patience: Optional[int] = DEFAULT_PATIENCE,
+    search_budget="auto",
     progress_bar: Optional[bool] = None,
 ) -> BHCCResult:
     """Randomized BHCC (Algorithm 2): a column tree in ``O(J log J)`` column comparisons.
@@ -265,12 +304,13 @@ def rbhcc(
     highest estimates are evaluated exactly (and accepted only if they improve exactly); and
     a view of ``threshold`` columns or more that is not a node of the tree is
     split by one filtering level (as above, same key stream) instead of a BHCC tree over its
-    columns. Below ``threshold`` the refinement is `bhcc`'s. ``search="stochastic"`` adds
-    `bhcc`'s stochastic search (its local searches screened as above; its Gibbs sweeps are
-    exact, ``O(J V)`` column sets each), its draws from ``key`` (a stream of its own). Its
-    split-merge proposals are allocated by the criterion (two column sets per allocated
-    column): `bhcc`'s pair affinities come from Algorithm 1 over all column pairs, which
-    RBHCC never forms.
+    columns. Below ``threshold`` the refinement is `bhcc`'s. ``search="stochastic"`` (the
+    default) adds `bhcc`'s stochastic search (its local searches screened as above; its Gibbs
+    sweeps are exact, ``O(J V)`` column sets each), its draws from ``key`` (a stream of its
+    own), its cost bounded by ``search_budget`` as in `bhcc` (on wide tables the budget, not
+    the restarts, ends it: see `BHCCResult.search`). Its split-merge proposals are allocated
+    by the criterion (two column sets per allocated column): `bhcc`'s pair affinities come
+    from Algorithm 1 over all column pairs, which RBHCC never forms.
 
     Padding as in `bhcc` (rows and columns to the size grid; every group's column set to
     ``bucket(m + 1)`` slots): the random subsets are drawn on the host at the real sizes, so
@@ -284,7 +324,9 @@ def rbhcc(
       threshold: groups with fewer columns are clustered by plain BHCC (>= subset_size).
       levels: number of filtering levels kept (None: no truncation).
       refine, refine_passes: the local search after the tree (see `bhcc`).
-      search, search_rounds, restarts: the stochastic search after it (see `bhcc`).
+      search, search_rounds, restarts, patience, search_budget: the stochastic search after
+        it (see `bhcc`; ``"auto"`` counts the sets of the filtering levels' BHCC trees and of
+        the screened local search).
       progress_bar: tqdm bar over columns placed (default ``J >= 500``).
 
     Returns:
@@ -301,7 +343,7 @@ def rbhcc(
     if levels is not None and not (isinstance(levels, (int, np.integer)) and levels >= 0):
         raise ValueError(f"levels must be None or a non-negative integer, got {levels!r}")
     check_refine(refine, refine_passes)
-    check_search(search, search_rounds, restarts)
+    check_search(search, search_rounds, restarts, patience, search_budget)
     from ..._internal.validation import check_key, numpy_rng
 
     key = check_key(key, "key")
@@ -325,8 +367,10 @@ def rbhcc(
         children.append((min(a, b), max(a, b)))
         return J + len(children) - 1
 
+    meter = [0]  # column sets evaluated by the tree's searches (the stochastic search's budget)
+
     def plain(cols):
-        ch, h1, d, pT, l1, lr = bhcc_core(cd, alpha, cols)
+        ch, h1, d, pT, l1, lr = bhcc_core(cd, alpha, cols, meter=meter)
         ids = list(int(c) for c in cols)
         node_h1[ids], node_d[ids], node_pT[ids] = h1[: len(ids)], d[: len(ids)], pT[: len(ids)]
         for t, (a, b) in enumerate(ch):
@@ -358,7 +402,7 @@ def rbhcc(
             return plain(cols)
         if levels is not None and depth >= levels:
             return truncated(cols)
-        side_a, side_b = _filter_split(cd, Xh, alpha, cols, rng, subset_size)
+        side_a, side_b = _filter_split(cd, Xh, alpha, cols, rng, subset_size, meter)
         ka = rec(np.sort(side_a), depth + 1)
         kb = rec(np.sort(side_b), depth + 1)
         h = _group_evidence(cd, cols, log_alpha)
@@ -377,6 +421,7 @@ def rbhcc(
     assert root == N - 1
     children = np.asarray(children, np.int64).reshape(-1, 2)
     gain = 0.0
+    record = _no_search()
     if refine and J > 1:
         ev = SetEvidence(cd, alpha)
         small = greedy_split(ev, la, tree_splits(children, J, node_h1))
@@ -385,10 +430,20 @@ def rbhcc(
             key = frozenset(view)
             if len(view) < threshold or key in small.cache:
                 return small(view)
-            a, b = _filter_split(cd, Xh, alpha, np.asarray(view), rng, subset_size)
+            a, b = _filter_split(cd, Xh, alpha, np.asarray(view), rng, subset_size, meter)
             small.cache[key] = (tuple(sorted(a.tolist())), tuple(sorted(b.tolist())))
             return small.cache[key]
 
+        explore = explorer(
+            search,
+            numpy_rng(jax.random.fold_in(key, 1)),
+            search_rounds,
+            restarts,
+            None,
+            patience,
+            budget_rule(search_budget, meter),
+        )
+        trace: list = []
         out = refine_partition(
             ev,
             cd,
@@ -400,10 +455,12 @@ def rbhcc(
             refine_passes,
             propose,
             screen=subset_size if J >= threshold else None,
-            explore=explorer(search, numpy_rng(jax.random.fold_in(key, 1)), search_rounds, restarts),
+            explore=explore,
+            trace=trace,
         )
         if out is not None:
             children, node_h1, node_d, node_pT, node_1mr, node_r, gain = out
+        record = _record(search, trace, explore, alpha, J)
     return finish_result(
-        children, J, node_h1, node_d, node_pT, node_1mr, node_r, Xh, component, alpha, refine_gain=gain
+        children, J, node_h1, node_d, node_pT, node_1mr, node_r, Xh, component, alpha, refine_gain=gain, search=record
     )
