@@ -53,6 +53,7 @@ import json
 import os
 import sys
 import time
+from typing import Optional
 
 import numpy as np
 
@@ -273,16 +274,17 @@ def partition_criterion(X, comp, alpha, labels) -> float:
     )
 
 
-def run_bhcc(p: dict, randomized: bool = False, gibbs: bool = True) -> dict:
+def run_bhcc(p: dict, randomized: bool = False, gibbs: bool = True, search: Optional[str] = None) -> dict:
     jax = _jax()
     import jaxhc
 
     X, u, comp, alpha = p["X"], p["u"], p["component"], p["alpha"]
+    kw = {} if search is None else {"search": search}  # None: the library's default
     t0 = time.perf_counter()
     if randomized:
-        res = jaxhc.rbhcc(jax.random.PRNGKey(p["seed"]), X, comp, alpha=alpha, progress_bar=False)
+        res = jaxhc.rbhcc(jax.random.PRNGKey(p["seed"]), X, comp, alpha=alpha, progress_bar=False, **kw)
     else:
-        res = jaxhc.bhcc(X, comp, alpha=alpha, progress_bar=False)
+        res = jaxhc.bhcc(X, comp, alpha=alpha, progress_bar=False, **kw)
     secs = time.perf_counter() - t0
     found = float(res.views_log_joint())
     labels = np.asarray(res.cut(0.5))
@@ -302,6 +304,9 @@ def run_bhcc(p: dict, randomized: bool = False, gibbs: bool = True) -> dict:
         "v_found": int(len(np.unique(labels))),
         "seconds": secs,
         "verdict": _verdict(found - truth, ari),
+        "search": res.search.method,
+        "search_restarts": int(res.search.restarts),
+        "search_out_of_budget": bool(res.search.out_of_budget),
     }
     if gibbs:
         t0 = time.perf_counter()
@@ -407,6 +412,9 @@ def run_pydt(p: dict, **em_kw) -> dict:
         "k_true": K,
         "seconds": secs,
         "verdict": _verdict(found - truth, ari),
+        "search": res.search.method,
+        "search_restarts": int(res.search.restarts),
+        "search_out_of_budget": bool(res.search.out_of_budget),
     }
 
 
@@ -663,6 +671,12 @@ def main(argv=None) -> int:
     ap.add_argument("--first-seed", type=int, default=0)
     ap.add_argument("--no-gibbs", action="store_true", help="skip the CDPM Gibbs baseline (bhcc, rbhcc)")
     ap.add_argument(
+        "--search",
+        choices=["local", "stochastic"],
+        default=None,
+        help="the column search of bhcc / rbhcc (default: the library's default)",
+    )
+    ap.add_argument(
         "--merge",
         action="store_true",
         help="keep the records of --out for the seeds outside this run (the summary then covers all of them)",
@@ -691,7 +705,7 @@ def main(argv=None) -> int:
         t0 = time.perf_counter()
         summ = summarize(kept) if kept else None
         for s in (s for s in seeds if s not in done):
-            kw = {"gibbs": not args.no_gibbs} if system in ("bhcc", "rbhcc") else {}
+            kw = {"gibbs": not args.no_gibbs, "search": args.search} if system in ("bhcc", "rbhcc") else {}
             recs.append(run_problem(system, s, **kw))
             # every problem compiles programs for its own shapes: without this a process holds
             # them all and, after ~90 problems, LLVM cannot allocate memory for the next ones

@@ -394,10 +394,10 @@ def test_stochastic_search_reaches_the_true_partition():
     X, u = views_table(5)
     J = X.shape[1]
     truth = _score(X, _groups(u))
-    local = jaxhc.bhcc(X, _bern(J), 1.0)
+    local = jaxhc.bhcc(X, _bern(J), 1.0, search="local")
     s_local = _score(X, [tuple(v.columns) for v in local.views])
     assert s_local < truth - 5.0  # the problem: the local search falls short
-    res = jaxhc.bhcc(X, _bern(J), 1.0, search="stochastic", seed=0)
+    res = jaxhc.bhcc(X, _bern(J), 1.0)  # the default: the stochastic search, seed 0
     s_new = _score(X, [tuple(v.columns) for v in res.views])
     assert s_new >= truth - 1e-9 and s_new >= s_local
     assert adjusted_rand_score(u, res.cut(0.5)) > adjusted_rand_score(u, local.cut(0.5))
@@ -426,7 +426,7 @@ def test_stochastic_search_is_seeded_and_never_below_local():
     X, u = views_table(7, sizes=(2, 3, 4), n_rows=16, n_clusters=3)
     J = X.shape[1]
     kw = dict(search="stochastic", search_rounds=1, restarts=1)
-    local = jaxhc.bhcc(X, _bern(J), 1.0)
+    local = jaxhc.bhcc(X, _bern(J), 1.0, search="local")
     a = jaxhc.bhcc(X, _bern(J), 1.0, seed=3, **kw)
     b = jaxhc.bhcc(X, _bern(J), 1.0, seed=3, **kw)
     assert a.tree.same_hierarchy(b.tree) and a.log_evidence == b.log_evidence and a.refine_gain == b.refine_gain
@@ -434,7 +434,7 @@ def test_stochastic_search_is_seeded_and_never_below_local():
     k1 = jaxhc.bhcc(X, _bern(J), 1.0, seed=jax.random.key(4), **kw)
     k2 = jaxhc.bhcc(X, _bern(J), 1.0, seed=jax.random.key(4), **kw)
     assert k1.tree.same_hierarchy(k2.tree) and k1.views_log_joint() >= local.views_log_joint() - 1e-9
-    r_local = jaxhc.rbhcc(jax.random.key(2), X, _bern(J), 1.0, subset_size=3, threshold=6)
+    r_local = jaxhc.rbhcc(jax.random.key(2), X, _bern(J), 1.0, subset_size=3, threshold=6, search="local")
     r1 = jaxhc.rbhcc(jax.random.key(2), X, _bern(J), 1.0, subset_size=3, threshold=6, **kw)
     r2 = jaxhc.rbhcc(jax.random.key(2), X, _bern(J), 1.0, subset_size=3, threshold=6, **kw)
     assert r1.tree.same_hierarchy(r2.tree) and r1.views_log_joint() >= r_local.views_log_joint() - 1e-9
@@ -454,3 +454,48 @@ def test_bad_search_options():
         jaxhc.bhcc(X, comp, search="stochastic", seed=-2)
     with pytest.raises(ValueError, match="seed"):
         jaxhc.bhcc(X, comp, search="stochastic", seed="zero")
+    with pytest.raises(ValueError, match="patience"):
+        jaxhc.bhcc(X, comp, patience=-1)
+    for bad in (-1, "all", True, 2.5):
+        with pytest.raises(ValueError, match="search_budget"):
+            jaxhc.rbhcc(jax.random.key(0), X, comp, search_budget=bad)
+
+
+def test_the_result_reports_the_search():
+    """`BHCCResult.search`: the criterion's trace starts at the greedy tree's cut (the answer
+    of ``refine=False``), passes the local search's answer (``search="local"``), never
+    decreases and ends at the reported partition's criterion; the auto budget is what the
+    column tree evaluated (at least its first table: every column and every pair) plus the
+    local search; a spent budget or patience ends the search, a budget of 0 leaves the
+    local search's answer."""
+    X, u = views_table(7, sizes=(2, 3, 4), n_rows=16, n_clusters=3)
+    J = X.shape[1]
+    greedy = jaxhc.bhcc(X, _bern(J), 1.0, refine=False)
+    local = jaxhc.bhcc(X, _bern(J), 1.0, search="local")
+    res = jaxhc.bhcc(X, _bern(J), 1.0, seed=1)
+    assert greedy.search.method == "none" and greedy.search.criterion_trace.size == 0
+    assert local.search.method == "local" and local.search.restarts == 0 and local.search.evaluations == 0
+    s = res.search
+    assert s.method == "stochastic"
+    for r in (local, res):
+        t = r.search.criterion_trace
+        np.testing.assert_allclose(t[0], greedy.views_log_joint(), rtol=0, atol=1e-8)
+        np.testing.assert_allclose(t[-1], r.views_log_joint(), rtol=0, atol=1e-8)
+        assert np.all(np.diff(t) >= -1e-9)
+        np.testing.assert_allclose(r.search.gain, r.refine_gain, rtol=0, atol=1e-8)
+    np.testing.assert_allclose(s.criterion_trace[1], local.views_log_joint(), rtol=0, atol=1e-8)
+    assert len(s.criterion_trace) == 2 + 1 + s.restarts + 1  # start, local, chain, restarts, final
+    assert s.restarts_budget == 2 and s.restarts <= 2  # default: one per 8 columns, at least 2
+    assert s.budget >= J + J * (J - 1) // 2 and s.evaluations > 0
+    assert s.out_of_budget == (s.evaluations >= s.budget)
+    assert s.stopped_early == (s.restarts < s.restarts_budget and not s.out_of_budget)
+    # a budget of 0: no move is made; the answer is the local search's
+    none = jaxhc.bhcc(X, _bern(J), 1.0, seed=1, search_budget=0)
+    assert none.search.out_of_budget and none.search.gibbs_moves == 0 and none.search.restarts == 0
+    assert none.tree.same_hierarchy(local.tree)
+    # patience 0: no restart; unlimited budget and more restarts: at least as good
+    quick = jaxhc.bhcc(X, _bern(J), 1.0, seed=1, patience=0, search_budget=None)
+    assert quick.search.restarts == 0 and quick.search.stopped_early
+    more = jaxhc.bhcc(X, _bern(J), 1.0, seed=1, search_budget=None, restarts=4, patience=None)
+    assert more.search.budget is None and more.search.restarts == 4 and not more.search.out_of_budget
+    assert more.views_log_joint() >= local.views_log_joint() - 1e-9
