@@ -252,8 +252,9 @@ def test_cli_jets_skip_and_raise(generator_jets, tmp_path, capsys):
     sel = [i for i in range(len(nl)) if 3 <= nl[i] <= 5][:4]
     assert len(sel) == 4
     jets = [{"leaves": lp[i, : nl[i]].tolist()} for i in sel]
-    jets.insert(1, {"leaves": [[1.0, 0.0, 0.0, 0.0]] * 9})  # filtered out
+    jets.insert(1, {"leaves": [[1.0, 0.0, 0.0, 0.0]] * 9})  # outside the leaf range
     jets[3]["leaves"][0][0] = -1.0  # file index 3
+    jets.append({"leaves": [[1.0, 0.0, 0.0, 1.0]] * 25})  # above the exact trellis limit
     path = tmp_path / "jets.json"
     path.write_text(json.dumps(jets))
     args = [
@@ -275,4 +276,25 @@ def test_cli_jets_skip_and_raise(generator_jets, tmp_path, capsys):
     assert "jets: 1 of 4 problems fail the checks (index 3): jets[3]: every energy E" in err
     assert main(args + ["--out", str(tmp_path / "b")]) == 0
     out = capsys.readouterr()
-    assert "skipping jets: 1 of 4 problems" in out.err and "jets done: 3 jets" in out.out
+    # the jets outside the range, above the limit and invalid are counted on the last line and have rows
+    assert "skipping jets: 1 of 4 problems" in out.err
+    last = out.out.strip().splitlines()[-1]
+    assert last.startswith(
+        "jets done: 3 of 6 jets solved (3 not solved: 1 outside --min-leaves/--max-leaves 3-5, 1 above the exact "
+        "trellis limit of 24 leaves, 1 invalid four-momenta)"
+    )
+    rows = json.loads((tmp_path / "b" / "jets_results.json").read_text())["jets"]
+    assert [(r["jet_id"], r["status"]) for r in rows] == [
+        (0, "solved"),
+        (1, "outside_leaf_range"),
+        (2, "solved"),
+        (3, "invalid"),
+        (4, "solved"),
+        (5, "above_exact_limit"),
+    ]
+    assert "jets[3]: every energy E" in rows[3]["reason"]
+    assert rows[1]["reason"] == "outside the leaf range 3-5 (9 leaves)"
+    assert rows[5]["reason"] == "above the exact trellis limit of 24 leaves (25 leaves)" and rows[5]["n_leaves"] == 25
+    rec = pytest.importorskip("awkward").from_parquet(tmp_path / "b" / "jets_results.parquet")
+    assert rec.jet_id.tolist() == list(range(6)) and rec.status.tolist() == [r["status"] for r in rows]
+    assert np.isnan(rec.log_phi_beam[5]) and np.isfinite(rec.log_phi_beam[0])

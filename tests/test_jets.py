@@ -324,12 +324,21 @@ def test_compare_map_methods_validation():
 # ---------------------------------------------------------------------------------------
 # command line
 # ---------------------------------------------------------------------------------------
-def _check_outputs(out, n_jets):
+def _check_outputs(out, n_jets, n_solved=None):
+    """The JSON summary: a row per jet read, ids 0..n_jets-1 in order; ``n_solved`` of them
+    (default all) solved, with every method's tree and log likelihood."""
     with open(out / "jets_results.json") as f:
         payload = json.load(f)
-    assert len(payload["jets"]) == n_jets
+    assert [j["jet_id"] for j in payload["jets"]] == list(range(n_jets))
+    solved = [j for j in payload["jets"] if j["status"] == "solved"]
+    assert len(solved) == (n_jets if n_solved is None else n_solved)
+    assert payload["accounting"]["counts"]["solved"] == len(solved)
+    assert sum(payload["accounting"]["counts"].values()) == n_jets
     assert [r["label"] for r in payload["table1"]][:3] == ["Trellis - Beam", "Trellis - Greedy", "Beam - Greedy"]
     for jet in payload["jets"]:
+        if jet["status"] != "solved":
+            assert jet["reason"] and jet["log_z"] is None and jet["trees"] is None
+            continue
         ll = jet["log_likelihood"]
         assert abs(ll["trellis"] - jet["map_log_likelihood"]) < 1e-9
         assert jet["log_z"] >= jet["map_log_likelihood"]
@@ -359,11 +368,19 @@ def test_cli_jets_from_file(tmp_path, capsys):
     assert main(argv) == 0
     text = capsys.readouterr().out
     with open(GENERATOR_JETS) as f:
-        n_expected = min(40, sum(4 <= len(j["leaves"]) <= 5 for j in json.load(f)))
-    payload = _check_outputs(out, n_expected)
+        sizes_all = [len(j["leaves"]) for j in json.load(f)]
+    sizes = sizes_all[:40]  # --quick: the file's first 40 jets
+    n_expected = sum(4 <= n <= 5 for n in sizes)
+    payload = _check_outputs(out, 40, n_expected)
+    assert all(j["status"] == ("solved" if 4 <= j["n_leaves"] <= 5 else "outside_leaf_range") for j in payload["jets"])
     assert payload["kt_backend"] == "fastjet" and payload["likelihood"] == "paper"
     assert "| Trellis - Beam |" in text and "0.4 +- 0.5" in text and "splits/s" in text
-    assert text.strip().splitlines()[-1].startswith(f"jets done: {n_expected} jets")
+    k = 40 - n_expected
+    want = (
+        f"jets done: {n_expected} of 40 jets solved ({k} not solved: {k} outside --min-leaves/--max-leaves 4-5); "
+        f"the file's jets 40..{len(sizes_all) - 1} not read (--quick reads the first 40)"
+    )
+    assert text.strip().splitlines()[-1].startswith(want)
 
 
 def test_cli_jets_simulated_without_fastjet(tmp_path, capsys):
@@ -404,7 +421,10 @@ def test_cli_jets_simulated_without_fastjet(tmp_path, capsys):
         ('[{"leaves": [[1, 2, 3]]}]', "jet 0: 'leaves' must be four-momenta"),
         ('[{"leaves": [[1, 0, 0, 1]]}, {"leaves": [["a", 0, 0, 1]]}]', "jet 1: 'leaves' must be a numeric"),
         ('[{"leaves": [[1, 0, 0, 1]' + ", [1, 0, 0, 1]" * 4 + ", [-2, 0, 1, 0]]}]", "(column 0) must be positive"),
-        ('[{"leaves": [[1, 0, 0, 1]]}]', "none of its 1 jets has 5 to 7 leaves"),
+        (
+            '[{"leaves": ' + json.dumps([[1, 0, 0, 1]] * 9) + "}]",
+            "none of its 1 jets has 1 to 7 leaves (they have 9 to 9)",
+        ),
     ],
 )
 def test_cli_jets_bad_input_exits_2(tmp_path, capsys, content, needle):

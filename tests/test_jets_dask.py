@@ -13,6 +13,7 @@ import jax  # noqa: E402
 
 from jaxhc import trellis  # noqa: E402
 from jaxhc.jets import dask as jd  # noqa: E402
+from jaxhc.jets.hep import as_padded_jets  # noqa: E402
 from jaxhc.models import ginkgo  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
@@ -89,3 +90,36 @@ def test_a_bad_jet_is_skipped_on_the_workers(client):
     np.testing.assert_allclose(ak.to_numpy(got.log_z)[keep], ref.log_z, rtol=1e-13)
     with pytest.raises(ValueError, match=r"1 of 8 problems fail the checks \(index 5\)"):
         jd.solve_on_dask(client, e, [(lp[:8], nl[:8])], register_plugin=False, progress_bar=False, on_invalid="raise")
+
+
+def test_every_jet_once_on_the_workers(client):
+    """Partitions holding jets of every kind (issue 58): in the leaf range 3-5, outside it,
+    above the exact limit, off shell or NaN. One record per jet, ids 0..B-1 each once, with
+    its status; the solved jets equal one process's solve."""
+    sim = ginkgo.simulate(jax.random.PRNGKey(12), PARAMS, 20, min_leaves=2, max_leaves=6)
+    lp, nl = np.asarray(sim.leaves, np.float64), np.asarray(sim.n_leaves)
+    jets = [lp[b, : nl[b]].copy() for b in range(len(nl))]
+    want = ["solved" if 3 <= n <= 5 else "outside_leaf_range" for n in nl]
+    p = np.random.default_rng(0).normal(size=(26, 3)) * 5.0 + 20.0
+    jets.insert(7, np.concatenate([np.linalg.norm(p, axis=1)[:, None], p], axis=1))
+    want.insert(7, "above_exact_limit")
+    for k, b in enumerate([i for i, w in enumerate(want) if w == "solved"][:2]):
+        if k == 0:
+            jets[b][0, 0] = 0.5 * np.linalg.norm(jets[b][0, 1:])  # E = |p| / 2
+        else:
+            jets[b][1, 3] = np.nan
+        want[b] = "invalid"
+    assert set(want) == {"solved", "outside_leaf_range", "above_exact_limit", "invalid"}
+    e = PARAMS.energy("exact")
+    parts = [jets[a : a + 6] for a in range(0, len(jets), 6)]
+    recs = jd.solve_on_dask(client, e, parts, min_leaves=3, max_leaves=5, cache_dir=False, progress_bar=False)
+    got = ak.concatenate(recs)
+    assert ak.to_list(got.jet_id) == list(range(len(jets)))
+    assert ak.to_list(got.status) == want
+    assert ak.to_list(got.n_leaves) == [len(j) for j in jets]
+    solved = [b for b, w in enumerate(want) if w == "solved"]
+    ref = trellis.solve_batch(e, *as_padded_jets([jets[b] for b in solved]))
+    np.testing.assert_allclose(ak.to_numpy(got.log_z)[solved], ref.log_z, rtol=1e-13)
+    assert not np.any(ak.to_numpy(got.valid)[[b for b, w in enumerate(want) if w != "solved"]])
+    with pytest.raises(ValueError, match="max_leaves=30 is above the exact trellis limit"):
+        jd.solve_on_dask(client, e, parts, max_leaves=30, register_plugin=False)

@@ -233,12 +233,15 @@ def test_cli_jets_reads_parquet_and_root_and_writes_parquet(jets, tmp_path, caps
         with open(out / "jets_results.json") as f:
             payload = json.load(f)
         got = [np.asarray(j["leaves"]) for j in payload["jets"]]
-        assert len(got) == int(keep.sum())
-        for g, b in zip(got, np.flatnonzero(keep)):
+        assert len(got) == len(nl)  # every jet has a row: solved, or why not
+        assert [j["status"] == "solved" for j in payload["jets"]] == keep.tolist()
+        for g, b in zip(got, range(len(nl))):
             np.testing.assert_allclose(g, lp[b, : nl[b]], rtol=tol, atol=tol * 100)
         rec = ak.from_parquet(out / "jets_results.parquet")
+        assert ak.to_list(rec.jet_id) == list(range(len(nl)))
         back = hep.from_awkward(rec)
-        np.testing.assert_allclose(back.log_z, [j["log_z"] for j in payload["jets"]], rtol=1e-12)
+        want = [np.nan if j["log_z"] is None else j["log_z"] for j in payload["jets"]]
+        np.testing.assert_allclose(back.log_z, want, rtol=1e-12)
         assert "log_phi_kt" in ak.fields(rec) and "log_phi_trellis" in ak.fields(rec)
     # a ROOT file without the branches names what it has
     with pytest.raises(SystemExit):

@@ -25,13 +25,18 @@ below the best linkage's, a line under the table gives the model's own scores of
 classes against BHC's answer: the bound of the class-respecting tree closest to BHC's
 (`class_respecting_tree`) and the DPM joint ``log p(D, c)`` of the true classes against BHC's
 clusters, so a reader sees whether the model or the greedy search is to blame.
-* ``jaxhc jets [--num-jets B] [--quick] [--min-leaves 5] [--max-leaves 10] [--lam 2]
+* ``jaxhc jets [--num-jets B] [--quick] [--min-leaves N] [--max-leaves N] [--lam 2]
   [--t-cut 16] [--likelihood paper|exact] [--seed S] [--input FILE] [--field F] [--tree T]
   [--branch PREFIX] [--out DIR] [--partition-size K [--resume]] [--no-progress] [--cache-dir DIR] [--no-compilation-cache]
   [--no-fastjet]`` - Ginkgo jets (simulated by `jaxhc.models.ginkgo`, or read from a JSON list
   of objects with ``leaves``, a parquet file or a ROOT file of jagged four-vectors): the exact trellis MAP tree and log Z, greedy and beam search, and kt /
   Cambridge-Aachen / anti-kt (FastJet, or the NumPy twin with ``--no-fastjet``), compared by
-  log likelihood (Table 1 of the trellis paper; see `jaxhc.jets`).
+  log likelihood (Table 1 of the trellis paper; see `jaxhc.jets`). Simulated jets have 5 to
+  10 leaves by default (the paper's study); jets from a file are all taken, and solved from 1
+  leaf up to `JETS_FILE_MAX_LEAVES` (16) by default. Every jet of the file has a row in the
+  outputs, keyed by ``jet_id`` (its index in the file): solved, or the reason it was not
+  (``status``: outside the leaf range, above the exact trellis limit, invalid four-momenta),
+  and the last line counts them by reason.
 
 ``demo`` and ``bhc`` print a summary table and write, per data set, a dendrogram PNG
 (`jaxhc.plot.plot_bhc`) and a Newick file; ``bhc`` also writes a JSON with the tree, the flat
@@ -60,7 +65,7 @@ from typing import Optional, Sequence
 
 from .bhc_cmd import COMPONENTS, class_respecting_tree, cmd_bhc, cmd_demo
 from .common import InputError
-from .jets_cmd import JETS_DEFAULT, JETS_QUICK, cmd_jets, read_jets
+from .jets_cmd import JETS_DEFAULT, JETS_FILE_MAX_LEAVES, JETS_QUICK, cmd_jets, read_jets
 from .tables import read_table
 
 __all__ = ["main", "read_table", "read_jets", "class_respecting_tree", "InputError"]
@@ -208,19 +213,27 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive_int,
         default=None,
         help=f"number of jets (default {JETS_DEFAULT['num_jets']}; {JETS_QUICK['num_jets']} with "
-        "--quick; with --input, at most this many of the file's)",
+        "--quick; with --input, the first this many of the file's, default all)",
     )
     j.add_argument(
         "--quick",
         action="store_true",
         help=f"small run: {JETS_QUICK['num_jets']} jets of at most {JETS_QUICK['max_leaves']} leaves unless given",
     )
-    j.add_argument("--min-leaves", type=_positive_int, default=5, help="fewest leaves per jet (default 5)")
+    j.add_argument(
+        "--min-leaves",
+        type=_positive_int,
+        default=None,
+        help=f"fewest leaves of a jet solved (default {JETS_DEFAULT['min_leaves']} for simulated jets, 1 with --input)",
+    )
     j.add_argument(
         "--max-leaves",
         type=_positive_int,
         default=None,
-        help=f"most leaves per jet (default {JETS_DEFAULT['max_leaves']}; {JETS_QUICK['max_leaves']} with --quick)",
+        help=f"most leaves of a jet solved (default {JETS_DEFAULT['max_leaves']} for simulated jets; with --input "
+        f"{JETS_FILE_MAX_LEAVES}: larger jets take long, the time is estimated before a long run; "
+        f"{JETS_QUICK['max_leaves']} with --quick; at most 24, the exact trellis limit). With --input, every jet "
+        "of the file has a row in the outputs: solved, or why not (outside the range, above the limit, invalid)",
     )
     j.add_argument("--lam", type=_positive_float, default=2.0, help="Ginkgo splitting rate lambda (default 2)")
     j.add_argument("--t-cut", type=_positive_float, default=16.0, help="mass-squared cut-off t_cut (default 16)")
@@ -265,10 +278,14 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("skip", "raise"),
         default="skip",
         help="jets that fail the four-momentum checks (NaN, E <= 0, mass^2 below -2^-20 E E_jet): 'skip' "
-        "(default) leaves them out with a message naming each (partitioned runs record them with valid=false), "
+        "(default) leaves them unsolved with a message naming each (their rows say status 'invalid' and why), "
         "'raise' stops with an error naming every one",
     )
-    j.add_argument("--no-progress", action="store_true", help="no progress messages or bars")
+    j.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress messages or bars (the last line still counts the jets solved and not solved, by reason)",
+    )
     j.add_argument(
         "--cache-dir",
         default=None,

@@ -13,7 +13,15 @@ import numpy as np
 
 from .common import InputError, enable_compile_cache, log
 
-__all__ = ["JETS_DEFAULT", "JETS_QUICK", "JETS_ROOT_MASS2", "JETS_ROOT_P3", "cmd_jets", "read_jets"]
+__all__ = [
+    "JETS_DEFAULT",
+    "JETS_FILE_MAX_LEAVES",
+    "JETS_QUICK",
+    "JETS_ROOT_MASS2",
+    "JETS_ROOT_P3",
+    "cmd_jets",
+    "read_jets",
+]
 
 
 # ---------------------------------------------------------------------------------------
@@ -24,7 +32,20 @@ __all__ = ["JETS_DEFAULT", "JETS_QUICK", "JETS_ROOT_MASS2", "JETS_ROOT_P3", "cmd
 JETS_ROOT_MASS2 = 900.0
 JETS_ROOT_P3 = tuple(400.0 / math.sqrt(3.0) for _ in range(3))
 JETS_QUICK = {"num_jets": 40, "max_leaves": 7}
-JETS_DEFAULT = {"num_jets": 1000, "max_leaves": 10}
+#: simulated jets: the paper's study (Ginkgo510: 5 to 10 leaves)
+JETS_DEFAULT = {"num_jets": 1000, "min_leaves": 5, "max_leaves": 10}
+#: jets read from a file (``--input``): every jet of the file, from 1 leaf up to this many by
+#: default. The exact trellis does ``(3^N + 1) / 2 - 2^N`` split evaluations for a jet of N
+#: leaves; on 2 CPU cores a jet of 16 leaves takes about 2 s, one of 18 about 40 s, one of 20
+#: about 6 minutes, one of 24 (the limit) hours; ``--max-leaves`` up to 24 includes them.
+JETS_FILE_MAX_LEAVES = 16
+
+#: the exact trellis's split evaluations per second (float64, compact batch results), as
+#: measured on 2 CPU cores: ``(most leaves, rate)``, and the compilation seconds per jet size
+_SPLITS_PER_SECOND = ((16, 1.1e7), (None, 5.0e6))
+_COMPILE_SECONDS = ((14, 2.0), (16, 5.0), (None, 10.0))
+#: a run estimated to take longer says so before it starts, progress messages or not
+_LONG_RUN_SECONDS = 60.0
 
 
 _PARQUET = (".parquet", ".pq")
@@ -128,9 +149,10 @@ def _read_hep_jets(path, ext, field, tree, branch):
     return [lp[b, : nl[b]] for b in range(len(nl))]
 
 
-def _write_parquet(path, sol, res, progress):
-    """The compact per-jet results (`jaxhc.jets.to_awkward`) plus each method's log phi, as
-    parquet; skipped with a message without the hep extra."""
+def _write_parquet(path, account, sol, res, progress):
+    """A record for every jet (`jaxhc.jets.runs.account_records`: the compact results of the
+    solved ones, the status and reason of the others) plus each method's log phi (NaN for a
+    jet not solved), as parquet; skipped with a message without the hep extra."""
     try:
         import awkward as ak
     except ImportError:
@@ -138,63 +160,133 @@ def _write_parquet(path, sol, res, progress):
 
         log(progress, f"[jaxhc jets] no parquet output: it needs the 'hep' extra ({HEP_EXTRA_HINT})")
         return None
-    from ..jets.hep import to_awkward
+    from ..jets.runs import account_records
 
-    rec = to_awkward(sol)
+    rec = account_records(account, sol)
+    keep = account.solved
     for m in res.methods:
-        rec = ak.with_field(rec, np.asarray(res.log_phi[m], np.float64), f"log_phi_{m}")
+        v = np.full(len(keep), np.nan)
+        v[keep] = np.asarray(res.log_phi[m], np.float64)
+        rec = ak.with_field(rec, v, f"log_phi_{m}")
     ak.to_parquet(rec, path)
     return path
 
 
-def _partitioned(args, energy, lp, nl, source, progress) -> int:
+def _partitioned(args, energy, lp, nl, account, source, progress, n_file) -> int:
     """``--partition-size K``: every jet through the exact trellis, one parquet file per K
-    jets under ``--out`` with a manifest (`jaxhc.jets.runs.solve_partitions`); ``--resume``
-    continues a killed run."""
+    jets under ``--out`` with a manifest (`jaxhc.jets.runs.solve_partitions`), a record for
+    every jet read, solved or not; ``--resume`` continues a killed run."""
+    import warnings
+
     _hep_modules(args.out)
     from ..jets.runs import solve_partitions
+    from ..trellis.invalid import SKIP_WARNING
 
     log(progress, f"[jaxhc jets] {len(nl)} jets from {source}: partitions of {args.partition_size} under {args.out}")
     try:
-        man = solve_partitions(
-            energy,
-            lp,
-            args.out,
-            nl,
-            partition_size=args.partition_size,
-            resume=args.resume,
-            ids=getattr(args, "_jet_ids", None),
-            progress_bar=progress,
-            on_invalid=args.on_invalid,
-        )
+        with warnings.catch_warnings():  # the skipped jets were named above
+            warnings.filterwarnings("ignore", message=SKIP_WARNING, category=RuntimeWarning)
+            man = solve_partitions(
+                energy,
+                lp,
+                args.out,
+                nl,
+                partition_size=args.partition_size,
+                resume=args.resume,
+                ids=account.ids,
+                min_leaves=account.min_leaves,
+                max_leaves=account.max_leaves,
+                progress_bar=progress,
+                on_invalid=args.on_invalid,
+            )
     except ValueError as e:
         raise InputError(str(e)) from None
     print(
-        f"jets done: {man['n_jets']} jets in {len(man['done'])} of {man['n_partitions']} partitions; "
-        f"outputs in {args.out}"
+        f"jets done: {_account_text(man['counts'], man['n_jets'], account, n_file, args.quick and args.num_jets is None)}; "
+        f"{len(man['done'])} of {man['n_partitions']} partitions; outputs in {args.out}"
     )
     return 0
 
 
-def _valid_jets(energy, lp, nl, on_invalid: str, progress: bool, ids=None):
-    """The jets that pass the energy's checks (`jaxhc.trellis.Energy.check_batch`), checked
-    once here: ``on_invalid="raise"`` stops with every bad jet named, ``"skip"`` drops them
-    with a message naming each (stderr). ``ids``: each jet's index in the input file (the
-    messages use it)."""
-    from ..trellis.invalid import InvalidProblems, InvalidProblemsError
+def _status_text(status: str, account) -> str:
+    from ..trellis import MAX_EXACT_LEAVES
 
-    lp, reasons = energy.check_batch(np.asarray(lp, np.float64), np.asarray(nl), "jets")
-    if not reasons:
-        return lp, nl
-    ids = np.arange(len(nl)) if ids is None else np.asarray(ids)
-    named = {int(ids[b]): r.replace(f"jets[{b}]", f"jets[{int(ids[b])}]", 1) for b, r in reasons.items()}
-    invalid = InvalidProblems.from_reasons(named, len(nl))
-    if on_invalid == "raise" or len(invalid) == len(nl):
-        raise InputError(str(InvalidProblemsError(invalid, "jets")))
-    log(True, f"[jaxhc jets] skipping {invalid.summary('jets', shown=3)}")
-    keep = np.ones(len(nl), bool)
-    keep[list(reasons)] = False
-    return lp[keep], np.asarray(nl)[keep]
+    return {
+        "outside_leaf_range": f"outside --min-leaves/--max-leaves {account.min_leaves}-{account.max_leaves}",
+        "above_exact_limit": f"above the exact trellis limit of {MAX_EXACT_LEAVES} leaves",
+        "invalid": "invalid four-momenta",
+    }[status]
+
+
+def _account_text(counts: dict, n_jets: int, account, n_file=None, quick: bool = False) -> str:
+    """``"263 of 300 jets solved (37 not solved: 37 outside --min-leaves/--max-leaves
+    5-10)"``: the run's account of its jets, by reason (the last line of every run), and the
+    jets of the file not read (``--num-jets``, ``--quick``)."""
+    solved = int(counts["solved"])
+    text = f"{solved} of {n_jets} jets solved"
+    why = [f"{k} {_status_text(st, account)}" for st, k in counts.items() if st != "solved" and k]
+    if why:
+        text += f" ({n_jets - solved} not solved: {', '.join(why)})"
+    if n_file is not None and n_file > n_jets:
+        why = f"--quick reads the first {n_jets}" if quick else f"--num-jets {n_jets}"
+        text += f"; the file's jets {n_jets}..{n_file - 1} not read ({why})"
+    return text
+
+
+def _duration(secs: float) -> str:
+    if secs < 90:
+        return f"{secs:.0f} s"
+    if secs < 5400:
+        return f"{secs / 60:.0f} min"
+    return f"{secs / 3600:.1f} h"
+
+
+def _estimated_seconds(n_leaves) -> float:
+    """Rough seconds of the exact trellis on jets of ``n_leaves`` leaves, compilation
+    included, at the rates measured on 2 CPU cores (`_SPLITS_PER_SECOND`)."""
+    from ..trellis import num_splits
+
+    nl = np.asarray(n_leaves, np.int64)
+    secs = 0.0
+    for n in np.unique(nl):
+        rate = next(r for top, r in _SPLITS_PER_SECOND if top is None or n <= top)
+        compile_s = next(c for top, c in _COMPILE_SECONDS if top is None or n <= top)
+        secs += int(np.sum(nl == n)) * num_splits(int(n)) / rate + compile_s
+    return secs
+
+
+def _announce(args, nl, account, from_file: bool, progress: bool):
+    """Before the run, on stderr: which jets are solved (with progress messages), the jets of
+    the file above the default leaf range (always), and the estimated time of a long run
+    (always)."""
+    from ..trellis import MAX_EXACT_LEAVES
+
+    lo, hi = account.min_leaves, account.max_leaves
+    todo = nl[account.solved]
+    if from_file:
+        log(progress, f"[jaxhc jets] {args.input}: {len(todo)} of {len(nl)} jets with {lo}-{hi} leaves")
+        above = nl[(nl > hi) & (nl <= MAX_EXACT_LEAVES)]
+        if args.max_leaves is None and len(above):
+            top, low = int(above.max()), int(above.min())
+            which = f"1 jet of {top} leaves is" if len(above) == 1 else f"{len(above)} jets of {low}-{top} leaves are"
+            log(
+                True,
+                f"[jaxhc jets] {which} not solved: the default --max-leaves is {hi} for a file (the exact trellis "
+                f"takes about {_duration(_estimated_seconds([top]))} for one jet of {top} leaves on 2 CPU cores); "
+                f"--max-leaves {top} solves {'it' if len(above) == 1 else 'them'}",
+            )
+    secs = _estimated_seconds(todo) if len(todo) else 0.0
+    if secs > _LONG_RUN_SECONDS:
+        from ..trellis import num_splits
+
+        splits = sum(num_splits(int(n)) for n in todo)
+        extra = "" if args.partition_size is not None else "; beam search and the kt family add to it"
+        log(
+            True,
+            f"[jaxhc jets] estimated time of the exact trellis: about {_duration(secs)} ({len(todo)} jets of "
+            f"{int(todo.min())}-{int(todo.max())} leaves, {splits:.2e} split evaluations at the rate of 2 CPU "
+            f"cores, compilation included; faster on a GPU{extra})",
+        )
 
 
 def _pad_jets(jets):
@@ -250,39 +342,42 @@ def cmd_jets(args) -> int:
 
     from .. import jets as jetsmod
     from .. import trellis
+    from ..jets.runs import account_jets
+    from ..trellis.invalid import InvalidProblemsError
 
     progress = not args.no_progress
+    if args.resume and args.partition_size is None:
+        raise InputError("--resume continues a partitioned run: pass it with --partition-size")
     if not args.no_cache:
         enable_compile_cache(args.cache_dir, progress)
+    from_file = args.input is not None
     defaults = JETS_QUICK if args.quick else JETS_DEFAULT
-    num_jets = args.num_jets if args.num_jets is not None else defaults["num_jets"]
-    if args.partition_size is not None and args.input is not None and args.num_jets is None:
-        num_jets = None  # a partitioned run takes every jet of the file (within the leaf range)
-    max_leaves = args.max_leaves if args.max_leaves is not None else defaults["max_leaves"]
-    min_leaves = args.min_leaves
+    min_leaves = args.min_leaves if args.min_leaves is not None else (1 if from_file else JETS_DEFAULT["min_leaves"])
+    if args.max_leaves is not None:
+        max_leaves = args.max_leaves
+    elif from_file and not args.quick:
+        max_leaves = JETS_FILE_MAX_LEAVES
+    else:
+        max_leaves = defaults["max_leaves"]
     if min_leaves > max_leaves:
-        raise InputError(f"--min-leaves {min_leaves} is above --max-leaves {max_leaves}")
+        given = "" if args.max_leaves is not None else " (its default; pass --max-leaves)"
+        raise InputError(f"--min-leaves {min_leaves} is above --max-leaves {max_leaves}{given}")
     if max_leaves > trellis.MAX_EXACT_LEAVES:
         raise InputError(
             f"--max-leaves {max_leaves} is above the exact trellis limit of {trellis.MAX_EXACT_LEAVES} leaves"
         )
     energy = trellis.GinkgoEnergy(args.lam, args.t_cut, likelihood=args.likelihood)
-    sim_seconds = None
-    if args.input is not None:
+    sim_seconds = n_file = None
+    if from_file:
         all_jets = read_jets(args.input, args.field, args.tree, args.branch)
-        keep_idx = [i for i, j in enumerate(all_jets) if min_leaves <= len(j) <= max_leaves]
-        keep_idx = keep_idx if num_jets is None else keep_idx[:num_jets]
-        kept = [all_jets[i] for i in keep_idx]
-        args._jet_ids = keep_idx  # partitioned runs key their records by the jet's index in the file
-        if not kept:
-            raise InputError(f"{args.input}: none of its {len(all_jets)} jets has {min_leaves} to {max_leaves} leaves")
-        lp, nl = _pad_jets(kept)
+        n_file = len(all_jets)
+        # every jet of the file (the first --num-jets of them), each solved or accounted for
+        num_jets = args.num_jets if args.num_jets is not None else (JETS_QUICK["num_jets"] if args.quick else None)
+        taken = all_jets if num_jets is None else all_jets[:num_jets]
+        lp, nl = _pad_jets(taken)
         source = os.path.abspath(args.input)
-        log(
-            progress,
-            f"[jaxhc jets] {args.input}: {len(kept)} of {len(all_jets)} jets with {min_leaves}-{max_leaves} leaves",
-        )
     else:
+        num_jets = args.num_jets if args.num_jets is not None else defaults["num_jets"]
         log(
             progress,
             f"[jaxhc jets] simulating {num_jets} Ginkgo jets ({min_leaves}-{max_leaves} leaves, "
@@ -292,11 +387,25 @@ def cmd_jets(args) -> int:
         lp, nl = _simulate_jets(args, num_jets, min_leaves, max_leaves, progress)
         sim_seconds = time.perf_counter() - t0
         source = "jaxhc.models.ginkgo.simulate"
+    account = account_jets(energy, lp, nl, min_leaves=min_leaves, max_leaves=max_leaves)
+    if from_file and not np.any((nl >= min_leaves) & (nl <= max_leaves)):
+        which = f"its {n_file} jets" if len(nl) == n_file else f"the first {len(nl)} of its {n_file} jets"
+        raise InputError(
+            f"{args.input}: none of {which} has {min_leaves} to {max_leaves} leaves (they have "
+            f"{int(nl.min())} to {int(nl.max())})"
+        )
+    invalid = account.invalid
+    if invalid:
+        if args.on_invalid == "raise" or len(invalid) == invalid.num_problems:
+            raise InputError(str(InvalidProblemsError(invalid, "jets")))
+        log(True, f"[jaxhc jets] skipping {invalid.summary('jets', shown=3)}")
+    _announce(args, nl, account, from_file, progress)
     if args.partition_size is not None:
-        return _partitioned(args, energy, lp, nl, source, progress)
-    if args.resume:
-        raise InputError("--resume continues a partitioned run: pass it with --partition-size")
-    lp, nl = _valid_jets(energy, lp, nl, args.on_invalid, progress, getattr(args, "_jet_ids", None))
+        return _partitioned(args, energy, lp, nl, account, source, progress, n_file)
+    keep = account.solved
+    lp_all, nl_all = lp, nl
+    nl = nl_all[keep]
+    lp = lp_all[keep][:, : int(nl.max())]
     backend = "numpy" if args.no_fastjet else "auto"
     log(progress, f"[jaxhc jets] {len(nl)} jets, likelihood={args.likelihood}: trellis, beam, greedy, kt family ...")
     res = jetsmod.compare_map_methods(energy, lp, nl, kt_backend=backend, progress_bar=progress)
@@ -335,19 +444,28 @@ def cmd_jets(args) -> int:
     table = [r._asdict() for r in rows]
     for r in table:
         r["mean"], r["std"] = _finite_or_none(r["mean"]), _finite_or_none(r["std"])
-    per_jet = []
-    for b in range(B):
-        n = int(nl[b])
-        per_jet.append(
-            {
-                "n_leaves": n,
-                "leaves": lp[b, :n].tolist(),
-                "log_z": _finite_or_none(res.log_z[b]),
-                "map_log_likelihood": _finite_or_none(res.map_log_phi[b]),
-                "log_likelihood": {m: _finite_or_none(res.log_phi[m][b]) for m in res.methods},
-                "trees": {m: np.asarray(res.trees[m][b].children).tolist() for m in res.methods},
-            }
-        )
+    per_jet, solved_at = [], np.cumsum(keep) - 1
+    for b in range(len(nl_all)):
+        n = int(nl_all[b])
+        row = {
+            "jet_id": int(account.ids[b]),
+            "status": str(account.status[b]),
+            "reason": account.reasons[b],
+            "n_leaves": n,
+            "leaves": lp_all[b, :n].tolist(),
+        }
+        if keep[b]:
+            k = int(solved_at[b])
+            row.update(
+                log_z=_finite_or_none(res.log_z[k]),
+                map_log_likelihood=_finite_or_none(res.map_log_phi[k]),
+                log_likelihood={m: _finite_or_none(res.log_phi[m][k]) for m in res.methods},
+                trees={m: np.asarray(res.trees[m][k].children).tolist() for m in res.methods},
+            )
+        else:
+            row.update(log_z=None, map_log_likelihood=None, log_likelihood=None, trees=None)
+        per_jet.append(row)
+    counts = account.counts()
     payload = {
         "source": source,
         "seed": args.seed if args.input is None else None,
@@ -360,8 +478,18 @@ def cmd_jets(args) -> int:
         "seconds": dict(res.seconds, trellis_warm=warm, **({} if sim_seconds is None else {"simulate": sim_seconds})),
         "num_splits": res.num_splits,
         "table1": table,
-        "note": "log likelihoods are log phi of each method's tree under the Ginkgo energy; null is -inf (a "
-        "forbidden split); trees are [left, right] rows, merge t creating node n + t (scipy linkage layout)",
+        "accounting": {
+            "n_jets": int(len(nl_all)),
+            "file_jets": n_file,
+            "min_leaves": account.min_leaves,
+            "max_leaves": account.max_leaves,
+            "counts": counts,
+            "not_solved": account.not_solved(),
+        },
+        "note": "every jet has a row, keyed by jet_id (its index in the input): status 'solved', or why not "
+        "('outside_leaf_range', 'above_exact_limit', 'invalid') with its reason and null values; log likelihoods "
+        "are log phi of each method's tree under the Ginkgo energy; null is -inf (a forbidden split); trees are "
+        "[left, right] rows, merge t creating node n + t (scipy linkage layout)",
         "jets": per_jet,
     }
     js = os.path.join(args.out, "jets_results.json")
@@ -378,14 +506,15 @@ def cmd_jets(args) -> int:
     ax.figure.tight_layout()
     ax.figure.savefig(png, dpi=110)
     plt.close(ax.figure)
-    pq = _write_parquet(os.path.join(args.out, "jets_results.parquet"), sol, res, progress)
+    pq = _write_parquet(os.path.join(args.out, "jets_results.parquet"), account, sol, res, progress)
     for p in (js, png, pq):
         if p is not None:
             print(f"wrote {p}")
     tb = next(r for r in rows if (r.a, r.b) == ("trellis", "beam"))
     tg = next(r for r in rows if (r.a, r.b) == ("trellis", "greedy"))
     print(
-        f"jets done: {B} jets; trellis - beam {tb.mean:.2f} +- {tb.std:.2f}, trellis - greedy "
+        f"jets done: {_account_text(counts, len(nl_all), account, n_file, args.quick and args.num_jets is None)}; "
+        f"trellis - beam {tb.mean:.2f} +- {tb.std:.2f}, trellis - greedy "
         f"{tg.mean:.2f} +- {tg.std:.2f} (paper 0.4 +- 0.5, 1.5 +- 1.1); outputs in {args.out}"
     )
     return 0

@@ -2,8 +2,9 @@
 ``hep`` extras: ``pip install "jaxhc[dask,hep]"``).
 
 `solve_on_dask` sends partitions of jets to the workers of a ``distributed.Client`` and
-returns one awkward record array per partition (`jaxhc.jets.to_awkward`'s compact per-jet
-results, plus ``jet_id``). `JaxhcWorkerPlugin`, registered by `solve_on_dask` (or by you),
+returns one awkward record array per partition: a record for every jet, solved or not
+(`jaxhc.jets.runs.solve_records`: `jaxhc.jets.to_awkward`'s compact per-jet results plus
+``jet_id`` and ``status``). `JaxhcWorkerPlugin`, registered by `solve_on_dask` (or by you),
 turns on float64 and JAX's persistent compilation cache in every worker, and counts the
 programs each worker compiles (`worker_compile_counts`). Partitions are padded to shared
 shapes (one leaf count ``n_max`` for all, bucketed batch layouts), so a worker compiles a
@@ -72,40 +73,38 @@ class JaxhcWorkerPlugin(_WorkerPlugin):
         _COMPILES[0] = 0
 
 
-def _as_padded(part, n_max):
+def _as_padded(part):
     """A partition (awkward jets, a list of ``[N, 4]`` arrays, or ``(leaves_padded,
-    n_leaves)``) as ``(leaves [B, n_max, 4], n_leaves)``."""
+    n_leaves)``) as ``(leaves [B, N, 4], n_leaves)``, jets of any size."""
     from .hep import as_padded_jets as as_padded
 
     if isinstance(part, tuple) and len(part) == 2:
         lp, nl = as_padded(*part)
     else:
         lp, nl = as_padded(part, None)
-    lp = np.asarray(lp, np.float64)
-    nl = np.asarray(nl).astype(np.int64)
-    if n_max is not None:
-        if lp.shape[1] > n_max:
-            if np.any(nl > n_max):
-                raise ValueError(f"a jet has {int(nl.max())} leaves, more than n_max={n_max}")
-            lp = lp[:, :n_max]
-        elif lp.shape[1] < n_max:
-            lp = np.concatenate([lp, np.zeros((lp.shape[0], n_max - lp.shape[1], lp.shape[2]))], axis=1)
-    return lp, nl
+    return np.asarray(lp, np.float64), np.asarray(nl).astype(np.int64)
 
 
-def _solve_partition(energy, part, n_max, marginals, first_id, on_invalid="skip"):
-    """Worker task: one partition through `solve_batch` (compact), as awkward records (a
-    skipped jet: ``valid=False`` and its ``reason``)."""
-    import awkward as ak
+def _solve_partition(energy, part, n_max, marginals, first_id, on_invalid="skip", min_leaves=1, max_leaves=None):
+    """Worker task: one partition as awkward records, every jet of it once
+    (`jaxhc.jets.runs.solve_records`: the jets in range solved, padded to ``n_max`` leaves;
+    each other one with its ``status`` and ``reason``)."""
+    from .runs import solve_records
 
-    from ..trellis import solve_batch
-    from .hep import to_awkward
-
-    lp, nl = _as_padded(part, n_max)
-    sol = solve_batch(energy, lp, nl, marginals=marginals, tables=False, on_invalid=on_invalid)
+    lp, nl = _as_padded(part)
     ids = np.arange(first_id, first_id + len(nl), dtype=np.int64) if first_id is not None else None
-    rec = to_awkward(sol)
-    return ak.with_field(rec, ids, "jet_id") if ids is not None else rec
+    rec = solve_records(
+        energy,
+        lp,
+        nl,
+        ids=ids,
+        min_leaves=min_leaves,
+        max_leaves=max_leaves,
+        marginals=marginals,
+        on_invalid=on_invalid,
+        n_max=n_max,
+    )
+    return rec if ids is not None else rec[[f for f in rec.fields if f != "jet_id"]]
 
 
 def solve_on_dask(
@@ -120,9 +119,11 @@ def solve_on_dask(
     gather: bool = True,
     progress_bar: bool = True,
     on_invalid: str = "skip",
+    min_leaves: int = 1,
+    max_leaves: Optional[int] = None,
 ) -> List:
-    """Solves every jet of every partition with the exact trellis on the Dask cluster of
-    ``client``.
+    """Solves the jets of every partition with the exact trellis on the Dask cluster of
+    ``client``: every jet gets a record, solved or not (`jaxhc.jets.runs.solve_records`).
 
     Args:
       client: a ``distributed.Client``.
@@ -135,29 +136,37 @@ def solve_on_dask(
         typetracer pass is involved; pass ``n_max``). dask-awkward pins an older dask than
         the ``dask`` extra installs, so it is not part of the extra: checked with dask
         2025.3.1 and dask-awkward 2026.2.1 (identical log Z to `solve_batch`).
-      n_max: the leaf count every partition is padded to, so that all partitions share
-        compiled programs (default: the largest jet when the partitions are concrete; with
-        delayed partitions, pass it).
+      n_max: the leaf count the solved jets of every partition are padded to, so that all
+        partitions share compiled programs (default: the largest jet in the leaf range when
+        the partitions are concrete; with delayed partitions, pass it; a jet in range above
+        it raises ``ValueError``).
       cache_dir: the workers' persistent compilation cache (`jaxhc.enable_compilation_cache`;
         ``False``: none).
       register_plugin: register `JaxhcWorkerPlugin` first (float64, cache, compile counts).
       gather: return the records (default); ``False``: the futures.
       progress_bar: with ``gather``, a tqdm bar over the partitions as they finish (on the
         client; the Dask dashboard shows the workers' side).
-      on_invalid: ``"skip"`` (default): a jet that fails the energy's checks gets a record
-        with ``valid=False``, NaN values and its ``reason`` (the others are solved);
-        ``"raise"``: its partition's task raises `jaxhc.trellis.InvalidProblemsError` naming
-        every bad jet of that partition.
+      on_invalid: ``"skip"`` (default): a jet in range that fails the energy's checks gets
+        a record with ``valid=False``, ``status="invalid"``, NaN values and its ``reason``
+        (the others are solved); ``"raise"``: its partition's task raises
+        `jaxhc.trellis.InvalidProblemsError` naming every bad jet of that partition (as does
+        a partition whose jets in range all fail, under both).
+      min_leaves, max_leaves: the leaf range solved (default ``1 ..
+        jaxhc.trellis.MAX_EXACT_LEAVES``); a jet outside it gets a record with
+        ``status="outside_leaf_range"``, one above the exact limit ``"above_exact_limit"``.
 
     Returns:
-      one awkward record array per partition, in order, with ``jet_id`` (the jet's index over
-      all partitions, when the partition sizes are known on the client).
+      one awkward record array per partition, in order, a record per jet (the fields of
+      `jaxhc.jets.runs.account_records`), with ``jet_id`` (the jet's index over all
+      partitions, when the partition sizes are known on the client).
     """
     _distributed()
     from ..trellis import Energy
     from ..trellis.invalid import check_on_invalid
+    from .runs import check_leaf_range
 
     check_on_invalid(on_invalid)
+    lo, hi = check_leaf_range(min_leaves, max_leaves)
 
     if not isinstance(energy, Energy):
         raise TypeError(f"energy must be a jaxhc.trellis Energy, got {type(energy).__name__}")
@@ -169,9 +178,10 @@ def solve_on_dask(
     delayed = [hasattr(p, "__dask_graph__") for p in partitions]
     first_ids: List[Optional[int]] = []
     if not any(delayed):
-        sized = [_as_padded(p, None) for p in partitions]
+        sized = [_as_padded(p) for p in partitions]
         if n_max is None:
-            n_max = max(int(nl.max()) for _, nl in sized)
+            in_range = [nl[(nl >= lo) & (nl <= hi)] for _, nl in sized]
+            n_max = max([int(n.max()) for n in in_range if len(n)], default=1)
         starts = np.concatenate([[0], np.cumsum([len(nl) for _, nl in sized])[:-1]])
         first_ids = [int(s) for s in starts]
         partitions = [(lp, nl) for lp, nl in sized]
@@ -185,7 +195,9 @@ def solve_on_dask(
     for part, first in zip(partitions, first_ids):
         if hasattr(part, "__dask_graph__"):
             part = client.compute(part)
-        futures.append(client.submit(_solve_partition, energy, part, n_max, marginals, first, on_invalid, pure=False))
+        futures.append(
+            client.submit(_solve_partition, energy, part, n_max, marginals, first, on_invalid, lo, hi, pure=False)
+        )
     if not gather:
         return futures
     if progress_bar:

@@ -122,18 +122,30 @@ def from_awkward(records):
 
 def as_padded_jets(jets, n_leaves=None):
     """``(leaves_padded [B, N_max, 4], n_leaves [B])`` from a jagged awkward array of jets, a
-    list of ``[N_b, 4]`` arrays (``n_leaves=None``) or a padded array with ``n_leaves``."""
+    list of ``[N_b, 4]`` arrays (``n_leaves=None``; shapes checked here, values left to the
+    energy's checks, so a jet holding NaN is padded like any other) or a padded array with
+    ``n_leaves``."""
     if is_awkward(jets):
         from ..trellis.checks import awkward_or_padded
 
         return awkward_or_padded(jets, n_leaves)
-    if n_leaves is None:
-        from .arrays import jet_list
-
-        arrs = jet_list(jets, "jets")
-        nl = np.array([len(a) for a in arrs], np.int64)
-        lp = np.zeros((len(arrs), int(nl.max()), 4))
-        for b, a in enumerate(arrs):
-            lp[b, : len(a)] = a
-        return lp, nl
-    return np.asarray(jets, np.float64), np.asarray(n_leaves)
+    if n_leaves is not None:
+        return np.asarray(jets, np.float64), np.asarray(n_leaves)
+    if isinstance(jets, np.ndarray) and jets.ndim == 3:
+        raise TypeError("n_leaves is required with a padded jets array [B, N_max, 4] (optional for awkward jets)")
+    if hasattr(jets, "jet") and hasattr(jets, "n_leaves"):  # a JetBatch
+        jets = [jets.jet(b) for b in range(len(jets))]
+    try:
+        arrs = [np.asarray(j, np.float64) for j in jets]
+    except (TypeError, ValueError):
+        raise TypeError("jets must be a list of four-momenta [N, 4], a padded array or an awkward array") from None
+    if not arrs:
+        raise ValueError("jets must hold at least one jet")
+    for b, a in enumerate(arrs):
+        if a.ndim != 2 or a.shape[1] != 4 or a.shape[0] == 0:
+            raise ValueError(f"jets[{b}] must be four-momenta [N, 4] (E, px, py, pz) with N >= 1, got shape {a.shape}")
+    nl = np.array([len(a) for a in arrs], np.int64)
+    lp = np.zeros((len(arrs), int(nl.max()), 4))
+    for b, a in enumerate(arrs):
+        lp[b, : len(a)] = a
+    return lp, nl
