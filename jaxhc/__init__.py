@@ -42,11 +42,13 @@ if TYPE_CHECKING:  # what type checkers and the API reference see; at run time, 
     from .inference.ginkgo_fit import LambdaFit, LambdaPosterior, LambdaSamples, fit_lambda, sample_lambda
     from .inference.pydt.em import PYDTEMResult, pydt_em, pydt_predictive_logpdf
     from .inference.pydt.mcmc import PYDTSamples, pydt_mcmc
+    from .sklearn import BayesianHierarchicalClustering
     from .tree import ParentTree, Tree
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "BayesianHierarchicalClustering",
     "BHCFit",
     "BHCCResult",
     "BHCCSearch",
@@ -103,7 +105,7 @@ __all__ = [
 
 #: every subpackage a user reaches as ``jaxhc.<name>`` (imported on first access)
 _SUBMODULES = frozenset(
-    {"cli", "components", "datasets", "inference", "jets", "metrics", "models", "plot", "tree", "trellis"}
+    {"cli", "components", "datasets", "inference", "jets", "metrics", "models", "plot", "sklearn", "tree", "trellis"}
 )
 #: every other public name: the module it is defined in
 _LAZY = {
@@ -152,6 +154,8 @@ _LAZY = {
     "pydt_mcmc": ".inference.pydt.mcmc",
     "ParentTree": ".tree",
     "Tree": ".tree",
+    # the scikit-learn estimators (the sklearn extra: an ImportError naming it without it)
+    "BayesianHierarchicalClustering": ".sklearn",
 }
 
 

@@ -254,17 +254,29 @@ class Tree:
             raise ValueError("Z: the merge heights (column 2) must not be NaN")
         return cls(_int_array(Z[:, :2], "Z[:, :2] (the merged node ids)"), heights=Z[:, 2].astype(float)).validate()
 
-    def to_newick(self, labels: Optional[Sequence[Any]] = None, branch_lengths: bool = False) -> str:
+    def to_newick(
+        self,
+        labels: Optional[Sequence[Any]] = None,
+        branch_lengths: bool = False,
+        inner_labels: Optional[Sequence[Any]] = None,
+    ) -> str:
         """Newick string; leaf names from ``labels`` (default: leaf ids).
 
         With ``branch_lengths=True`` edges get the height difference parent - child
-        (leaves at height 0).
+        (leaves at height 0). ``inner_labels`` (``[n-1]``, in merge order) names the inner
+        nodes, written after their closing parenthesis as support values are (e.g. BHC's
+        ``r_k``: ``(a,b)0.97:0.1``).
         """
         n = self.n_leaves
         ch = np.asarray(self.children)
         names = [str(i) for i in range(n)] if labels is None else [_newick_name(l) for l in labels]
         if len(names) != n:
             raise ValueError(f"labels must have length n_leaves={n}, got {len(names)}")
+        if inner_labels is not None:
+            inner = [_newick_name(l) for l in inner_labels]
+            if len(inner) != n - 1:
+                raise ValueError(f"inner_labels must have length n_leaves - 1={n - 1}, got {len(inner)}")
+            names = names + inner
         h = np.zeros(2 * n - 1)
         h[n:] = self.to_linkage()[:, 2]
         par = self.parents()
@@ -274,7 +286,7 @@ class Tree:
                 s = names[k]
             else:
                 a, b = ch[k - n]
-                s = f"({rec(a)},{rec(b)})"
+                s = f"({rec(a)},{rec(b)})" + (names[k] if inner_labels is not None else "")
             if branch_lengths and par[k] >= 0:
                 s += f":{h[par[k]] - h[k]:.6g}"
             return s

@@ -289,6 +289,16 @@ def test_newick_quotes_special_labels():
         t.to_newick(labels[:-1])
 
 
+def test_newick_inner_labels_follow_their_nodes():
+    t = Tree.from_nested(((0, 1), (2, (3, 4))))  # merges in post-order: (0,1), (3,4), (2,(3,4)), root
+    s = t.to_newick(inner_labels=["a", "b", "c d", "root"], branch_lengths=False)
+    assert s == "((0,1)a,(2,(3,4)b)'c d')root;"
+    parsed = parse_newick(t.to_newick(inner_labels=["0.9", "0.5", "1", "0.1"], branch_lengths=True))
+    assert newick_clusters(parsed) == named(t.clusters())
+    with pytest.raises(ValueError, match="inner_labels"):
+        t.to_newick(inner_labels=["a"])
+
+
 def test_newick_deep_caterpillar():
     n = 1500  # deeper than Python's default recursion limit
     rows = [(0, 1)] + [(n + t - 1, t + 1) for t in range(1, n - 1)]
