@@ -19,7 +19,7 @@ from jaxhc.inference.pydt.moves import _permutation
 from jaxhc.inference.pydt.padding import pad_tree, slot_categorical, unpad_tree
 from jaxhc.models.pydt_math import FREE, node_sum, ordered_sum, sample_prior_tree
 
-EDGE = 32  # bucket(32) == 32, bucket(33) == 40
+EDGE = 16  # bucket(16) == 16, bucket(17) == 20
 MCMC = dict(num_samples=3, num_warmup=1, progress_bar=False)
 EM = dict(num_iters=3, max_em=3, k_best=3, progress_bar=False)  # 3 iterations: each move once
 MAX_PROGRAMS = 4  # programs a sampler call compiles for a new bucket (2 measured: init and step)
@@ -141,8 +141,8 @@ def test_prior_tree_and_slot_maps():
 @pytest.mark.slow
 @pytest.mark.parametrize("n", [EDGE, EDGE + 1])
 def test_mcmc_bucketed_equals_exact(n):
-    """Same key, same samples with and without padding (``N = 32``: none; ``33``: 7 padding
-    leaves and 14 more slots), and again when continuing from the final state."""
+    """Same key, same samples with and without padding (``N = 16``: none; ``17``: 3 padding
+    leaves and 6 more slots), and again when continuing from the final state."""
     X = data(n)
     a = pydt_mcmc(jax.random.key(1), X, **MCMC)
     b = pydt_mcmc(jax.random.key(1), X, **MCMC, _bucket=False)
@@ -155,7 +155,7 @@ def test_mcmc_bucketed_equals_exact(n):
 @pytest.mark.slow
 def test_mcmc_probit_and_chains_bucketed_equal_exact():
     """The probit sampler (latent leaf values drawn per row) and two vectorised chains, padded
-    (``N = 33``) and not: the same samples."""
+    (``N = 17``) and not: the same samples."""
     n = EDGE + 1
     Y = data(n, probit=True)
     a = pydt_mcmc(jax.random.key(3), Y, likelihood="probit", **MCMC)
@@ -210,11 +210,11 @@ def run_em(n):
 
 @pytest.mark.parametrize("system", ["mcmc", "em"])
 def test_sizes_of_a_bucket_reuse_the_programs(system):
-    """After one run at 40, every size 33..39 (bucket 40) runs without compiling anything."""
+    """After one run at 20, every size 17..19 (bucket 20) runs without compiling anything."""
     run = {"mcmc": run_mcmc, "em": run_em}[system]
-    run(40)
-    sizes = range(33, 40) if system == "mcmc" else (33, 35, 37, 39)
-    assert {bucket(n) for n in sizes} == {40}
+    run(20)
+    sizes = (17, 18, 19)
+    assert {bucket(n) for n in sizes} == {20}
     for n in sizes:
         with count_compilations() as c:
             run(n)
@@ -222,9 +222,9 @@ def test_sizes_of_a_bucket_reuse_the_programs(system):
 
 
 def test_a_sweep_compiles_once_per_bucket():
-    """A sweep over sizes in three buckets (32, 40, 48) compiles at most one call's programs
+    """A sweep over sizes in three buckets (14, 16, 20) compiles at most one call's programs
     for each bucket met for the first time and nothing for a size of a bucket already met."""
-    sizes = (30, 31, 34, 41, 38, 45)
+    sizes = (13, 15, 17, 14, 19, 18)
     assert len({bucket(n) for n in sizes}) == 3
     seen, total = set(), 0
     for n in sizes:
