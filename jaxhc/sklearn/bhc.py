@@ -248,6 +248,12 @@ class BayesianHierarchicalClustering(ClusterMixin, BaseEstimator):
                 leaf_size=int(self.leaf_size),
                 progress_bar=bar,
             )
+        return self._set_fitted(res, family, alpha, algorithm, cut)
+
+    def _set_fitted(self, res: BHCResult, family: str, alpha, algorithm: str, cut: tuple):
+        """The fitted attributes from a `BHCResult` (all the estimator adds to the library
+        call: NumPy arrays, the monotone linkage, the cut, the predictive's weights)."""
+        n = res.tree.n_leaves
         res = _numpy_result(res)
         order, children, heights = monotone_linkage(res.tree.children, res.log_r)
         res = _renumbered(res, order, children, heights)
