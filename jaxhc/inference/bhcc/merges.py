@@ -80,7 +80,8 @@ def bhcc_core(cd: ColumnData, alpha: float, col_ids: Sequence[int], progress=Non
     local: leaves ``0..m-1`` = ``col_ids``), and per-node ``log_h1, log_d, log_pT, log_1mr,
     log_r``. ``pairs`` (``[m, m]``, optional) receives ``log p(X | BHC)`` of every pair of
     columns (the first table of the merges; see `pair_affinity`). ``meter`` (a one-item
-    list, optional) is increased by the number of column sets evaluated (each a row BHC)."""
+    list, optional) is increased by the work of the column sets evaluated (each a row BHC):
+    their sizes summed."""
     col_ids = [int(c) for c in col_ids]
     m = len(col_ids)
     la = float(np.log(alpha))
@@ -89,7 +90,7 @@ def bhcc_core(cd: ColumnData, alpha: float, col_ids: Sequence[int], progress=Non
 
     def evidence(cl, ia, ib):
         if meter is not None:
-            meter[0] += len(cl)
+            meter[0] += sum(len(c) for c in cl)
         return slots.evidence(cl, ia, ib, log_alpha)
 
     h1_leaf = evidence([[c] for c in col_ids], np.arange(m), np.full(m, slots.empty))

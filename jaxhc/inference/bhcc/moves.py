@@ -348,9 +348,11 @@ class SearchStats(NamedTuple):
     #: ``patience`` restarts in a row found nothing better
     restarts_budget: int = 0
     stopped_early: bool = False
-    #: column sets the search evaluated (each a row BHC), and the most it was allowed
-    #: (``budget``; None: no limit); whether it stopped because that was spent
+    #: column sets the search evaluated (each a row BHC); their work (sizes summed) and the
+    #: most it was allowed (``budget``; None: no limit); whether it stopped because that
+    #: was spent
     evaluations: int = 0
+    work: int = 0
     budget: Optional[int] = None
     out_of_budget: bool = False
 
@@ -436,18 +438,18 @@ def stochastic_search(
     the split or merged views, or the moved columns), and ``local``; the best is kept. With
     ``patience = k`` the restarts stop after ``k`` in a row that found no better partition
     (None: all ``restarts`` run). With ``budget = m`` the search stops (between two moves,
-    then polishes the best) once it has evaluated ``m`` column sets not cached before (each
-    a row BHC: what the search's time is made of), so its cost is bounded whatever the
-    table. Returns `SearchStats`."""
+    then polishes the best) once the column sets it evaluated (not cached before; each a
+    row BHC, what the search's time is made of) hold ``m`` columns in all, so its cost is
+    bounded whatever the table. Returns `SearchStats`."""
     J = len(P.where)
     sm = (8 if affinity is not None else 4) if split_merges is None else int(split_merges)
     best = [list(P.views), P.score()]
     start = best[1]
     counts = dict(gm=0, sp=0, sa=0, mp=0, ma=0)
-    ev0 = P.ev.n_evaluated
+    ev0, work0 = P.ev.n_evaluated, P.ev.work
 
     def spent() -> bool:
-        return budget is not None and P.ev.n_evaluated - ev0 >= budget
+        return budget is not None and P.ev.work - work0 >= budget
 
     def see(Q):
         s = Q.score()
@@ -511,6 +513,7 @@ def stochastic_search(
         int(restarts),
         stopped,
         int(P.ev.n_evaluated - ev0),
+        int(P.ev.work - work0),
         None if budget is None else int(budget),
         spent(),
     )
@@ -543,13 +546,13 @@ def check_search(search, search_rounds, restarts, patience=None, search_budget="
 
 
 def budget_rule(search_budget, meter: list):
-    """The stochastic search's budget of column sets (`explorer`'s ``budget``) from the public
-    ``search_budget``: ``"auto"``: as many sets as the column tree (``meter[0]``, counted by
-    `bhcc_core`) and the local search (the partition's `SetEvidence`) evaluated before it,
-    so the search at most doubles the call's cost (every set is a row BHC); None: no limit;
-    an integer: that many."""
+    """The stochastic search's budget (`explorer`'s ``budget``: columns of the sets it
+    evaluates, summed) from the public ``search_budget``: ``"auto"``: the work the column
+    tree (``meter[0]``, counted by `bhcc_core` and RBHCC's filtering) and the local search
+    (the partition's `SetEvidence`) did before it, so the search at most about doubles the
+    call's row-BHC work; None: no limit; an integer: that many."""
     if isinstance(search_budget, str):
-        return lambda P: int(meter[0] + P.ev.n_evaluated)
+        return lambda P: int(meter[0] + P.ev.work)
     return search_budget
 
 

@@ -37,6 +37,8 @@ class SetEvidence:
         self.log_alpha = jnp.log(jnp.asarray(alpha, jnp.result_type(float)))
         self.cache: dict = {}
         self.n_evaluated = 0
+        # the evaluated sets' sizes summed: a row BHC's work grows with its columns
+        self.work = 0
 
     def __call__(self, sets) -> np.ndarray:
         keys = [s if isinstance(s, frozenset) else frozenset(int(c) for c in s) for s in sets]
@@ -49,6 +51,7 @@ class SetEvidence:
         cd, alpha, I = self.cd, self.alpha, self.cd.n_rows
         lists = [sorted(k) for k in keys]
         self.n_evaluated += len(keys)
+        self.work += sum(len(k) for k in keys)
         const = gammaln(alpha), gammaln(I + alpha)  # as in `assemble_result` (bhc/greedy.py)
         jobs = []
         for idx, W in grouped_views(lists):

@@ -46,9 +46,10 @@ class BHCCSearch(NamedTuple):
         a row found nothing better (a sign that more restarts would not help either).
       gibbs_moves, splits_proposed, splits_accepted, merges_proposed, merges_accepted: the
         stochastic moves made (0 for the local search).
-      evaluations: column sets (row BHCs) the stochastic search evaluated; budget: the most
-        it was allowed (``search_budget``; None: no limit); out_of_budget: whether it stopped
-        because they were spent (then more search, a larger ``search_budget``, may help).
+      evaluations: column sets (row BHCs) the stochastic search evaluated; work: their
+        sizes summed (a row BHC's cost grows with its columns); budget: the most work it was
+        allowed (``search_budget``; None: no limit); out_of_budget: whether it stopped
+        because that was spent (then more search, a larger ``search_budget``, may help).
     """
 
     method: str
@@ -62,6 +63,7 @@ class BHCCSearch(NamedTuple):
     merges_proposed: int = 0
     merges_accepted: int = 0
     evaluations: int = 0
+    work: int = 0
     budget: Optional[int] = None
     out_of_budget: bool = False
 
@@ -101,6 +103,7 @@ def search_record(method: str, trace, stats, constant: float) -> BHCCSearch:
         int(stats.merges_proposed),
         int(stats.merges_accepted),
         int(stats.evaluations),
+        int(stats.work),
         stats.budget,
         bool(stats.out_of_budget),
     )

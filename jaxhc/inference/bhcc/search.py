@@ -83,9 +83,10 @@ def bhcc(
     sweeps visit the columns the perturbation touched, and the local search, the best kept;
     at most ``restarts`` of them (default one per 8 columns, 2 to 12), and no more once
     ``patience`` restarts in a row found nothing better. Its cost is bounded by
-    ``search_budget``: by default (``"auto"``) it evaluates at most as many column sets (row
-    BHCs, what its time is made of) as the column tree and the local search did before it,
-    so it at most doubles the cost of a call; it stops between two moves when they are spent.
+    ``search_budget``, in columns of the sets it evaluates (each set a row BHC, whose cost
+    grows with its columns; sizes summed): by default (``"auto"``) as much as the column tree
+    and the local search evaluated before it, so it about doubles a call's cost at most; it
+    stops between two moves when that is spent.
     The answer is never worse than ``search="local"``'s (the search starts from it and keeps
     the best), and the tree is rebuilt over it as above. All draws come from ``seed``: the
     same seed gives the same result (the budget counts sets, not seconds). `BHCCResult.search`
@@ -116,8 +117,9 @@ def bhcc(
         None: one per 8 columns, 2 to 12).
       patience: stop the restarts after this many in a row found nothing better (None: run
         them all).
-      search_budget: most column sets the stochastic search evaluates: ``"auto"`` (as many
-        as the tree and the local search before it), None (no limit) or an integer.
+      search_budget: most work of the stochastic search, in columns of the sets it
+        evaluates, summed: ``"auto"`` (as much as the tree and the local search before it),
+        None (no limit) or an integer.
       progress_bar: tqdm bar over column merges (default: ``J >= 100``).
 
     Returns:
