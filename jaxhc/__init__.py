@@ -42,13 +42,15 @@ if TYPE_CHECKING:  # what type checkers and the API reference see; at run time, 
     from .inference.ginkgo_fit import LambdaFit, LambdaPosterior, LambdaSamples, fit_lambda, sample_lambda
     from .inference.pydt.em import PYDTEMResult, pydt_em, pydt_predictive_logpdf
     from .inference.pydt.mcmc import PYDTSamples, pydt_mcmc
-    from .sklearn import BayesianHierarchicalClustering
+    from .sklearn import BayesianCrossClustering, BayesianHierarchicalClustering, BayesianHierarchicalMixtureClustering
     from .tree import ParentTree, Tree
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "BayesianCrossClustering",
     "BayesianHierarchicalClustering",
+    "BayesianHierarchicalMixtureClustering",
     "BHCFit",
     "BHCCResult",
     "BHCCSearch",
@@ -155,7 +157,9 @@ _LAZY = {
     "ParentTree": ".tree",
     "Tree": ".tree",
     # the scikit-learn estimators (the sklearn extra: an ImportError naming it without it)
+    "BayesianCrossClustering": ".sklearn",
     "BayesianHierarchicalClustering": ".sklearn",
+    "BayesianHierarchicalMixtureClustering": ".sklearn",
 }
 
 

@@ -197,6 +197,12 @@ SLOW_TESTS = {
     "test_pydt_mcmc_four.py": {
         "test_moves_sample_the_posterior_over_structures_of_four_points",
     },
+    "test_sklearn.py": {
+        "test_defaults_are_fit_bhc",
+    },
+    "test_sklearn_cross.py": {
+        "test_levels_are_nested_and_labels_are_the_deepest",
+    },
     "test_trellis.py": {
         "test_solve_batch_dasgupta_equals_individual",
     },
