@@ -429,6 +429,7 @@ def test_bad_parameters_name_the_argument(blobs):
     for params, name in [
         ({"alpha": -1.0}, "alpha"),
         ({"family": "gamma"}, "family"),
+        ({"family": ("niw", "gamma")}, "family"),
         ({"merge_threshold": 2.0}, "merge_threshold"),
         ({"n_clusters": 0}, "n_clusters"),
         ({"algorithm": "fast"}, "algorithm"),

@@ -208,6 +208,9 @@ class BayesianHierarchicalClustering(ClusterMixin, BaseEstimator):
         self._validate_params()
         cut = resolve_cut(self.merge_threshold, self.n_clusters)
         families = family_tuple(self.family)
+        unknown = [f for f in families or () if f not in FAMILIES]
+        if unknown:
+            raise ValueError(f"family: unknown families {unknown}; choose from {', '.join(FAMILIES)}")
         X = self._check_X(X, reset=True)
         n = X.shape[0]
         if cut[0] == "n_clusters" and cut[1] > n:
