@@ -412,9 +412,6 @@ def run_pydt(p: dict, **em_kw) -> dict:
         "k_true": K,
         "seconds": secs,
         "verdict": _verdict(found - truth, ari),
-        "search": res.search.method,
-        "search_restarts": int(res.search.restarts),
-        "search_out_of_budget": bool(res.search.out_of_budget),
     }
 
 
