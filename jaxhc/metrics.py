@@ -68,7 +68,7 @@ def _check_labels(labels, name: str, n: int | None = None) -> np.ndarray:
 # ---------------------------------------------------------------------------------------
 # dendrogram purity
 # ---------------------------------------------------------------------------------------
-_CHUNK_ELEMS = 1 << 22  # at most this many entries per [nodes, classes] block
+_CHUNK_ELEMS = 1 << 20  # at most this many entries per [nodes, classes] block (8 MB)
 
 
 def _leaf_ranges(tree):
@@ -79,13 +79,11 @@ def _leaf_ranges(tree):
     ``[n]``, the leaf at each position.
     """
     if isinstance(tree, Tree):
+        # vectorised (list ranking of the Euler tour), O(n) memory without Python objects
         tree.validate()
-        n = tree.n_leaves
-        par = tree.parents()
-        ch = np.asarray(tree.children, np.int64).tolist()
-        kids = [()] * n + [tuple(r) for r in ch]
-        root = 2 * n - 2
-    elif isinstance(tree, ParentTree):
+        order, lo, hi = tree.leaf_ranges()
+        return tree.parents(), tree.n_leaves, lo, hi, order
+    if isinstance(tree, ParentTree):
         par = np.asarray(tree.parent)
         if par.ndim != 1 or par.size == 0:
             raise ValueError(f"tree.parent must be a non-empty 1-D array, got shape {par.shape}")
@@ -474,7 +472,38 @@ def tree_level_labels(tree, depth) -> np.ndarray:
     if not isinstance(tree, (Tree, ParentTree)):
         raise TypeError(f"tree must be a jaxhc Tree or ParentTree, got {type(tree).__name__}")
     D = _check_depth(depth)
-    par, n, _, _, _ = _leaf_ranges(tree)  # validates the tree
+    par, n, lo, hi, order = _leaf_ranges(tree)  # validates the tree
+    if isinstance(tree, Tree):
+        cur, d = _clamped_ancestors(tree, D, lo, hi, order)
+    else:
+        cur, d = _clamped_ancestors_parent(par, n, D)
+    out = np.empty((n, D), np.int64)
+    for l in range(D, 0, -1):
+        up = d[cur] > l
+        cur = np.where(up, par[cur], cur)
+        out[:, l - 1] = _renumber(cur[:, None])
+    return out
+
+
+def _clamped_ancestors(tree: Tree, D: int, lo, hi, order):
+    """Per leaf the node at depth ``min(depth(leaf), D)`` on its root path ``[n]``, and the
+    depth of every node, in ``O(n)`` memory: the nodes at depth ``D`` have disjoint leaf
+    ranges, and a deeper leaf lies in exactly one of them."""
+    n = tree.n_leaves
+    d = tree.depths()
+    at_d = np.flatnonzero(d == D)
+    mark = np.zeros(n + 1, np.int64)
+    mark[lo[at_d]] += at_d + 1
+    mark[hi[at_d]] -= at_d + 1
+    cover = np.cumsum(mark[:n])  # 1 + the depth-D node over each position, or 0
+    pos = np.empty(n, np.int64)
+    pos[order] = np.arange(n)
+    leaves = np.arange(n)
+    return np.where(d[:n] > D, cover[pos] - 1, leaves), d
+
+
+def _clamped_ancestors_parent(par, n: int, D: int):
+    """`_clamped_ancestors` of a `ParentTree` (parents ``par``), by a top-down pass."""
     par_list = par.tolist()
     m = len(par_list)
     kids = [[] for _ in range(m)]
@@ -496,13 +525,7 @@ def tree_level_labels(tree, depth) -> np.ndarray:
             clamp[c] = c if d[c] <= D else clamp[k]
             stack.append(c)
     d = np.asarray(d, np.int64)
-    cur = np.asarray(clamp, np.int64)[:n]  # node at depth min(depth(leaf), D), per leaf
-    out = np.empty((n, D), np.int64)
-    for l in range(D, 0, -1):
-        up = d[cur] > l
-        cur = np.where(up, par[cur], cur)
-        out[:, l - 1] = _renumber(cur[:, None])
-    return out
+    return np.asarray(clamp, np.int64)[:n], d  # node at depth min(depth(leaf), D), per leaf
 
 
 # ---------------------------------------------------------------------------------------

@@ -76,6 +76,22 @@ def _check_leaf_array(x, n: int, name: str):
     return arr
 
 
+def _node_clusters(tree, flat) -> np.ndarray:
+    """``[2n-1]``: the flat cluster of every node whose leaves all share one (``-1`` for the
+    others and for the leaves), from the depth-first leaf ranges in ``O(n)`` memory: the
+    labels along the leaf order do not change inside such a node's range."""
+    n = tree.n_leaves
+    order, start, end = tree.leaf_ranges()
+    lab = np.asarray(flat)[order]
+    changes = np.zeros(n, np.int64)
+    changes[1:] = np.cumsum(lab[1:] != lab[:-1])  # label changes up to each position
+    inner = slice(n, 2 * n - 1)
+    uniform = changes[end[inner] - 1] == changes[start[inner]]
+    out = np.full(2 * n - 1, -1)
+    out[inner] = np.where(uniform, lab[start[inner]], -1)
+    return out
+
+
 def _decorate_leaves(ax, order, labels, colors_by, orientation_bottom: bool = True):
     """Leaf tick labels (small trees) and a coloured class strip under the leaves."""
     n = len(order)
@@ -194,12 +210,7 @@ def plot_bhc(
     from matplotlib import colormaps
 
     cmap = colormaps["Dark2"]  # distinct from the tab10 class strip
-    sets = tree.leaf_sets()
-    node_cluster = np.full(2 * n - 1, -1)
-    for node in range(n, 2 * n - 1):
-        members = flat[sets[node]]
-        if np.all(members == members[0]):
-            node_cluster[node] = members[0]
+    node_cluster = _node_clusters(tree, flat)
 
     dendrogram = _dendrogram_fn()
     info = dendrogram(tree.to_linkage(), no_plot=True, link_color_func=lambda i: str(int(i)))

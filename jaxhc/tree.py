@@ -45,6 +45,29 @@ def _int_array(x, name: str) -> np.ndarray:
     return arr.astype(np.int64)
 
 
+def _index_dtype(size: int):
+    return np.int32 if size < 2**31 - 1 else np.int64
+
+
+def _list_suffix_sums(nxt: np.ndarray, vals: np.ndarray) -> np.ndarray:
+    """Sums of ``vals`` from every element to the end of its linked list (itself included).
+
+    ``nxt [E + 1]`` is the successor of every element; the last entry ``E`` is a sentinel
+    with value 0 that is its own successor, and every list ends there. Pointer jumping
+    (Wyllie's list ranking): ``ceil(log2(longest list))`` rounds of two gathers, so
+    ``O(E log E)`` time without Python loops over the elements and ``O(E)`` memory (two
+    buffers besides the inputs, which are overwritten)."""
+    sentinel = nxt.shape[0] - 1
+    buf_v = np.empty_like(vals)
+    buf_n = np.empty_like(nxt)
+    while not np.all(nxt == sentinel):
+        np.take(vals, nxt, out=buf_v)
+        vals += buf_v
+        np.take(nxt, nxt, out=buf_n)
+        nxt, buf_n = buf_n, nxt
+    return vals
+
+
 @jax.tree_util.register_pytree_node_class
 class Tree:
     """A binary hierarchy over ``n`` leaves (scipy-linkage layout).
@@ -113,6 +136,9 @@ class Tree:
         return self
 
     # ---- traversals -------------------------------------------------------------------
+    # Everything below runs in O(n) memory and O(n log n) time or better, without Python
+    # recursion or Python loops over the nodes (trees of 10^6 leaves, caterpillars
+    # included); only `leaf_sets` (and `clusters`, whose answer is that big) are quadratic.
     def parents(self) -> np.ndarray:
         """Parent id of every node ``[2n-1]`` (``-1`` for the root)."""
         ch = np.asarray(self.children)
@@ -122,17 +148,59 @@ class Tree:
         par[ch[:, 1]] = n + np.arange(n - 1)
         return par
 
+    def _tour(self):
+        """Successors ``[E + 1]`` of the events of the depth-first tour (left child first),
+        ``E = 3n - 2``: event ``k < 2n - 1`` visits leaf ``k`` or enters inner node ``k``;
+        event ``k + n - 1`` leaves inner node ``k``; event ``E`` is the end (a sentinel)."""
+        ch = np.asarray(self.children, dtype=np.int64).reshape(-1, 2)
+        n = self.n_leaves
+        m, E = 2 * n - 1, 3 * n - 2
+        idx = _index_dtype(E + 1)
+        nxt = np.empty(E + 1, dtype=idx)
+        a, b = ch[:, 0], ch[:, 1]
+        nxt[n:m] = a  # entering k: the left child's first event (its own id) follows
+        nxt[np.where(a < n, a, a + (n - 1))] = b  # the left subtree done: the right child
+        nxt[np.where(b < n, b, b + (n - 1))] = np.arange(m, E, dtype=idx)  # then k's exit
+        nxt[m - 1 if n == 1 else E - 1] = E
+        nxt[E] = E
+        return nxt
+
+    def leaf_ranges(self):
+        """Leaves in depth-first order, and the range of that order under every node.
+
+        Returns ``(order [n], start [2n-1], end [2n-1])`` (int64): ``order`` is
+        `leaf_order`, and the leaves under node ``k`` are exactly ``order[start[k]:end[k]]``
+        (so ``end - start`` are the `sizes`, and node ``j`` is below node ``k`` iff
+        ``start[k] <= start[j] and end[j] <= end[k]``). ``O(n)`` memory, ``O(n log n)``
+        time (list ranking of the Euler tour); the linear-memory replacement of `leaf_sets`.
+        """
+        n = self.n_leaves
+        if n == 1:
+            return np.zeros(1, np.int64), np.zeros(1, np.int64), np.ones(1, np.int64)
+        m = 2 * n - 1
+        nxt = self._tour()
+        cnt = np.zeros(nxt.shape[0], dtype=nxt.dtype)
+        cnt[:n] = 1  # leaf visits
+        cnt = _list_suffix_sums(nxt, cnt)  # leaves at or after every event
+        start = n - cnt[:m].astype(np.int64)
+        end = np.empty(m, np.int64)
+        end[:n] = start[:n] + 1
+        end[n:] = n - cnt[m : 3 * n - 2]
+        order = np.empty(n, np.int64)
+        order[start[:n]] = np.arange(n)
+        return order, start, end
+
     def sizes(self) -> np.ndarray:
         """Number of leaves under every node ``[2n-1]``."""
-        ch = np.asarray(self.children)
-        n = self.n_leaves
-        s = np.ones(2 * n - 1, dtype=np.int64)
-        for t in range(n - 1):
-            s[n + t] = s[ch[t, 0]] + s[ch[t, 1]]
-        return s
+        _, start, end = self.leaf_ranges()
+        return end - start
 
     def leaf_sets(self) -> np.ndarray:
-        """Boolean membership ``[2n-1, n]``: row ``k`` marks the leaves under node ``k``."""
+        """Boolean membership ``[2n-1, n]``: row ``k`` marks the leaves under node ``k``.
+
+        Dense: ``(2n - 1) * n`` bytes (20 GB at ``n = 10^5``), so only for small trees; the
+        library's operations on results use `leaf_ranges` (``O(n)`` memory) instead.
+        """
         ch = np.asarray(self.children)
         n = self.n_leaves
         m = np.zeros((2 * n - 1, n), dtype=bool)
@@ -157,35 +225,39 @@ class Tree:
         return b
 
     def clusters(self) -> set:
-        """The set of leaf sets (frozensets) of all nodes; equal for equal hierarchies."""
-        return {frozenset(np.flatnonzero(row).tolist()) for row in self.leaf_sets()}
+        """The set of leaf sets (frozensets) of all nodes; equal for equal hierarchies.
+
+        Its size is the sum of the clusters' sizes (``O(n^2)`` for a caterpillar)."""
+        order, start, end = self.leaf_ranges()
+        return {frozenset(order[s:e].tolist()) for s, e in zip(start.tolist(), end.tolist())}
 
     def same_hierarchy(self, other: "Tree") -> bool:
         """Whether two trees have the same clusters (ignores child order and merge order)."""
         return self.n_leaves == other.n_leaves and self.clusters() == other.clusters()
 
     def leaf_order(self) -> np.ndarray:
-        """Leaves in left-to-right drawing order."""
-        ch = np.asarray(self.children)
-        n = self.n_leaves
-        out, stack = [], [self.root]
-        while stack:
-            k = stack.pop()
-            if k < n:
-                out.append(k)
-            else:
-                a, b = ch[k - n]
-                stack.append(b)
-                stack.append(a)
-        return np.asarray(out, dtype=np.int64)
+        """Leaves in left-to-right drawing order (depth first, left child first)."""
+        return self.leaf_ranges()[0]
+
+    def path_sums(self, values) -> np.ndarray:
+        """``[2n-1]``: for every node, the sum of ``values [2n-1]`` over the node and its
+        ancestors (the root included). ``O(n)`` memory, ``O(n log depth)`` time (pointer
+        jumping on the parents); equal to the sum in root-to-node order up to rounding."""
+        vals = np.asarray(values)
+        if vals.shape != (self.n_nodes,):
+            raise ValueError(f"values must have shape [{self.n_nodes}], got {vals.shape}")
+        par = self.parents()
+        m = par.shape[0]
+        nxt = np.where(par < 0, m, par).astype(_index_dtype(m + 1))
+        nxt = np.append(nxt, nxt.dtype.type(m))
+        acc = np.append(vals, np.zeros((), vals.dtype))
+        return _list_suffix_sums(nxt, acc)[:m]
 
     def depths(self) -> np.ndarray:
         """Number of edges from the root to every node ``[2n-1]``."""
-        par = self.parents()
-        d = np.zeros(self.n_nodes, dtype=np.int64)
-        for k in range(self.n_nodes - 2, -1, -1):
-            d[k] = d[par[k]] + 1
-        return d
+        ones = np.ones(self.n_nodes, np.int64)
+        ones[-1] = 0
+        return self.path_sums(ones)
 
     # ---- cuts -------------------------------------------------------------------------
     def cut(self, threshold: float, scores=None) -> np.ndarray:
@@ -194,10 +266,9 @@ class Tree:
         Starting at the root, an inner node is split into its children when its height is
         ``> threshold`` (with ``scores=None``) or, when per-inner-node ``scores [n-1]`` are
         given, when its score is ``< threshold`` (BHC: split where ``r_k < 0.5``); otherwise
-        all its leaves form one cluster.
+        all its leaves form one cluster. ``O(n)`` memory, ``O(n log n)`` time.
         """
         n = self.n_leaves
-        ch = np.asarray(self.children)
         try:
             bad_threshold = np.ndim(threshold) != 0 or np.isnan(float(threshold))
         except (TypeError, ValueError):
@@ -212,21 +283,23 @@ class Tree:
             if scores.shape != (n - 1,):
                 raise ValueError(f"scores must have shape [{n - 1}], got {scores.shape}")
             split = scores < threshold
-        labels = np.full(n, -1, dtype=np.int64)
-        stack, groups = [self.root], []
-        while stack:
-            k = stack.pop()
-            if k >= n and split[k - n]:
-                stack.extend([ch[k - n, 1], ch[k - n, 0]])
-            else:
-                groups.append(k)
-        sets = self.leaf_sets()
-        for g, k in enumerate(groups):
-            labels[sets[k]] = g
+        order, start, end = self.leaf_ranges()
+        # the clusters are the nodes that are not split but all of whose ancestors are: the
+        # maximal ranges among the unsplit nodes (leaves included); in preorder (by start,
+        # larger first) a range is maximal iff it starts at or after every earlier one's end
+        keep = np.concatenate([np.ones(n, bool), ~np.asarray(split, bool)])
+        cand = np.flatnonzero(keep)
+        pre = cand[np.lexsort((-end[cand], start[cand]))]
+        reach = np.maximum.accumulate(end[pre])
+        top = np.ones(pre.shape[0], bool)
+        top[1:] = start[pre[1:]] >= reach[:-1]
+        groups = pre[top]  # ranges tiling 0 .. n-1 from left to right
+        labels = np.empty(n, np.int64)
+        labels[order] = np.repeat(np.arange(groups.shape[0]), end[groups] - start[groups])
         # relabel in order of first appearance
         _, first = np.unique(labels, return_index=True)
-        order = np.argsort(np.argsort(first))
-        return order[labels]
+        rank = np.argsort(np.argsort(first))
+        return rank[labels]
 
     # ---- conversions ------------------------------------------------------------------
     def to_linkage(self) -> np.ndarray:
@@ -265,33 +338,59 @@ class Tree:
         With ``branch_lengths=True`` edges get the height difference parent - child
         (leaves at height 0). ``inner_labels`` (``[n-1]``, in merge order) names the inner
         nodes, written after their closing parenthesis as support values are (e.g. BHC's
-        ``r_k``: ``(a,b)0.97:0.1``).
+        ``r_k``: ``(a,b)0.97:0.1``). Written along the depth-first tour without recursion,
+        in ``O(n)`` memory besides the string and the names.
         """
         n = self.n_leaves
-        ch = np.asarray(self.children)
-        names = [str(i) for i in range(n)] if labels is None else [_newick_name(l) for l in labels]
-        if len(names) != n:
+        names = None if labels is None else [_newick_name(l) for l in labels]
+        if names is not None and len(names) != n:
             raise ValueError(f"labels must have length n_leaves={n}, got {len(names)}")
+        inner = None
         if inner_labels is not None:
             inner = [_newick_name(l) for l in inner_labels]
             if len(inner) != n - 1:
                 raise ValueError(f"inner_labels must have length n_leaves - 1={n - 1}, got {len(inner)}")
-            names = names + inner
-        h = np.zeros(2 * n - 1)
-        h[n:] = self.to_linkage()[:, 2]
-        par = self.parents()
-
-        def rec(k):
-            if k < n:
-                s = names[k]
-            else:
-                a, b = ch[k - n]
-                s = f"({rec(a)},{rec(b)})" + (names[k] if inner_labels is not None else "")
-            if branch_lengths and par[k] >= 0:
-                s += f":{h[par[k]] - h[k]:.6g}"
-            return s
-
-        return _iterative_newick(rec, self.root, n) + ";"
+        if n == 1:
+            return (str(0) if names is None else names[0]) + ";"
+        m, E = 2 * n - 1, 3 * n - 2
+        ch = np.asarray(self.children, dtype=np.int64)
+        right = np.zeros(m, bool)
+        right[ch[:, 1]] = True
+        blen = None
+        if branch_lengths:
+            h = np.zeros(m)
+            h[n:] = self.to_linkage()[:, 2]
+            par = self.parents()
+            blen = h[par[:-1]] - h[:-1]  # the root (last node) has no edge
+        nxt = self._tour()
+        ones = np.ones(E + 1, dtype=nxt.dtype)
+        ones[E] = 0
+        tour = np.empty(E, np.int64)
+        tour[E - _list_suffix_sums(nxt, ones)[:E]] = np.arange(E)
+        root = m - 1
+        pieces = []
+        for c0 in range(0, E, _NEWICK_CHUNK):
+            ev = tour[c0 : c0 + _NEWICK_CHUNK]
+            node = np.where(ev < m, ev, ev - (n - 1))
+            comma = (right[node] & (ev < m)).tolist()
+            if blen is not None:
+                bl = [f":{x:.6g}" for x in blen[np.minimum(node, root - 1)].tolist()]
+            out = []
+            for i, (e, k) in enumerate(zip(ev.tolist(), node.tolist())):
+                if e < n:  # a leaf
+                    s = str(k) if names is None else names[k]
+                    if comma[i]:
+                        s = "," + s
+                elif e < m:  # entering inner node k
+                    out.append(",(" if comma[i] else "(")
+                    continue
+                else:  # leaving inner node k
+                    s = ")" if inner is None else ")" + inner[k - n]
+                if blen is not None and k != root:
+                    s += bl[i]
+                out.append(s)
+            pieces.append("".join(out))
+        return "".join(pieces) + ";"
 
     def to_dict(self) -> dict:
         """JSON-ready dict: ``{"n_leaves", "children", "heights"?, "values"?}``."""
@@ -303,7 +402,17 @@ class Tree:
         return d
 
     def to_json(self, **kw) -> str:
-        return json.dumps(self.to_dict(), **kw)
+        """``json.dumps(self.to_dict(), **kw)``; without ``kw`` the same text is written in
+        chunks, without the dict's Python lists (``O(n)`` memory besides the string)."""
+        if kw or not all(isinstance(k, str) for k in self.values):
+            return json.dumps(self.to_dict(), **kw)
+        parts = ['{"n_leaves": ', json.dumps(self.n_leaves), ', "children": ', _json_list(self.children)]
+        if self.heights is not None:
+            parts += [', "heights": ', _json_list(np.asarray(self.heights, float))]
+        if self.values:
+            vals = [json.dumps(k) + ": " + _json_list(v) for k, v in self.values.items()]
+            parts += [', "values": {', ", ".join(vals), "}"]
+        return "".join(parts) + "}"
 
     @classmethod
     def from_dict(cls, d: dict) -> "Tree":
@@ -392,23 +501,24 @@ class Tree:
         return Tree(mapping[np.asarray(self.children)], self.heights, self.values)
 
 
+_NEWICK_CHUNK = 1 << 16  # tour events written per chunk by `Tree.to_newick`
+_JSON_CHUNK = 1 << 14  # rows per chunk of `Tree.to_json`
+
+
+def _json_list(x) -> str:
+    """``json.dumps(np.asarray(x).tolist())``, converted ``_JSON_CHUNK`` rows at a time."""
+    arr = np.asarray(x)
+    if arr.ndim == 0:
+        return json.dumps(arr.tolist())
+    body = [json.dumps(arr[i : i + _JSON_CHUNK].tolist())[1:-1] for i in range(0, arr.shape[0], _JSON_CHUNK)]
+    return "[" + ", ".join(body) + "]"
+
+
 def _newick_name(x) -> str:
     s = str(x)
     if any(c in s for c in " ,;:()[]'\t\n"):
         s = "'" + s.replace("'", "''") + "'"
     return s
-
-
-def _iterative_newick(rec, root, n):
-    # recursion depth can reach n for caterpillar trees; raise the limit locally
-    import sys
-
-    old = sys.getrecursionlimit()
-    try:
-        sys.setrecursionlimit(max(old, 4 * n + 100))
-        return rec(root)
-    finally:
-        sys.setrecursionlimit(old)
 
 
 @jax.tree_util.register_pytree_node_class
@@ -505,16 +615,31 @@ class ParentTree:
         if len(names) != n:
             raise ValueError(f"labels must have length n_leaves={n}, got {len(names)}")
         ch = self.children_lists()
-        par = np.asarray(self.parent)
+        par = np.asarray(self.parent).tolist()
         h = None if self.heights is None else np.asarray(self.heights, float)
-
-        def rec(k):
-            s = names[k] if k < n else "(" + ",".join(rec(c) for c in ch[k]) + ")"
+        out: list = []
+        stack: list = [self.root]  # k: enter node k; ~k: leave it; None: a comma
+        while stack:
+            k = stack.pop()
+            if k is None:
+                out.append(",")
+                continue
+            if k >= 0 and k >= n:
+                out.append("(")
+                stack.append(~k)
+                for i, c in enumerate(reversed(ch[k])):
+                    stack.append(c)
+                    if i < len(ch[k]) - 1:
+                        stack.append(None)
+                continue
+            if k >= 0:
+                out.append(names[k])
+            else:
+                k = ~k
+                out.append(")")
             if branch_lengths and h is not None and par[k] >= 0:
-                s += f":{h[k] - h[par[k]]:.6g}"
-            return s
-
-        return _iterative_newick(rec, self.root, self.n_nodes) + ";"
+                out.append(f":{h[k] - h[par[k]]:.6g}")
+        return "".join(out) + ";"
 
     def to_dict(self) -> dict:
         d = {"n_leaves": self.n_leaves, "parent": np.asarray(self.parent).tolist()}

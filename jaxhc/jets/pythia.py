@@ -143,7 +143,7 @@ class PythiaStudyRow(NamedTuple):
 
 
 def _clusters(tree) -> set:
-    sets = np.asarray(tree.leaf_sets())
+    sets = np.asarray(tree.leaf_sets())  # dense [2n-1, n]: a jet has a few dozen leaves
     n = tree.n_leaves
     return {tuple(np.flatnonzero(r)) for r in sets[n:]}
 

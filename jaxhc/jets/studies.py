@@ -104,7 +104,7 @@ def _score_trees(energy, leaves_padded, n_leaves, trees) -> np.ndarray:
         n = int(n_leaves[b])
         if n == 1:
             continue
-        sets = tree.leaf_sets().astype(np.float64)
+        sets = tree.leaf_sets().astype(np.float64)  # dense [2n-1, n]: a jet has a few dozen leaves
         ch = np.asarray(tree.children)
         par[b, : n - 1, :n] = sets[n:]
         lef[b, : n - 1, :n] = sets[ch[:, 0]]

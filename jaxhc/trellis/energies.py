@@ -164,7 +164,7 @@ class Energy(eqx.Module):
         n = self.n_elements(arr)
         if tree.n_leaves != n:
             raise ValueError(f"tree has {tree.n_leaves} leaves but leaves has {n} elements")
-        sets = np.asarray(tree.leaf_sets())
+        sets = np.asarray(tree.leaf_sets())  # dense [2n-1, n]: one jet, a few dozen leaves
         feats = self.subset_features(jnp.asarray(arr), jnp.asarray(sets, dtype=jnp.result_type(arr, _float())))
         feats = jax.tree_util.tree_map(np.asarray, feats)
         ch = np.asarray(tree.children)
@@ -757,6 +757,7 @@ def pad_on_host(energy: Energy, leaves: np.ndarray, n_max: int):
 def log_phi_of_tree(energy: Energy, leaves, tree) -> jax.Array:
     """``log phi(H)``: the sum of ``log psi`` over the inner nodes of ``tree`` (a `Tree`)."""
     n = energy.n_elements(leaves)
+    # dense [2N-1, N] subset masks, as the energies' per-subset features are: trellis sizes
     masks = jnp.asarray(tree.leaf_sets(), dtype=jnp.result_type(leaves, _float()))
     feats = energy.subset_features(jnp.asarray(leaves), masks)
     ch = np.asarray(tree.children)

@@ -130,7 +130,7 @@ def _vertices(seeds, n):
             t.validate()
         except ValueError as e:
             raise ValueError(f"seed_trees[{k}] is not a valid tree: {e}") from None
-        rows.append(t.leaf_sets())
+        rows.append(t.leaf_sets())  # dense [2N-1, N]: a trellis problem has N <= ~24 leaves
     rows = np.concatenate(rows, 0)
     words = _pack(rows)
     _, first = np.unique(_void(words), return_index=True)

@@ -146,11 +146,12 @@ def _log_weights(tree: Tree, log_r_nodes, log_1mr) -> np.ndarray:
     return np.asarray(log_r_nodes) + acc
 
 
-def _subtree_log_weights(tree: Tree, lw, log_r_nodes, top: int) -> np.ndarray:
-    """Predictive weights of the subtree rooted at ``top`` (``-inf`` outside it)."""
-    inside = tree.leaf_sets()  # [2m-1, m]
-    sets = inside[top]
-    members = np.all(~inside | sets[None, :], axis=1)
+def _subtree_log_weights(ranges, lw, log_r_nodes, top: int) -> np.ndarray:
+    """Predictive weights of the subtree rooted at ``top`` (``-inf`` outside it); ``ranges``
+    is the tree's `Tree.leaf_ranges` (the nodes below ``top`` are those whose leaf range
+    lies inside its own)."""
+    _, start, end = ranges
+    members = (start >= start[top]) & (end <= end[top])
     return np.where(members, lw - (lw[top] - log_r_nodes[top]), -np.inf)
 
 
@@ -359,9 +360,12 @@ def rbhc(
         tree, log_r_nodes, log_1mr, node_stats = cand
         top_a, top_b = np.asarray(tree.children)[-1]
         lw = _log_weights(tree, log_r_nodes, log_1mr)
-        wa = _subtree_log_weights(tree, lw, log_r_nodes, top_a)
-        wb = _subtree_log_weights(tree, lw, log_r_nodes, top_b)
-        in_a = tree.leaf_sets()[top_a]
+        ranges = tree.leaf_ranges()
+        wa = _subtree_log_weights(ranges, lw, log_r_nodes, top_a)
+        wb = _subtree_log_weights(ranges, lw, log_r_nodes, top_b)
+        order, start, end = ranges
+        in_a = np.zeros(tree.n_leaves, bool)
+        in_a[order[start[top_a] : end[top_a]]] = True
         na, nb = in_a.sum(), (~in_a).sum()
         la, lb, lroot = scores(rest, node_stats, wa, wb)
         to_a = (np.log(na) + la) > (np.log(nb) + lb)

@@ -67,15 +67,21 @@ class BHCResult(NamedTuple):
         paper) the weights sum to more than 1.
         """
         n = self.tree.n_leaves
-        par = self.tree.parents()
-        size = self.tree.sizes().astype(float)
         log_r = np.concatenate([np.zeros(n), np.asarray(self.log_r)])
-        l1 = np.asarray(self.log_1mr)
-        acc = np.zeros(2 * n - 1)
-        for k in range(2 * n - 3, -1, -1):
-            p = par[k]
-            acc[k] = acc[p] + l1[p] + np.log(size[k] / size[p])
-        return log_r + acc
+        return log_r + path_log_weights(self.tree, np.asarray(self.log_1mr), size_weighted=True)
+
+
+def path_log_weights(tree: Tree, log_1mr: np.ndarray, size_weighted: bool) -> np.ndarray:
+    """``[2n-1]``: the sum over the strict ancestors ``i`` of every node of ``log(1 - r_i)``
+    (plus ``log(n_c / n_i)``, ``c`` the child of ``i`` on the path, with ``size_weighted``);
+    ``O(n)`` memory and ``O(n log depth)`` time (`Tree.path_sums`)."""
+    par = tree.parents()[:-1]  # the root is the last node
+    edge = np.zeros(tree.n_nodes)
+    edge[:-1] = log_1mr[par]
+    if size_weighted:
+        size = tree.sizes().astype(float)
+        edge[:-1] += np.log(size[:-1] / size[par])
+    return tree.path_sums(edge)
 
 
 def _gather_nodes_host(leaf, inner):

@@ -14,7 +14,7 @@ from jax.scipy.special import gammaln, logsumexp
 from ..._internal.buckets import pad_rows
 from ...components import CountStats, IndependentNormal, IndepNormalStats
 from .columns import ColumnData, check_real_table, column_model, validate_inputs
-from .result import BHCCResult
+from .result import BHCCResult, node_leaves
 from .views import VIEW_CHUNK, grouped_views, pad_views, views_full, views_full_batches
 
 
@@ -28,22 +28,22 @@ def _real_nodes(n, I):
 def _row_weights(children, log_r, log_1mr, n, I, size_weighted):
     """Per row-tree node ``log w_m [2n-1]`` (r_m times the (1 - r) of its ancestors; with
     ``size_weighted`` also the ``n_child / n_parent`` factors of `BHCResult.log_weights`;
-    ``-inf`` at padding nodes) and the membership matrix ``[2n-1, n]``, of a row tree over
-    ``n`` slots (static) of which the first ``I`` (traced) are real: merges ``t >= I - 1``
-    are padding and change nothing."""
+    ``-inf`` at padding nodes) of a row tree over ``n`` slots (static) of which the first
+    ``I`` (traced) are real: merges ``t >= I - 1`` are padding and change nothing. ``O(n)``
+    memory: the node sizes are summed up the tree (no membership matrix)."""
     N = 2 * n - 1
     dt = log_r.dtype
     full_r = jnp.concatenate([jnp.zeros(n, dt), log_r])
     full_1 = jnp.concatenate([jnp.full(n, -jnp.inf, dt), log_1mr])
-    mem0 = jnp.zeros((N, n), bool).at[jnp.arange(n), jnp.arange(n)].set(True)
+    size0 = jnp.concatenate([jnp.ones(n, jnp.int32), jnp.zeros(n - 1, jnp.int32)])
 
-    def up(mem, tc):
+    def up(size, tc):
         t, (a, b) = tc
         k = n + t
-        return mem.at[k].set(jnp.where(t < I - 1, mem[a] | mem[b], mem[k])), None
+        return size.at[k].set(jnp.where(t < I - 1, size[a] + size[b], size[k])), None
 
-    mem, _ = jax.lax.scan(up, mem0, (jnp.arange(n - 1), children))
-    size = jnp.sum(mem, axis=1).astype(dt)
+    size, _ = jax.lax.scan(up, size0, (jnp.arange(n - 1), children))
+    size = size.astype(dt)
 
     def down(acc, tc):
         t, (a, b) = tc
@@ -56,7 +56,7 @@ def _row_weights(children, log_r, log_1mr, n, I, size_weighted):
         return acc.at[b].set(jnp.where(real, base + eb, acc[b])), None
 
     acc, _ = jax.lax.scan(down, jnp.zeros(N, dt), (jnp.arange(n - 1), children), reverse=True)
-    return jnp.where(_real_nodes(n, I), full_r + acc, -jnp.inf), mem
+    return jnp.where(_real_nodes(n, I), full_r + acc, -jnp.inf)
 
 
 def _node_stats(leaf, out_stats):
@@ -72,7 +72,7 @@ def _views_predict(cd: ColumnData, cols, outs, log_alpha, q_view, q_a, q_b, mode
     """
     n, I = cd.n_slots, cd.I
     children, out_stats, log_h1, log_d, log_pT, log_r, log_1mr, leaf_h1 = outs
-    lw, mem = jax.vmap(lambda ch, lr, l1: _row_weights(ch, lr, l1, n, I, mode == "row"))(children, log_r, log_1mr)
+    lw = jax.vmap(lambda ch, lr, l1: _row_weights(ch, lr, l1, n, I, mode == "row"))(children, log_r, log_1mr)
     real = _real_nodes(n, I)
 
     def per_query(v, qa, qb):
@@ -233,8 +233,8 @@ def node_queries(cd: ColumnData, col_lists, alpha, mode, per_node_queries):
 
 def _result_queries(res: "BHCCResult", nodes, mode, per_node_queries):
     cd = column_model(res.component, res.X)
-    sets = res.tree.leaf_sets()
-    return node_queries(cd, [list(np.flatnonzero(sets[k])) for k in nodes], res.alpha, mode, per_node_queries)
+    ranges = res.tree.leaf_ranges()
+    return node_queries(cd, [list(node_leaves(ranges, k)) for k in nodes], res.alpha, mode, per_node_queries)
 
 
 def _pad_rows_to(a, W):
@@ -265,8 +265,8 @@ def bhcc_predictive_row(result: BHCCResult, X_new) -> np.ndarray:
     J = result.n_columns
     lr = result.node_log_r()
     nodes = _live_nodes(result, lr)
-    sets = result.tree.leaf_sets()
-    qs = [(Xn[:, np.flatnonzero(sets[k])], np.zeros(len(Xn), np.int32)) for k in nodes]
+    ranges = result.tree.leaf_ranges()
+    qs = [(Xn[:, node_leaves(ranges, k)], np.zeros(len(Xn), np.int32)) for k in nodes]
     outs = _result_queries(result, nodes, "row", qs)
     dpm = {int(k): o for k, o in zip(nodes, outs)}
     ch = np.asarray(result.tree.children)
@@ -393,7 +393,7 @@ def bhcc_predictive_cell(result: BHCCResult, rows, cols, values) -> np.ndarray:
         validate_inputs(Xq, result.component, "values")
     lw = result.log_omega()
     nodes = _live_nodes(result, lw)
-    sets = result.tree.leaf_sets()
+    ranges = result.tree.leaf_ranges()
     if len(nodes) == 0 or Q * K == 0:
         acc = np.full(vals2.shape, -np.inf)
         return acc[:, 0] if squeeze else acc
@@ -403,20 +403,20 @@ def bhcc_predictive_cell(result: BHCCResult, rows, cols, values) -> np.ndarray:
     # <= 1 (discrete families), so a cell whose value has log p above
     # log(omega_rest) + CELL_CERTIFY_NATS is exact to exp(-CELL_CERTIFY_NATS) relative;
     # the others get the remaining nodes of their path in a second pass.
-    on_path = sets[nodes][:, cols]  # [N, Q]
+    on_path = _on_path(ranges, nodes, cols)  # [N, Q]
     lwn = lw[nodes]
     heaviest = np.max(np.where(on_path, lwn[:, None], -np.inf), axis=0)  # [Q]
     near = on_path & (lwn[:, None] >= heaviest[None, :] - CELL_PRUNE_NATS)
     discrete = result.component.column_parameters() is not None and result.component.column_parameters().kind == "beta"
     first = np.any(near, axis=1) if discrete else np.ones(len(nodes), bool)
-    acc = _cell_pass(result, nodes[first], rows, cols, vals2, sets, lw, np.ones(Q, bool))
+    acc = _cell_pass(result, nodes[first], rows, cols, vals2, ranges, lw, np.ones(Q, bool))
     rest = on_path & ~first[:, None]
     if np.any(rest):
         rest_mass = np.logaddexp.reduce(np.where(rest, lwn[:, None], -np.inf), axis=0)  # [Q]
         redo = np.any(acc < rest_mass[:, None] + CELL_CERTIFY_NATS, axis=1) & np.isfinite(rest_mass)
         if np.any(redo):
             more = np.any(rest[:, redo], axis=1)
-            extra = _cell_pass(result, nodes[more], rows, cols, vals2, sets, lw, redo)
+            extra = _cell_pass(result, nodes[more], rows, cols, vals2, ranges, lw, redo)
             acc = np.where(redo[:, None], np.logaddexp(acc, extra), acc)
     return acc[:, 0] if squeeze else acc
 
@@ -427,7 +427,18 @@ CELL_PRUNE_NATS = 150.0
 CELL_CERTIFY_NATS = 35.0
 
 
-def _cell_pass(result, nodes, rows, cols, vals2, sets, lw, active):
+def _on_path(ranges, nodes, cols) -> np.ndarray:
+    """``[len(nodes), len(cols)]``: whether column ``cols[q]`` is under column-tree node
+    ``nodes[i]`` (``tree.leaf_sets()[nodes][:, cols]``) from the tree's `Tree.leaf_ranges`."""
+    order, start, end = ranges
+    pos = np.empty(order.shape[0], np.int64)
+    pos[order] = np.arange(order.shape[0])
+    p = pos[np.asarray(cols, np.int64)][None, :]
+    nodes = np.asarray(nodes, np.int64)
+    return (start[nodes][:, None] <= p) & (p < end[nodes][:, None])
+
+
+def _cell_pass(result, nodes, rows, cols, vals2, ranges, lw, active):
     """``log sum_{k in nodes on the path of cols[q]} omega_k p(X_{rows[q], cols[q]} = v | view k)``
     for the queries with ``active[q]`` (``-inf`` elsewhere).
 
@@ -438,10 +449,11 @@ def _cell_pass(result, nodes, rows, cols, vals2, sets, lw, active):
     (`_path_mix`)."""
     acc = np.full(vals2.shape, -np.inf)
     col_lists, sels = [], []
-    for k in nodes:
-        sel = np.flatnonzero(sets[k][cols] & active)
+    under = _on_path(ranges, nodes, cols)
+    for i, k in enumerate(nodes):
+        sel = np.flatnonzero(under[i] & active)
         if len(sel):
-            col_lists.append(np.flatnonzero(sets[k]))
+            col_lists.append(node_leaves(ranges, k))
             sels.append((int(k), sel))
     if not sels:
         return acc

@@ -10,6 +10,7 @@ import numpy as np
 from ...components import Component, IndependentNormal
 from ...tree import Tree
 from ..bhc.greedy import BHCResult, assemble_result
+from ..bhc.result import path_log_weights
 from .columns import ColumnData, column_model
 from .hostmath import host_gammaln as _sgammaln
 from .views import views_full_batches
@@ -177,25 +178,41 @@ class BHCCResult(NamedTuple):
         factor ``|L(T_a)| / |L(T_c)|`` (the CRP's probability that a new column joins that
         side), which makes the weights sum to one over all nodes; this is the normalised
         form of Eq. 11 used by `bhcc_predictive_column`."""
-        J = self.n_columns
-        par = self.tree.parents()
-        size = self.tree.sizes().astype(float)
-        l1 = np.asarray(self.log_1mr)
-        acc = np.zeros(2 * J - 1)
-        for k in range(2 * J - 3, -1, -1):
-            p = par[k]
-            acc[k] = acc[p] + l1[p] + (np.log(size[k] / size[p]) if size_weighted else 0.0)
-        return self.node_log_r() + acc
+        return self.node_log_r() + path_log_weights(self.tree, np.asarray(self.log_1mr), size_weighted)
 
     def view_of(self, columns: Sequence[int]) -> BHCCView:
         """A `BHCCView` (row BHC) of any set of columns."""
         cols = np.asarray(columns, np.int64)
         (rows,) = _view_rows(column_model(self.component, self.X), [cols], self.alpha, self.component)
-        sets = self.tree.leaf_sets()
-        hit = np.flatnonzero(np.all(sets == np.isin(np.arange(self.n_columns), cols)[None, :], axis=1))
-        node = int(hit[0]) if len(hit) else -1
+        node = node_of_leaves(self.tree.leaf_ranges(), cols)
         log_r = float(self.node_log_r()[node]) if node >= 0 else float("nan")
         return BHCCView(cols, node, log_r, rows)
+
+
+def node_of_leaves(ranges, leaves) -> int:
+    """The node whose leaf set is exactly ``leaves`` (ids outside ``0 .. n-1`` ignored), or
+    ``-1``, from a tree's `Tree.leaf_ranges` ``(order, start, end)``: the positions of the
+    leaves in the depth-first order must be one node's range. ``O(n)`` memory."""
+    order, start, end = ranges
+    n = order.shape[0]
+    ids = np.asarray(leaves, np.int64).reshape(-1)
+    ids = np.unique(ids[(ids >= 0) & (ids < n)])
+    if ids.size == 0:
+        return -1
+    pos = np.empty(n, np.int64)
+    pos[order] = np.arange(n)
+    lo, hi = int(pos[ids].min()), int(pos[ids].max()) + 1
+    if hi - lo != ids.size:
+        return -1
+    hit = np.flatnonzero((start == lo) & (end == hi))
+    return int(hit[0]) if len(hit) else -1
+
+
+def node_leaves(ranges, k: int) -> np.ndarray:
+    """The leaves under node ``k``, sorted (``np.flatnonzero(tree.leaf_sets()[k])``), from
+    the tree's `Tree.leaf_ranges` ``(order, start, end)``."""
+    order, start, end = ranges
+    return np.sort(order[start[k] : end[k]])
 
 
 def _view_rows(cd: "ColumnData", col_lists, alpha, component: Component) -> list:
@@ -250,13 +267,12 @@ def _rows_result(comp, alpha, leaf, out) -> BHCResult:
 
 def _views_of(X, component, alpha, tree, log_r_nodes) -> tuple:
     labels = tree.cut(0.5, scores=np.exp(log_r_nodes[tree.n_leaves :]))
-    sets = tree.leaf_sets()
+    ranges = tree.leaf_ranges()
     groups = [np.flatnonzero(labels == g) for g in range(int(labels.max()) + 1)]
     rows = _view_rows(column_model(component, X), groups, alpha, component)
     views = []
     for cols, rr in zip(groups, rows):
-        member = np.isin(np.arange(tree.n_leaves), cols)
-        node = int(np.flatnonzero(np.all(sets == member[None, :], axis=1))[0])
+        node = node_of_leaves(ranges, cols)  # a cut's clusters are nodes
         views.append(BHCCView(cols, node, float(log_r_nodes[node]), rr))
     return tuple(views)
 
