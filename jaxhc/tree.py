@@ -60,7 +60,11 @@ def _list_suffix_sums(nxt: np.ndarray, vals: np.ndarray) -> np.ndarray:
     sentinel = nxt.shape[0] - 1
     buf_v = np.empty_like(vals)
     buf_n = np.empty_like(nxt)
+    rounds = 0
     while not np.all(nxt == sentinel):
+        if (1 << rounds) > sentinel:  # longer than all elements: a cycle (an invalid tree)
+            raise ValueError("children: the tree has a cycle or a node used twice; call validate()")
+        rounds += 1
         np.take(vals, nxt, out=buf_v)
         vals += buf_v
         np.take(nxt, nxt, out=buf_n)
@@ -156,7 +160,7 @@ class Tree:
         n = self.n_leaves
         m, E = 2 * n - 1, 3 * n - 2
         idx = _index_dtype(E + 1)
-        nxt = np.empty(E + 1, dtype=idx)
+        nxt = np.full(E + 1, E, dtype=idx)
         a, b = ch[:, 0], ch[:, 1]
         nxt[n:m] = a  # entering k: the left child's first event (its own id) follows
         nxt[np.where(a < n, a, a + (n - 1))] = b  # the left subtree done: the right child

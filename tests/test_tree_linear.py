@@ -387,3 +387,13 @@ def test_operations_on_200k_leaves_in_linear_memory(shape):
     assert np.all(np.diff(out["Z"][:, 2]) >= 0) and out["Z"][-1, 3] == n
     assert out["nw"].count("(") == n - 1 and 0 < out["dp"] <= 1
     assert out["w"].shape == (2 * n - 1,)
+
+
+def test_invalid_tree_raises_instead_of_looping():
+    """The list ranking stops after log2 of the element count: a cycle (a tree that skipped
+    `validate`) is a ValueError, not an endless loop."""
+    t = Tree(np.array([[0, 1], [2, 4]]))  # node 4 is its own child
+    with pytest.raises(ValueError, match="children"):
+        t.depths()
+    with pytest.raises(ValueError):
+        t.cut(0.5)
