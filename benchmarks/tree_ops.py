@@ -19,13 +19,15 @@ Newick and JSON, so their time is the untraced call's). Operations: ``res.cut(0.
 Baseline, where its dense ``[2n-1, n]`` membership matrix fits (``--baseline-max``, 10^4:
 200 MB): the implementations before issue 59, in this file (``leaf_sets`` cuts, Python loops
 over the nodes for sizes and weights, the recursive Newick writer, the Python-list leaf
-ranges of dendrogram purity). Targets at 10^6 leaves: every operation <= 5 s and <= 200 MB
+ranges of dendrogram purity; JSON through the dict of Python lists, as ``to_json`` with
+keyword arguments still does). Targets at 10^6 leaves: every operation <= 5 s and <= 200 MB
 above the tree. JSON: benchmarks/results/tree_ops.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -211,7 +213,7 @@ def run_tree(shape: str, n: int, baseline_max: int) -> list:
         "log_weights": (res.log_weights, lambda: old_log_weights(res)),
         "to_linkage": (tree.to_linkage, lambda: old_to_linkage(tree)),
         "to_newick": (tree.to_newick, lambda: old_to_newick(tree)),
-        "to_json": (tree.to_json, None),
+        "to_json": (tree.to_json, lambda: json.dumps(tree.to_dict())),
         "dendrogram_purity": (lambda: dendrogram_purity(tree, labels), lambda: old_dendrogram_purity(tree, labels)),
         "level_labels_5": (lambda: tree_level_labels(tree, 5), None),
     }
