@@ -1,7 +1,9 @@
 """Dendrogram figures (matplotlib, imported lazily; works under the headless Agg backend).
 
-* `plot_dendrogram` - any `jaxhc.tree.Tree` drawn with ``scipy.cluster.hierarchy.dendrogram``
-  on ``tree.to_linkage()``; leaves optionally named and coloured by class.
+* `plot_dendrogram` - any `jaxhc.tree.Tree` drawn in the layout of
+  ``scipy.cluster.hierarchy.dendrogram`` on ``tree.to_linkage()`` (computed here without
+  scipy's recursion, so trees of any depth draw); leaves optionally named and coloured by
+  class.
 * `plot_bhc` - a `jaxhc.BHCResult`: merges with ``r_k < 0.5`` are dashed, the others solid;
   links inside one flat cluster of ``result.cut(0.5)`` take that cluster's colour, links
   joining clusters are grey; the title gives the number of clusters.
@@ -30,12 +32,34 @@ def _pyplot():
     return plt
 
 
-def _dendrogram_fn():
-    try:
-        from scipy.cluster.hierarchy import dendrogram
-    except ImportError as e:  # pragma: no cover
-        raise ImportError("plotting dendrograms needs scipy; install it with `pip install jaxhc[cli]`") from e
-    return dendrogram
+def _dendrogram_coords(tree):
+    """The layout of ``scipy.cluster.hierarchy.dendrogram(tree.to_linkage())`` (no
+    truncation), without its recursion (a tree deeper than ~1000 levels overflows it):
+    ``(icoord [n-1, 4], dcoord [n-1, 4], nodes [n-1], leaves [n])``, one row per link in
+    scipy's order (post-order, left child first), ``nodes`` the inner node of each link.
+
+    Leaf ``i`` at position ``p`` of the depth-first order is at ``x = 5 + 10 p``; an inner
+    node at the mean of its children's ``x`` (as scipy computes it, children first), at the
+    height of ``to_linkage``. ``O(n)`` memory.
+    """
+    n = tree.n_leaves
+    order, start, end = tree.leaf_ranges()
+    h = np.zeros(2 * n - 1)
+    h[n:] = tree.to_linkage()[:, 2]
+    x = np.empty(2 * n - 1)
+    x[order] = 5.0 + 10.0 * np.arange(n)
+    ch = np.asarray(tree.children, np.int64)
+    xs = x.tolist()
+    for t0 in range(0, n - 1, 1 << 16):  # merges in order: children before parents
+        for t, (a, b) in enumerate(ch[t0 : t0 + (1 << 16)].tolist(), start=n + t0):
+            xs[t] = (xs[a] + xs[b]) / 2
+    x = np.asarray(xs)
+    inner = np.arange(n, 2 * n - 1)
+    nodes = inner[np.lexsort((end[inner] - start[inner], end[inner]))]  # post-order
+    a, b = ch[nodes - n, 0], ch[nodes - n, 1]
+    icoord = np.column_stack([x[a], x[a], x[b], x[b]])
+    dcoord = np.column_stack([h[a], h[nodes], h[nodes], h[b]])
+    return icoord, dcoord, nodes, order
 
 
 def _new_ax(ax, n_leaves: int):
@@ -156,9 +180,19 @@ def plot_dendrogram(
     if n < 2:
         ax.set_title(title or "single leaf")
         return ax
-    dendrogram = _dendrogram_fn()
-    info = dendrogram(tree.to_linkage(), ax=ax, no_labels=True, color_threshold=0, above_threshold_color="0.25")
-    _decorate_leaves(ax, np.asarray(info["leaves"]), labels, colors_by)
+    from matplotlib.collections import LineCollection
+
+    icoord, dcoord, _, leaves = _dendrogram_coords(tree)
+    # drawn as scipy's dendrogram draws (one line collection, no tick marks), without its
+    # recursion
+    ax.add_collection(LineCollection(np.stack([icoord, dcoord], axis=-1), colors=("0.25",)))
+    top = float(dcoord.max())
+    ax.set_xlim(0, 10 * n)
+    ax.set_ylim(0, top * 1.05 if top > 0 else 1.0)
+    ax.xaxis.set_ticks_position("bottom")
+    for line in ax.get_xticklines():
+        line.set_visible(False)
+    _decorate_leaves(ax, leaves, labels, colors_by)
     ax.set_ylabel("height" if tree.heights is not None else "merge order")
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
@@ -212,18 +246,16 @@ def plot_bhc(
     cmap = colormaps["Dark2"]  # distinct from the tab10 class strip
     node_cluster = _node_clusters(tree, flat)
 
-    dendrogram = _dendrogram_fn()
-    info = dendrogram(tree.to_linkage(), no_plot=True, link_color_func=lambda i: str(int(i)))
-    for xs, ys, node in zip(info["icoord"], info["dcoord"], info["color_list"]):
-        node = int(node)
+    icoord, dcoord, nodes, leaves = _dendrogram_coords(tree)
+    for xs, ys, node in zip(icoord.tolist(), dcoord.tolist(), nodes.tolist()):
         c = node_cluster[node]
         color = cmap(c % cmap.N) if c >= 0 else "0.45"
         dashed = r[node - n] < threshold
         ax.plot(xs, ys, color=color, linestyle="--" if dashed else "-", linewidth=1.0 if dashed else 1.2)
     ax.set_xlim(0, 10 * n)
-    top = float(np.max(np.asarray(info["dcoord"])))
+    top = float(dcoord.max())
     ax.set_ylim(0, top * 1.05 if top > 0 else 1.0)
-    _decorate_leaves(ax, np.asarray(info["leaves"]), labels, colors_by)
+    _decorate_leaves(ax, leaves, labels, colors_by)
     from matplotlib.lines import Line2D
 
     link_legend = [

@@ -397,3 +397,38 @@ def test_invalid_tree_raises_instead_of_looping():
         t.depths()
     with pytest.raises(ValueError):
         t.cut(0.5)
+
+
+@pytest.mark.parametrize("shape,n", [c for c in CASES if c[1] > 1])
+def test_dendrogram_layout_is_scipys(shape, n):
+    """The plots' layout equals scipy's dendrogram (links, order, leaves) exactly."""
+    from scipy.cluster.hierarchy import dendrogram
+
+    from jaxhc.plot import _dendrogram_coords
+
+    t = make_tree(shape, n, seed=n + 6)
+    info = dendrogram(t.to_linkage(), no_plot=True, link_color_func=lambda i: str(int(i)))
+    icoord, dcoord, nodes, leaves = _dendrogram_coords(t)
+    np.testing.assert_array_equal(icoord, np.asarray(info["icoord"]))
+    np.testing.assert_array_equal(dcoord, np.asarray(info["dcoord"]))
+    assert nodes.tolist() == [int(c) for c in info["color_list"]]
+    assert leaves.tolist() == info["leaves"]
+
+
+def test_plots_of_a_deep_tree():
+    """A 3000-leaf caterpillar (beyond scipy's recursive dendrogram) draws, as a plain tree
+    and as a BHC result."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from jaxhc.plot import plot_bhc, plot_dendrogram
+
+    t = Tree(caterpillar(3000))
+    ax = plot_dendrogram(t, colors_by=np.arange(3000) % 3)
+    assert len(ax.collections[0].get_segments()) == 2999
+    plt.close(ax.figure)
+    ax = plot_bhc(tree_with_result(t, 0))
+    assert len([ln for ln in ax.lines if len(ln.get_xdata()) == 4]) == 2999
+    plt.close(ax.figure)
