@@ -185,7 +185,7 @@ def plot_dendrogram(
     icoord, dcoord, _, leaves = _dendrogram_coords(tree)
     # drawn as scipy's dendrogram draws (one line collection, no tick marks), without its
     # recursion
-    ax.add_collection(LineCollection(np.stack([icoord, dcoord], axis=-1), colors=("0.25",)))
+    ax.add_collection(LineCollection(list(np.stack([icoord, dcoord], axis=-1)), colors=("0.25",)))
     top = float(dcoord.max())
     ax.set_xlim(0, 10 * n)
     ax.set_ylim(0, top * 1.05 if top > 0 else 1.0)
