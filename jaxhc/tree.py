@@ -236,8 +236,27 @@ class Tree:
         return {frozenset(order[s:e].tolist()) for s, e in zip(start.tolist(), end.tolist())}
 
     def same_hierarchy(self, other: "Tree") -> bool:
-        """Whether two trees have the same clusters (ignores child order and merge order)."""
-        return self.n_leaves == other.n_leaves and self.clusters() == other.clusters()
+        """Whether two trees have the same clusters (ignores child order and merge order).
+
+        ``O(n)`` memory: every cluster of ``other`` must occupy one node's range of this
+        tree's depth-first leaf order (both trees have ``2n - 1`` distinct clusters)."""
+        n = self.n_leaves
+        if n != other.n_leaves:
+            return False
+        order, start, end = self.leaf_ranges()
+        pos = np.empty(n, np.int64)
+        pos[order] = np.arange(n)
+        # the first and last position of every node of `other`, children before parents
+        lo, hi = pos.tolist() + [0] * (n - 1), pos.tolist() + [0] * (n - 1)
+        ch = np.asarray(other.children, np.int64).reshape(-1, 2)
+        for t0 in range(0, n - 1, 1 << 16):
+            for k, (a, b) in enumerate(ch[t0 : t0 + (1 << 16)].tolist(), start=n + t0):
+                lo[k] = lo[a] if lo[a] < lo[b] else lo[b]
+                hi[k] = hi[a] if hi[a] > hi[b] else hi[b]
+        lo_a, hi_a = np.asarray(lo, np.int64), np.asarray(hi, np.int64) + 1
+        if not np.array_equal(hi_a - lo_a, other.sizes()):
+            return False
+        return bool(np.all(np.isin(lo_a * (n + 1) + hi_a, start * (n + 1) + end)))
 
     def leaf_order(self) -> np.ndarray:
         """Leaves in left-to-right drawing order (depth first, left child first)."""

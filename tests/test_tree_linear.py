@@ -432,3 +432,23 @@ def test_plots_of_a_deep_tree():
     ax = plot_bhc(tree_with_result(t, 0))
     assert len([ln for ln in ax.lines if len(ln.get_xdata()) == 4]) == 2999
     plt.close(ax.figure)
+
+
+@pytest.mark.parametrize("shape,n", CASES)
+def test_same_hierarchy_matches_clusters(shape, n):
+    """`same_hierarchy` (node ranges) agrees with comparing the sets of clusters: for the
+    same hierarchy with children swapped and merges reordered, and for other trees."""
+    t = make_tree(shape, n, seed=n + 7)
+    rng = np.random.default_rng(n)
+    ch = np.asarray(t.children).copy()
+    swap = rng.uniform(size=n - 1) < 0.5
+    ch[swap] = ch[swap][:, ::-1]
+    assert t.same_hierarchy(Tree(ch)) and Tree(ch).same_hierarchy(t)
+    # the same clusters built in another merge order: from the nested form (post-order)
+    assert t.same_hierarchy(Tree.from_nested(t.to_nested()))
+    for other in (make_tree(s, n, seed=n + 8) for s in SHAPES):
+        assert t.same_hierarchy(other) == (t.clusters() == other.clusters())
+    if n > 2:
+        perm = rng.permutation(n)
+        other = t.relabel_leaves(perm)
+        assert t.same_hierarchy(other) == (t.clusters() == other.clusters())
