@@ -220,7 +220,7 @@ class Tree:
         """
         n = self.n_leaves
         if n > 62:
-            raise ValueError(f"bitmasks need n_leaves <= 62, got {n}; use leaf_sets()")
+            raise ValueError(f"bitmasks need n_leaves <= 62, got {n}; use leaf_ranges() (or leaf_sets(), dense)")
         ch = np.asarray(self.children)
         b = np.zeros(2 * n - 1, dtype=np.int64)
         b[:n] = np.left_shift(np.int64(1), np.arange(n, dtype=np.int64))
