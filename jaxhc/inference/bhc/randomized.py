@@ -32,7 +32,7 @@ plus the joins above them, computed exactly on that tree.
 
 from __future__ import annotations
 
-from typing import Optional, Union
+from typing import NamedTuple, Optional, Union
 
 import jax
 import jax.numpy as jnp
@@ -181,81 +181,46 @@ def _regraft_children(children: np.ndarray, s: int) -> Optional[np.ndarray]:
     return np.asarray(rows, np.int64)
 
 
-def _check_balance(balance) -> Union[str, float]:
-    if isinstance(balance, str):
-        if balance != "auto":
-            raise ValueError(f'balance must be in [0, 0.5) or "auto", got {balance!r}')
-        return balance
-    try:
-        b = float(balance)
-    except (TypeError, ValueError):
-        raise ValueError(f'balance must be in [0, 0.5) or "auto", got {balance!r}') from None
-    if not (0.0 <= b < 0.5):
-        raise ValueError(f'balance must be in [0, 0.5) or "auto", got {balance!r}')
-    return b
+class _Part(NamedTuple):
+    """A randomized-BHC tree over ``m`` points (ids: the points ``0 .. m-1``, the inner nodes
+    ``m .. 2m-2`` in creation order, as `rbhc` numbers them), before the joins are filled.
 
-
-def rbhc(
-    key,
-    X,
-    component: Component,
-    alpha: float = 1.0,
-    *,
-    subset_size: int = 64,
-    leaf_size: int = 64,
-    balance: Union[str, float] = "auto",
-    progress_bar: Optional[bool] = None,
-) -> BHCResult:
-    """Randomized BHC: a full binary tree over the rows of ``X`` in ``O(n log n)``.
-
-    Args:
-      key: a `jax.random` key (the random subsets; the same key gives the same tree).
-      X: data ``[n, d]`` in the component's domain.
-      component: a conjugate component family (see `jaxhc.components`).
-      alpha: DPM concentration (> 0).
-      subset_size: points in the random subset clustered by BHC at each level (>= 2).
-      leaf_size: sides with at most this many points are clustered by plain BHC
-        (>= subset_size). BHC calls are padded to the library's size grid from 64 points up
-        (`jaxhc._internal.buckets.bucket(m, 64)`), so sizes up to 64 share one compiled
-        program.
-      balance: how a level splits when BHC's top split of the subset is very unbalanced
-        (an outlying point or a few peeled off). ``"auto"`` (default): split at the subtree
-        closest to half the subset (regrafted to the root) when the smaller top side holds
-        under a quarter of the subset, BHC's root joins the subset (``r >= 0.5``), that
-        tree's log evidence on the subset is at most `AUTO_BALANCE_NATS` below the BHC
-        tree's and no other point is a far outlier to the subset (module docstring), so the
-        recursion stays shallow inside clusters while far outliers are still peeled off. A number ``b`` in ``[0, 0.5)``:
-        always take that balanced split when the smaller top side holds less than ``b``
-        of the subset; ``0`` is Algorithm 2 (always the top split).
-      progress_bar: tqdm bar over points placed (default: n >= 5000).
-
-    Returns:
-      `BHCResult` of the final tree, every quantity computed exactly on it.
+    Fields:
+      children: int64 ``[m-1, 2]``.
+      joins: int64 ``[k, 3]``: ``(node, left, right)`` of the splits, whose terms
+        `_fill_joins` computes once the whole tree is built.
+      log_h1, log_d, log_pT, log_1mr, log_r, cnt: float ``[2m-1]`` per-node terms (those of
+        the joins not yet filled).
+      inner_stats: the inner nodes' statistics, leading axis ``m-1``.
     """
-    check_component(component)
-    alpha = check_alpha(alpha)
-    Xh = component.validate_data(X)
+
+    children: np.ndarray
+    joins: np.ndarray
+    log_h1: np.ndarray
+    log_d: np.ndarray
+    log_pT: np.ndarray
+    log_1mr: np.ndarray
+    log_r: np.ndarray
+    cnt: np.ndarray
+    inner_stats: object
+
+
+class _Hole(NamedTuple):
+    """A sub-problem left to a worker: its points (sorted), its key, and the first id of the
+    ``m - 1`` inner nodes reserved for it (its root is the last of them)."""
+
+    idx: np.ndarray
+    key: object
+    first: int
+
+
+def _build(component, alpha, Xh, leaf_np, key, subset_size, leaf_size, balance, bar=None, hole_size=None, on_hole=None):
+    """The recursion of `rbhc` over the rows of ``Xh``: returns a `_Part`. With
+    ``hole_size``, a side of at most that many points (and more than ``leaf_size``) is not
+    split here: ``on_hole(_Hole)`` is called and ``m - 1`` ids are reserved for its nodes,
+    which the caller fills in (`_place`). The ids, keys and the order of the joins do not
+    depend on ``hole_size``: a side's nodes take consecutive ids, its root the last."""
     n = Xh.shape[0]
-    if not (isinstance(subset_size, (int, np.integer)) and subset_size >= 2):
-        raise ValueError(f"subset_size must be an integer >= 2, got {subset_size!r}")
-    balance = _check_balance(balance)
-    if not (isinstance(leaf_size, (int, np.integer)) and leaf_size >= subset_size):
-        raise ValueError(f"leaf_size must be an integer >= subset_size={subset_size}, got {leaf_size!r}")
-    from ..._internal.validation import check_key
-
-    key = check_key(key, "key")
-    # the leaf statistics through the bucketed program of `bhc` (no eager program per n)
-    leaf_np = jax.tree_util.tree_map(lambda x: np.asarray(x)[:n], padded_leaf_stats(component, Xh))
-    if progress_bar is None:
-        progress_bar = n >= 5000
-    bar = None
-    if progress_bar:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=n, desc="RBHC points placed", leave=False)
-
-    fdtype = np.asarray(jax.tree_util.tree_leaves(leaf_np)[0]).dtype
-    fdtype = fdtype if np.issubdtype(fdtype, np.floating) else np.float64
     alpha_arr = jnp.asarray(alpha, dtype=jnp.result_type(float))
     log_alpha = float(np.log(alpha))
     # per node (leaves 0..n-1, inner nodes n..2n-2 in creation order): BHC terms and stats
@@ -266,7 +231,7 @@ def rbhc(
     node_log_r = np.zeros(2 * n - 1)
     node_cnt = np.ones(2 * n - 1)
     inner_stats = jax.tree_util.tree_map(lambda x: np.zeros((max(n - 1, 0),) + x.shape[1:], x.dtype), leaf_np)
-    children: list = []
+    children = np.zeros((max(n - 1, 0), 2), np.int64)
     joins: list = []  # (node id, left, right) of the splits, filled after the recursion
     next_id = [n]
 
@@ -277,7 +242,7 @@ def rbhc(
     # a leaf block of one point reads its log marginal from this program; run it once up
     # front, so the programs a call compiles do not depend on the data (a later call whose
     # recursion first peels off a single point compiles nothing)
-    single = _log_marginals(component, stats_of(np.arange(1), _bucket(1)))
+    _log_marginals(component, stats_of(np.arange(1), _bucket(1)))
 
     def plain(idx):
         m = len(idx)
@@ -297,7 +262,7 @@ def rbhc(
         first = next_id[0]
         for a, b in ch:
             ids.append(next_id[0])
-            children.append((ids[a], ids[b]))
+            children[next_id[0] - n] = (ids[a], ids[b])
             next_id[0] += 1
         sl = slice(first, next_id[0])
         node_log_h1[sl], node_log_d[sl], node_log_pT[sl], node_log_1mr[sl] = h1[m:], ld[m:], lp[m:], l1[m:]
@@ -343,7 +308,7 @@ def rbhc(
 
     def scores(rows_all, node_stats, wa, wb):
         """``log p(x | T_a)``, ``log p(x | T_b)`` and ``log p(x | D_subset)`` of ``rows_all``."""
-        out = [], [], []
+        out: tuple = ([], [], [])
         c0 = 0
         while c0 < len(rows_all):
             # full chunks of _CHUNK rows, the remainder in chunks of _SMALL_CHUNK (two programs)
@@ -395,59 +360,262 @@ def rbhc(
     # recursion deep); a split's node id is taken when both its sides are built
     stack: list = [("visit", np.arange(n), key)]
     done: list = []
-    del single
+    while stack:
+        task = stack.pop()
+        if task[0] == "join":
+            right, left = done.pop(), done.pop()
+            lo, hi = min(left, right), max(left, right)
+            children[next_id[0] - n] = (lo, hi)
+            joins.append((next_id[0], lo, hi))
+            next_id[0] += 1
+            done.append(next_id[0] - 1)
+            continue
+        _, idx, k = task
+        if len(idx) <= leaf_size:
+            done.append(plain(idx))
+            continue
+        if hole_size is not None and on_hole is not None and len(idx) <= hole_size:
+            on_hole(_Hole(idx, k, next_id[0]))
+            next_id[0] += len(idx) - 1
+            done.append(next_id[0] - 1)
+            continue
+        idx_a, idx_b = split(idx, k)
+        ka, kb = _split(k)
+        stack.append(("join",))
+        stack.append(("visit", idx_b, kb))
+        stack.append(("visit", idx_a, ka))
+    return _Part(
+        children,
+        np.asarray(joins, np.int64).reshape(-1, 3),
+        node_log_h1,
+        node_log_d,
+        node_log_pT,
+        node_log_1mr,
+        node_log_r,
+        node_cnt,
+        inner_stats,
+    )
+
+
+def _place(dst: _Part, hole: _Hole, part: _Part, n: int) -> None:
+    """Writes ``part`` (the tree of ``hole``'s points, in its own ids) into ``dst`` (the
+    tree of all ``n`` points) at the ids the hole reserved: point ``j`` of the part is
+    ``hole.idx[j]``, its inner node ``m + t`` is ``hole.first + t`` (an increasing map, so
+    every ``(min, max)`` pair stays in order)."""
+    idx, first = hole.idx, hole.first
+    m = len(idx)
+    gid = np.concatenate([idx, first + np.arange(m - 1)])
+    dst.children[first - n : first - n + m - 1] = gid[part.children]
+    inner = slice(first, first + m - 1)
+    for name in ("log_h1", "log_d", "log_pT", "log_1mr", "log_r", "cnt"):
+        a, b = getattr(dst, name), getattr(part, name)
+        a[idx] = b[:m]
+        a[inner] = b[m:]
+    for d, s in zip(jax.tree_util.tree_leaves(dst.inner_stats), jax.tree_util.tree_leaves(part.inner_stats)):
+        d[first - n : first - n + m - 1] = s
+
+
+def _key_payload(key):
+    """A key as plain data for another process: ``(key bits, impl name)``."""
+    return np.asarray(jax.random.key_data(key)), str(jax.random.key_impl(key))
+
+
+def _solve_hole(component, alpha, X_rows, key_payload, subset_size, leaf_size, balance, x64: bool) -> _Part:
+    """Dask task: `_build` over one sub-problem's rows (in float64 when the caller is)."""
+    if x64 and not jax.config.jax_enable_x64:
+        jax.config.update("jax_enable_x64", True)
+    data, impl = key_payload
+    key = jax.random.wrap_key_data(jnp.asarray(data), impl=impl)
+    m = X_rows.shape[0]
+    leaf_np = jax.tree_util.tree_map(lambda x: np.asarray(x)[:m], padded_leaf_stats(component, X_rows))
+    return _build(component, alpha, X_rows, leaf_np, key, subset_size, leaf_size, balance)
+
+
+def _check_balance(balance) -> Union[str, float]:
+    if isinstance(balance, str):
+        if balance != "auto":
+            raise ValueError(f'balance must be in [0, 0.5) or "auto", got {balance!r}')
+        return balance
     try:
-        while stack:
-            task = stack.pop()
-            if task[0] == "join":
-                right, left = done.pop(), done.pop()
-                lo, hi = min(left, right), max(left, right)
-                children.append((lo, hi))
-                joins.append((next_id[0], lo, hi))
-                next_id[0] += 1
-                done.append(next_id[0] - 1)
-                continue
-            _, idx, k = task
-            if len(idx) <= leaf_size:
-                done.append(plain(idx))
-                continue
-            idx_a, idx_b = split(idx, k)
-            ka, kb = _split(k)
-            stack.append(("join",))
-            stack.append(("visit", idx_b, kb))
-            stack.append(("visit", idx_a, ka))
+        b = float(balance)
+    except (TypeError, ValueError):
+        raise ValueError(f'balance must be in [0, 0.5) or "auto", got {balance!r}') from None
+    if not (0.0 <= b < 0.5):
+        raise ValueError(f'balance must be in [0, 0.5) or "auto", got {balance!r}')
+    return b
+
+
+def rbhc(
+    key,
+    X,
+    component: Component,
+    alpha: float = 1.0,
+    *,
+    subset_size: int = 64,
+    leaf_size: int = 64,
+    balance: Union[str, float] = "auto",
+    progress_bar: Optional[bool] = None,
+    client=None,
+    task_size: Optional[int] = None,
+) -> BHCResult:
+    """Randomized BHC: a full binary tree over the rows of ``X`` in ``O(n log n)``.
+
+    Args:
+      key: a `jax.random` key (the random subsets; the same key gives the same tree).
+      X: data ``[n, d]`` in the component's domain.
+      component: a conjugate component family (see `jaxhc.components`).
+      alpha: DPM concentration (> 0).
+      subset_size: points in the random subset clustered by BHC at each level (>= 2).
+      leaf_size: sides with at most this many points are clustered by plain BHC
+        (>= subset_size). BHC calls are padded to the library's size grid from 64 points up
+        (`jaxhc._internal.buckets.bucket(m, 64)`), so sizes up to 64 share one compiled
+        program.
+      balance: how a level splits when BHC's top split of the subset is very unbalanced
+        (an outlying point or a few peeled off). ``"auto"`` (default): split at the subtree
+        closest to half the subset (regrafted to the root) when the smaller top side holds
+        under a quarter of the subset, BHC's root joins the subset (``r >= 0.5``), that
+        tree's log evidence on the subset is at most `AUTO_BALANCE_NATS` below the BHC
+        tree's and no other point is a far outlier to the subset (module docstring), so the
+        recursion stays shallow inside clusters while far outliers are still peeled off. A number ``b`` in ``[0, 0.5)``:
+        always take that balanced split when the smaller top side holds less than ``b``
+        of the subset; ``0`` is Algorithm 2 (always the top split).
+      progress_bar: tqdm bar over points placed (default: n >= 5000).
+      client: a ``distributed.Client`` (the ``dask`` extra) to run the independent
+        sub-problems on its workers: the levels above sides of ``task_size`` points are
+        split here, each such side is built by a worker, and the nodes above them are
+        joined here. The same key gives the same tree and the same numbers as without a
+        client (each side's key is the one the recursion gives it, whatever the workers'
+        order). The workers compute in float64 when this process does.
+      task_size: with ``client``, sides of at most this many points go to the workers as
+        one task each (default: ``n / (4 x workers)``, at least ``4 * leaf_size``).
+
+    Returns:
+      `BHCResult` of the final tree, every quantity computed exactly on it.
+    """
+    check_component(component)
+    alpha = check_alpha(alpha)
+    Xh = component.validate_data(X)
+    n = Xh.shape[0]
+    if not (isinstance(subset_size, (int, np.integer)) and subset_size >= 2):
+        raise ValueError(f"subset_size must be an integer >= 2, got {subset_size!r}")
+    balance = _check_balance(balance)
+    if not (isinstance(leaf_size, (int, np.integer)) and leaf_size >= subset_size):
+        raise ValueError(f"leaf_size must be an integer >= subset_size={subset_size}, got {leaf_size!r}")
+    if task_size is not None and not (
+        isinstance(task_size, (int, np.integer)) and not isinstance(task_size, bool) and task_size > leaf_size
+    ):
+        raise ValueError(f"task_size must be an integer > leaf_size={leaf_size}, got {task_size!r}")
+    if task_size is not None and client is None:
+        raise ValueError("task_size applies only with a Dask client (client=...)")
+    from ..._internal.validation import check_key
+
+    key = check_key(key, "key")
+    if client is not None:
+        from ..._internal.dask import check_client
+
+        workers = check_client(client)
+        if task_size is None:
+            task_size = max(4 * leaf_size, -(-n // (4 * workers)))
+    # the leaf statistics through the bucketed program of `bhc` (no eager program per n)
+    leaf_np = jax.tree_util.tree_map(lambda x: np.asarray(x)[:n], padded_leaf_stats(component, Xh))
+    if progress_bar is None:
+        progress_bar = n >= 5000
+    bar = None
+    if progress_bar:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=n, desc="RBHC points placed", leave=False)
+    fdtype = np.asarray(jax.tree_util.tree_leaves(leaf_np)[0]).dtype
+    fdtype = fdtype if np.issubdtype(fdtype, np.floating) else np.float64
+    try:
+        if client is None:
+            part = _build(component, alpha, Xh, leaf_np, key, subset_size, leaf_size, balance, bar)
+        else:
+            part = _build_on_dask(
+                client, component, alpha, Xh, leaf_np, key, subset_size, leaf_size, balance, bar, task_size
+            )
     finally:
         if bar is not None:
             bar.close()
 
     _fill_joins(
         component,
-        log_alpha,
+        float(np.log(alpha)),
         fdtype,
-        joins,
+        [tuple(int(v) for v in j) for j in part.joins],
         n,
         leaf_np,
-        inner_stats,
-        node_cnt,
-        node_log_h1,
-        node_log_d,
-        node_log_pT,
-        node_log_r,
-        node_log_1mr,
+        part.inner_stats,
+        part.cnt,
+        part.log_h1,
+        part.log_d,
+        part.log_pT,
+        part.log_r,
+        part.log_1mr,
     )
-    node_stats = jax.tree_util.tree_map(lambda a, b: jnp.asarray(np.concatenate([a, b], axis=0)), leaf_np, inner_stats)
+    node_stats = jax.tree_util.tree_map(
+        lambda a, b: jnp.asarray(np.concatenate([a, b], axis=0)), leaf_np, part.inner_stats
+    )
     return result_from_nodes(
         component,
         alpha,
-        children,
-        node_log_r[n:],
-        node_log_h1,
-        node_log_d,
-        node_log_pT,
-        node_log_1mr,
+        part.children,
+        part.log_r[n:],
+        part.log_h1,
+        part.log_d,
+        part.log_pT,
+        part.log_1mr,
         node_stats,
         validate=True,
     )
+
+
+def _build_on_dask(client, component, alpha, Xh, leaf_np, key, subset_size, leaf_size, balance, bar, task_size):
+    """`_build` with the sides of at most ``task_size`` points built on the workers of
+    ``client``: each is submitted as soon as the recursion here reaches it, and placed into
+    the tree (`_place`) as it comes back."""
+    from distributed import as_completed
+
+    n = Xh.shape[0]
+    x64 = bool(jax.config.jax_enable_x64)
+    holes: list = []
+    futures: dict = {}
+
+    def on_hole(hole: _Hole):
+        fut = client.submit(
+            _solve_hole,
+            component,
+            alpha,
+            Xh[hole.idx],
+            _key_payload(hole.key),
+            subset_size,
+            leaf_size,
+            balance,
+            x64,
+            pure=False,
+        )
+        futures[fut.key] = len(holes)
+        holes.append((hole, fut))
+
+    try:
+        part = _build(component, alpha, Xh, leaf_np, key, subset_size, leaf_size, balance, bar, task_size, on_hole)
+        joins = [part.joins]
+        for fut in as_completed([f for _, f in holes]):
+            hole = holes[futures[fut.key]][0]
+            sub = fut.result()
+            _place(part, hole, sub, n)
+            m = len(hole.idx)
+            ids = np.concatenate([hole.idx, hole.first + np.arange(m - 1)])
+            joins.append(ids[sub.joins])
+            if bar is not None:
+                bar.update(m)
+            fut.release()
+    finally:
+        for _, f in holes:
+            f.cancel()
+    # the joins in id order, as the recursion in one process appends them
+    all_joins = np.concatenate(joins, axis=0)
+    return part._replace(joins=all_joins[np.argsort(all_joins[:, 0], kind="stable")])
 
 
 def _fill_joins(comp, log_alpha, fdtype, joins, n, leaf_np, inner_stats, cnt, log_h1, log_d, log_pT, log_r, log_1mr):
