@@ -62,6 +62,88 @@ def _dendrogram_coords(tree):
     return icoord, dcoord, nodes, order
 
 
+def _top_clusters(tree, p: int):
+    """The ``p`` largest clusters reached by undoing merges from the root, the largest
+    cluster first (ties: the later merge first): ``(inner [p-1], clusters [p])`` node ids,
+    the undone merges and the clusters left."""
+    import heapq
+
+    n = tree.n_leaves
+    sizes = tree.sizes()
+    ch = np.asarray(tree.children, np.int64)
+    root = 2 * n - 2
+    heap = [(-int(sizes[root]), -root)]
+    inner: list = []
+    while heap and len(inner) < p - 1:
+        _, neg = heapq.heappop(heap)
+        node = -neg
+        if node < n:  # a single point: nothing to undo (only when p > the leaves left)
+            heapq.heappush(heap, (0, neg))
+            break
+        inner.append(node)
+        for c in ch[node - n].tolist():
+            heapq.heappush(heap, (-int(sizes[c]), -c))
+    return np.asarray(inner, np.int64), np.asarray(sorted(-h[1] for h in heap), np.int64)
+
+
+def _dendrogram_coords_top(tree, p: int):
+    """`_dendrogram_coords` of the tree cut to its top ``p`` clusters (`_top_clusters`),
+    as scipy's ``truncate_mode="lastp"`` draws a linkage: the clusters are the leaves of the
+    drawing at height 0, in depth-first order, the merges above them at their heights.
+    ``leaves`` holds the clusters' node ids. ``O(n)`` memory (the sizes), ``O(p log p)``
+    more."""
+    n = tree.n_leaves
+    inner, _ = _top_clusters(tree, p)
+    shown = np.zeros(2 * n - 1, bool)
+    shown[inner] = True
+    ch = np.asarray(tree.children, np.int64)
+    h = np.zeros(2 * n - 1)
+    h[n:] = tree.to_linkage()[:, 2]
+    x: dict = {}
+    y: dict = {}
+    leaves: list = []
+    links: list = []
+    stack = [(2 * n - 2, False)]
+    while stack:  # post-order, left child first
+        node, expanded = stack.pop()
+        if not shown[node]:
+            x[node], y[node] = 5.0 + 10.0 * len(leaves), 0.0
+            leaves.append(node)
+            continue
+        a, b = ch[node - n].tolist()
+        if not expanded:
+            stack += [(node, True), (b, False), (a, False)]
+            continue
+        x[node], y[node] = (x[a] + x[b]) / 2, float(h[node])
+        links.append((node, a, b))
+    icoord = np.asarray([[x[a], x[a], x[b], x[b]] for _, a, b in links]).reshape(-1, 4)
+    dcoord = np.asarray([[y[a], y[v], y[v], y[b]] for v, a, b in links]).reshape(-1, 4)
+    return icoord, dcoord, np.asarray([v for v, _, _ in links], np.int64), np.asarray(leaves, np.int64)
+
+
+def _check_truncate(truncate, n: int):
+    if truncate is None:
+        return None
+    if isinstance(truncate, bool) or not isinstance(truncate, (int, np.integer)) or truncate < 2:
+        raise ValueError(f"truncate must be None or an integer >= 2 (the clusters shown), got {truncate!r}")
+    return None if truncate >= n else int(truncate)
+
+
+def _cluster_leaves(tree, clusters, labels, classes):
+    """Tick labels ``"(size)"`` of the shown clusters (or the leaf's own name) and the most
+    frequent class of each (for the class strip; None without ``classes``)."""
+    n = tree.n_leaves
+    order, start, end = tree.leaf_ranges()
+    ticks, major = [], []
+    for c in clusters.tolist():
+        size = int(end[c] - start[c])
+        ticks.append(str(labels[c]) if c < n and labels is not None else f"({size})")
+        if classes is not None:
+            vals, counts = np.unique(np.asarray(classes)[order[start[c] : end[c]]], return_counts=True)
+            major.append(vals[np.argmax(counts)])
+    return np.asarray(ticks, dtype=object), (None if classes is None else np.asarray(major))
+
+
 def _new_ax(ax, n_leaves: int):
     if ax is not None:
         return ax
@@ -160,7 +242,12 @@ def _decorate_leaves(ax, order, labels, colors_by, orientation_bottom: bool = Tr
 
 
 def plot_dendrogram(
-    tree, labels: Optional[Sequence] = None, ax=None, colors_by: Optional[Sequence] = None, title: Optional[str] = None
+    tree,
+    labels: Optional[Sequence] = None,
+    ax=None,
+    colors_by: Optional[Sequence] = None,
+    title: Optional[str] = None,
+    truncate: Optional[int] = None,
 ):
     """Draws ``tree`` as a dendrogram; returns the matplotlib ``Axes``.
 
@@ -171,18 +258,28 @@ def plot_dendrogram(
       colors_by: optional class of every leaf ``[n]``; leaves get a coloured marker (and
         coloured names) per class, with a legend.
       title: optional axes title.
+      truncate: draw only the top ``truncate`` clusters (the largest first, undoing merges
+        from the root), each as one leaf at height 0 named ``"(size)"`` and marked with its
+        most frequent class, as scipy's ``truncate_mode="lastp"`` draws the last merges
+        (trees of 10^6 leaves draw this way). None (default): every leaf.
     """
     tree = _check_tree(tree)
     n = tree.n_leaves
     labels = _check_leaf_array(labels, n, "labels")
     colors_by = _check_leaf_array(colors_by, n, "colors_by")
-    ax = _new_ax(ax, n)
+    p = _check_truncate(truncate, n)
+    ax = _new_ax(ax, n if p is None else p)
     if n < 2:
         ax.set_title(title or "single leaf")
         return ax
     from matplotlib.collections import LineCollection
 
-    icoord, dcoord, _, leaves = _dendrogram_coords(tree)
+    if p is None:
+        icoord, dcoord, _, leaves = _dendrogram_coords(tree)
+    else:
+        icoord, dcoord, _, clusters = _dendrogram_coords_top(tree, p)
+        labels, colors_by = _cluster_leaves(tree, clusters, labels, colors_by)
+        leaves, n = np.arange(p), p
     # drawn as scipy's dendrogram draws (one line collection, no tick marks), without its
     # recursion
     ax.add_collection(LineCollection(list(np.stack([icoord, dcoord], axis=-1)), colors=("0.25",)))
@@ -208,6 +305,7 @@ def plot_bhc(
     colors_by: Optional[Sequence] = None,
     title: Optional[str] = None,
     threshold: float = 0.5,
+    truncate: Optional[int] = None,
 ):
     """Draws a BHC tree: merges with ``r_k < threshold`` dashed, flat clusters coloured.
 
@@ -218,6 +316,9 @@ def plot_bhc(
       colors_by: optional class of every leaf ``[n]`` (e.g. true labels) for a class strip.
       title: axes title; the default reports ``n``, the cut and ``log p(D|T)``.
       threshold: the cut on ``r_k`` (0.5 in the paper).
+      truncate: draw only the top ``truncate`` clusters of the tree (as `plot_dendrogram`'s
+        ``truncate``; the ``jaxhc bhc`` command draws 50 above 2000 points). None: every
+        leaf.
 
     Returns:
       The ``Axes``; the links are ``Line2D`` objects in ``ax.lines`` (cut merges have
@@ -227,14 +328,15 @@ def plot_bhc(
     n = tree.n_leaves
     labels = _check_leaf_array(labels, n, "labels")
     colors_by = _check_leaf_array(colors_by, n, "colors_by")
+    p = _check_truncate(truncate, n)
     r = np.exp(np.asarray(result.log_r, dtype=np.float64))
     flat = result.cut(threshold)
     k = int(flat.max()) + 1
-    ax = _new_ax(ax, n)
+    ax = _new_ax(ax, n if p is None else p)
     if title is None:
         title = (
             f"BHC: {n} points, {k} cluster{'s' if k != 1 else ''} at r < {threshold:g}, "
-            f"log p(D|T) = {float(result.log_evidence):.2f}"
+            f"log p(D|T) = {float(result.log_evidence):.2f}" + ("" if p is None else f" (top {p} clusters drawn)")
         )
     if n < 2:
         ax.set_title(title)
@@ -246,13 +348,18 @@ def plot_bhc(
     cmap = colormaps["Dark2"]  # distinct from the tab10 class strip
     node_cluster = _node_clusters(tree, flat)
 
-    icoord, dcoord, nodes, leaves = _dendrogram_coords(tree)
+    if p is None:
+        icoord, dcoord, nodes, leaves = _dendrogram_coords(tree)
+    else:
+        icoord, dcoord, nodes, clusters = _dendrogram_coords_top(tree, p)
+        labels, colors_by = _cluster_leaves(tree, clusters, labels, colors_by)
+        leaves = np.arange(p)
     for xs, ys, node in zip(icoord.tolist(), dcoord.tolist(), nodes.tolist()):
         c = node_cluster[node]
         color = cmap(c % cmap.N) if c >= 0 else "0.45"
         dashed = r[node - n] < threshold
         ax.plot(xs, ys, color=color, linestyle="--" if dashed else "-", linewidth=1.0 if dashed else 1.2)
-    ax.set_xlim(0, 10 * n)
+    ax.set_xlim(0, 10 * len(leaves))
     top = float(dcoord.max())
     ax.set_ylim(0, top * 1.05 if top > 0 else 1.0)
     _decorate_leaves(ax, leaves, labels, colors_by)

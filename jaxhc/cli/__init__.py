@@ -8,8 +8,13 @@ Subcommands:
   Normal-Gamma, whichever has the higher DPM evidence bound), compared by dendrogram purity
   with scipy's average / complete / single / Ward linkage.
 * ``jaxhc bhc FILE [--component ...] [--alpha A] [--labels-column C] [--standardize]
-  [--fixed-prior] [--out DIR] [--no-progress] [--cache-dir DIR] [--no-compilation-cache]``
-  - BHC on a CSV (header optional) or ``.npy`` file.
+  [--fixed-prior] [--randomized-above N] [--learn-subset M] [--seed S] [--out DIR]
+  [--no-progress] [--cache-dir DIR] [--no-compilation-cache]`` - BHC on a CSV (header
+  optional) or ``.npy`` file. Above ``N`` rows (default 4000, `jaxhc.fit_bhc`'s
+  ``randomized_above``) the family and hyperparameters are learned on ``M`` random rows and
+  randomized BHC builds the tree over all rows, with a progress bar; the summary line and
+  the JSON say which ran (``method``), scipy's linkages are compared only up to 20 000 rows,
+  and the dendrogram PNG shows the top 50 clusters only above 2000 rows.
 
 ``demo`` and ``bhc`` learn alpha and the component's hyperparameters by maximising BHC's lower
 bound on the DPM marginal likelihood ``p(D | alpha, prior)`` (`jaxhc.learn_hyperparameters`
@@ -63,7 +68,7 @@ import math
 import sys
 from typing import Optional, Sequence
 
-from .bhc_cmd import COMPONENTS, class_respecting_tree, cmd_bhc, cmd_demo
+from .bhc_cmd import COMPONENTS, LEARN_SUBSET, RANDOMIZED_ABOVE, class_respecting_tree, cmd_bhc, cmd_demo
 from .common import InputError
 from .jets_cmd import JETS_DEFAULT, JETS_FILE_MAX_LEAVES, JETS_QUICK, cmd_jets, read_jets
 from .tables import read_table
@@ -91,6 +96,16 @@ def _positive_int(s: str) -> int:
         raise argparse.ArgumentTypeError(f"expected an integer, got {s!r}") from None
     if v < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {s!r}")
+    return v
+
+
+def _nonnegative_int(s: str) -> int:
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {s!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {s!r}")
     return v
 
 
@@ -177,6 +192,25 @@ def build_parser() -> argparse.ArgumentParser:
         help="column with class labels (not clustered; used for purity, leaf names, colours)",
     )
     b.add_argument("--standardize", action="store_true", help="z-score each column first (Gaussian components)")
+    b.add_argument(
+        "--randomized-above",
+        type=_nonnegative_int,
+        default=RANDOMIZED_ABOVE,
+        metavar="N",
+        help=f"above N rows (default {RANDOMIZED_ABOVE}): choose the family and learn the hyperparameters on "
+        "--learn-subset random rows, then build the tree over all rows with randomized BHC (jaxhc.rbhc, O(n log n)); "
+        "the summary says which ran (method greedy or rbhc)",
+    )
+    b.add_argument(
+        "--learn-subset",
+        type=_positive_int,
+        default=LEARN_SUBSET,
+        metavar="M",
+        help=f"rows the hyperparameters are learned on above --randomized-above (default {LEARN_SUBSET})",
+    )
+    b.add_argument(
+        "--seed", type=int, default=0, help="random seed of the learning subset and randomized BHC (default 0)"
+    )
     b.add_argument("--out", default="jaxhc_out", help="output folder (default: ./jaxhc_out)")
     b.add_argument("--no-progress", action="store_true", help="no progress messages or bars")
     b.add_argument(

@@ -17,6 +17,8 @@ import numpy as np
 from ..inference.bhc.auto import (
     FAMILIES,
     LEARN_OBJECTIVE,
+    LEARN_SUBSET,
+    RANDOMIZED_ABOVE,
     REAL_FAMILIES,
     BHCFit,
     FamilyFit,
@@ -30,7 +32,12 @@ from .tables import read_table
 __all__ = [
     "COMPONENTS",
     "LEARN_OBJECTIVE",
+    "LEARN_SUBSET",
+    "LINKAGE_MAX_ROWS",
     "LINKAGE_METHODS",
+    "PLOT_CLUSTERS",
+    "PLOT_FULL_MAX",
+    "RANDOMIZED_ABOVE",
     "QUICK_WINE_FEATURES",
     "REAL_FAMILIES",
     "Fit",
@@ -48,6 +55,13 @@ LINKAGE_METHODS = ("average", "complete", "single", "ward")
 # real-valued data and its objective: BHC's lower bound on the DPM marginal likelihood
 COMPONENTS = FAMILIES
 Fit = FamilyFit
+# scipy's linkages are compared only up to this many rows (their condensed distance matrix
+# is n^2 / 2 floats: 1.6 GB at 20 000 rows)
+LINKAGE_MAX_ROWS = 20000
+# above this many rows the dendrogram PNG shows the top PLOT_CLUSTERS clusters only (matplotlib
+# cannot draw 10^6 leaves; jaxhc.plot.plot_bhc's truncate)
+PLOT_FULL_MAX = 2000
+PLOT_CLUSTERS = 50
 # alcohol, flavanoids, colour intensity, proline: wine's classic discriminating features
 QUICK_WINE_FEATURES = [0, 6, 9, 12]
 
@@ -82,6 +96,8 @@ class Report:
     alpha: float = 1.0
     candidates: dict = field(default_factory=dict)  # family -> learned (or fixed) DPM bound
     verdict: Optional[Verdict] = None
+    method: str = "greedy"  # BHCFit.method: "greedy" or "rbhc" (subset learning + randomized BHC)
+    subset: int = 0  # rows the hyperparameters were learned on ("rbhc")
 
 
 def linkage_purities(X: np.ndarray, labels, methods: Sequence[str] = LINKAGE_METHODS) -> dict:
@@ -182,23 +198,27 @@ def _workers() -> int:
     return max(1, min(4, os.cpu_count() or 1))
 
 
-def best_linkage(purity: dict) -> str:
-    """The linkage of highest purity in a purity table (first of `LINKAGE_METHODS` on ties)."""
-    return max((m for m in LINKAGE_METHODS if m in purity), key=lambda m: purity[m])
+def best_linkage(purity: dict) -> Optional[str]:
+    """The linkage of highest purity in a purity table (first of `LINKAGE_METHODS` on ties;
+    None when no linkage was run)."""
+    return max((m for m in LINKAGE_METHODS if m in purity), key=lambda m: purity[m], default=None)
 
 
-def _report(name, X, fit: BHCFit, labels):
-    """The `Report` of a `fit_bhc` result: its dendrogram purity beside scipy's linkages, and
-    a `Verdict` when BHC's purity is below the best linkage's."""
+def _report(name, X, fit: BHCFit, labels, seconds: Optional[float] = None):
+    """The `Report` of a `fit_bhc` result: its dendrogram purity beside scipy's linkages (up
+    to `LINKAGE_MAX_ROWS` rows), and a `Verdict` when BHC's purity is below the best
+    linkage's. ``seconds``: the fit's wall time (default: the families' fits, summed)."""
     from ..metrics import dendrogram_purity
 
     res = fit.result
     purity, verdict = {}, None
     if _has_pairs(labels):
         purity["bhc"] = dendrogram_purity(res.tree, labels)
-        purity.update(linkage_purities(X, labels))
-        if purity["bhc"] < purity[best_linkage(purity)]:
-            verdict = _verdict(X, fit, labels)
+        if X.shape[0] <= LINKAGE_MAX_ROWS:
+            purity.update(linkage_purities(X, labels))
+            best = best_linkage(purity)
+            if best is not None and purity["bhc"] < purity[best]:
+                verdict = _verdict(X, fit, labels)
     return Report(
         name,
         X.shape[0],
@@ -207,12 +227,14 @@ def _report(name, X, fit: BHCFit, labels):
         fit.log_evidence,
         fit.dpm_lower_bound,
         res.n_clusters(0.5),
-        sum(f.seconds for f in fit.fits.values()),
+        sum(f.seconds for f in fit.fits.values()) if seconds is None else seconds,
         purity,
         fit.start_bound if fit.learned else None,
         fit.alpha,
         dict(fit.bounds),
         verdict,
+        fit.method,
+        0 if fit.subset is None else int(len(fit.subset)),
     )
 
 
@@ -272,6 +294,12 @@ def _hyper_json(comp) -> dict:
 def _explain(r: Report) -> List[str]:
     """Lines under the table: the family choice, and the verdict where BHC loses."""
     lines = []
+    if r.method == "rbhc":
+        what = f"on {r.subset} random rows" if r.subset else "from all rows (fixed prior, one family)"
+        lines.append(
+            f"{r.name}: {r.n} rows: family and hyperparameters chosen {what}, then randomized BHC (jaxhc.rbhc) on "
+            f"all {r.n} rows (method rbhc; greedy BHC up to --randomized-above rows)"
+        )
     if len(r.candidates) > 1:
         alt = ", ".join(f"{k} {v:.1f}" for k, v in sorted(r.candidates.items(), key=lambda kv: -kv[1]))
         lines.append(f"{r.name}: family chosen by the DPM evidence bound: {alt}")
@@ -306,6 +334,8 @@ def _safe_stem(name: str) -> str:
 
 
 def _write_outputs(out_dir, stem, res, leaf_names, classes, extra_json: Optional[dict] = None) -> List[str]:
+    """The dendrogram PNG (above `PLOT_FULL_MAX` rows, its top `PLOT_CLUSTERS` clusters),
+    the Newick file and the JSON summary; returns their paths."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -315,7 +345,9 @@ def _write_outputs(out_dir, stem, res, leaf_names, classes, extra_json: Optional
 
     os.makedirs(out_dir, exist_ok=True)
     paths = []
-    ax = plot_bhc(res, labels=leaf_names, colors_by=classes)
+    n = res.tree.n_leaves
+    truncate = PLOT_CLUSTERS if n > PLOT_FULL_MAX else None
+    ax = plot_bhc(res, labels=leaf_names, colors_by=classes, truncate=truncate)
     if ax.get_title():
         ax.set_title(f"{stem}: " + ax.get_title(), fontsize=10)
     png = os.path.join(out_dir, f"{stem}_dendrogram.png")
@@ -329,8 +361,8 @@ def _write_outputs(out_dir, stem, res, leaf_names, classes, extra_json: Optional
     paths.append(nwk)
     if extra_json is not None:
         js = os.path.join(out_dir, f"{stem}_bhc.json")
-        with open(js, "w") as f:
-            json.dump(extra_json, f, indent=1)
+        with open(js, "w") as f:  # indented for small trees (json's indent is its slow encoder)
+            json.dump(extra_json, f, indent=1 if n <= PLOT_FULL_MAX else None)
         paths.append(js)
     return paths
 
@@ -465,13 +497,33 @@ def cmd_bhc(args) -> int:
         f"alpha={args.alpha:g}{' (learned with the hyperparameters)' if learn else ', fixed prior'}"
         + (", header row detected" if table.has_header else ""),
     )
+    n = X.shape[0]
+    if n > args.randomized_above:
+        log(
+            progress,
+            f"[jaxhc bhc] {n} rows > --randomized-above {args.randomized_above}: hyperparameters on "
+            f"{min(args.learn_subset, n)} random rows (--seed {args.seed}), then randomized BHC on all rows",
+        )
+    import jax
+
+    t0 = time.perf_counter()
     try:
         fit = fit_bhc(
-            X, kinds, alpha=args.alpha, learn=learn, trials=args.trials, workers=_workers(), progress_bar=progress
+            X,
+            kinds,
+            alpha=args.alpha,
+            learn=learn,
+            trials=args.trials,
+            workers=_workers(),
+            progress_bar=progress,
+            randomized_above=args.randomized_above,
+            learn_subset=args.learn_subset,
+            key=jax.random.PRNGKey(args.seed),
         )
     except ValueError as e:
         raise InputError(f"{args.file}: {e}") from None
-    res, rep = fit.result, _report(stem, X, fit, table.labels)
+    seconds = time.perf_counter() - t0 if fit.method == "rbhc" else None
+    res, rep = fit.result, _report(stem, X, fit, table.labels, seconds)
     kind = rep.component
     flat = res.cut(0.5)
     labels = table.labels
@@ -485,6 +537,10 @@ def cmd_bhc(args) -> int:
         "alpha": rep.alpha,
         "alpha_start": float(args.alpha),
         "learned": learn,
+        "method": fit.method,
+        "randomized_above": int(args.randomized_above),
+        "learn_subset_rows": None if fit.subset is None else np.asarray(fit.subset).tolist(),
+        "seed": int(args.seed),
         "learn_objective": LEARN_OBJECTIVE if learn else None,
         "dpm_lower_bound_fixed_prior": rep.fixed_bound if learn else rep.dpm_bound,
         "families_dpm_lower_bound": rep.candidates,
@@ -505,7 +561,8 @@ def cmd_bhc(args) -> int:
         print(f"wrote {p}")
     plural = "" if rep.n_clusters == 1 else "s"
     print(
-        f"bhc done: {rep.n} points, {rep.n_clusters} cluster{plural} at r<0.5, log p(D|T) = {rep.log_evidence:.3f}; "
-        f"outputs in {args.out}"
+        f"bhc done: {rep.n} points, {rep.n_clusters} cluster{plural} at r<0.5, log p(D|T) = {rep.log_evidence:.3f}, "
+        f"method {rep.method}" + (f" (hyperparameters on {rep.subset} rows)" if rep.subset else "") + f"; outputs in "
+        f"{args.out}"
     )
     return 0

@@ -13,8 +13,8 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._internal.buckets import bucket, pad_rows
-from ..inference.bhc.auto import FAMILIES, fit_bhc, make_component
-from ..inference.bhc.randomized import rbhc
+from ..inference.bhc.auto import FAMILIES, fit_bhc
+from ..inference.bhc.auto import RANDOMIZED_ABOVE as _FIT_RANDOMIZED_ABOVE
 from ..inference.bhc.result import BHCResult
 from ..tree import Tree
 from ._common import (
@@ -31,8 +31,9 @@ __all__ = ["BayesianHierarchicalClustering", "RANDOMIZED_ABOVE"]
 
 #: ``algorithm="auto"`` runs randomized BHC (`jaxhc.rbhc`) above this many samples: greedy
 #: BHC keeps an ``[n, n]`` table of pair scores (1.3 GB at n = 13 000 in float64) and its
-#: time grows as ``n**1.8-1.9`` (3.5 s at n = 4000, d = 10 on 2 cores; benchmarks/README.md)
-RANDOMIZED_ABOVE = 4000
+#: time grows as ``n**1.8-1.9`` (3.5 s at n = 4000, d = 10 on 2 cores; benchmarks/README.md).
+#: The same size as `jaxhc.fit_bhc`'s (`jaxhc.inference.bhc.auto.RANDOMIZED_ABOVE`).
+RANDOMIZED_ABOVE = _FIT_RANDOMIZED_ABOVE
 
 #: rows scored by one call of the compiled predictive program (each row alone, in a loop
 #: inside the program, so a row's scores do not depend on the other rows or their number)
@@ -220,38 +221,22 @@ class BayesianHierarchicalClustering(ClusterMixin, BaseEstimator):
         algorithm = self.algorithm
         if algorithm == "auto":
             algorithm = "randomized" if n > RANDOMIZED_ABOVE else "greedy"
-        bar = bool(self.progress_bar)
-        if algorithm == "greedy":
-            fit = fit_bhc(X, families, alpha=self.alpha, learn=self.learn, trials=self.trials, progress_bar=bar)
-            res, family, comp, alpha = fit.result, fit.family, fit.component, fit.alpha
-        else:
-            key_subset, key_tree = jax.random.split(key_from_random_state(self.random_state))
-            if self.learn or families is None or len(families) > 1:
-                rows = np.arange(n)
-                if n > self.learn_subset:
-                    from .._internal.validation import numpy_rng
-
-                    rows = np.sort(numpy_rng(key_subset).choice(n, self.learn_subset, replace=False))
-                sub = fit_bhc(X[rows], families, alpha=self.alpha, learn=self.learn, trials=self.trials)
-                family, alpha = sub.family, sub.alpha
-                comp = sub.component if self.learn else make_component(family, X, self.trials)
-            else:
-                family, alpha = families[0], float(self.alpha)
-                comp = make_component(family, X, self.trials)
-            try:
-                comp.validate_data(X)
-            except (TypeError, ValueError) as e:
-                raise ValueError(f"X: the data do not fit the {family} family: {e}") from None
-            res = rbhc(
-                key_tree,
-                X,
-                comp,
-                alpha,
-                subset_size=int(self.subset_size),
-                leaf_size=int(self.leaf_size),
-                progress_bar=bar,
-            )
-        return self._set_fitted(res, family, alpha, algorithm, cut)
+        # fit_bhc: greedy BHC, or (randomized) the family and hyperparameters from
+        # learn_subset rows drawn with the first half of the key, rbhc with the second
+        fit = fit_bhc(
+            X,
+            families,
+            alpha=self.alpha,
+            learn=self.learn,
+            trials=self.trials,
+            progress_bar=bool(self.progress_bar),
+            randomized_above=None if algorithm == "greedy" else 0,
+            learn_subset=int(self.learn_subset),
+            key=None if algorithm == "greedy" else key_from_random_state(self.random_state),
+            subset_size=int(self.subset_size),
+            leaf_size=int(self.leaf_size),
+        )
+        return self._set_fitted(fit.result, fit.family, fit.alpha, algorithm, cut)
 
     def _set_fitted(self, res: BHCResult, family: str, alpha, algorithm: str, cut: tuple):
         """The fitted attributes from a `BHCResult` (all the estimator adds to the library

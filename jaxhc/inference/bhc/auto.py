@@ -9,6 +9,12 @@ BHC's lower bound on the DPM marginal likelihood ``p(D | alpha, prior)``
 bound is kept. The bound, not the tree evidence ``log p(D|T)``, is the objective because alpha
 and the prior are hyperparameters of the DPM that BHC approximates; maximised over alpha,
 ``log p(D|T)`` drives alpha up until the merges above the clusters carry no weight.
+
+Above `RANDOMIZED_ABOVE` rows (``randomized_above``) the exact path is replaced by two steps:
+the family is chosen and alpha and the prior learned as above on ``learn_subset`` rows drawn
+with ``key``, and randomized BHC (`jaxhc.rbhc`, ``O(n log n)`` time and ``O(n)`` memory)
+builds the tree over all rows with them; `BHCFit.method` says which ran (``"greedy"`` or
+``"rbhc"``) and `BHCFit.subset` holds the learning rows.
 """
 
 from __future__ import annotations
@@ -35,6 +41,8 @@ from .hyperopt import learn_hyperparameters
 __all__ = [
     "FAMILIES",
     "LEARN_OBJECTIVE",
+    "LEARN_SUBSET",
+    "RANDOMIZED_ABOVE",
     "REAL_FAMILIES",
     "BHCFit",
     "FamilyFit",
@@ -50,6 +58,16 @@ FAMILIES = ("niw", "normalgamma", "bernoulli", "binomial", "multinomial", "norma
 REAL_FAMILIES = ("niw", "normalgamma")
 # what learning maximises and families are compared by
 LEARN_OBJECTIVE = "dpm_lower_bound"
+#: `fit_bhc` learns on a subset and runs randomized BHC above this many rows. The exact path
+#: (greedy BHC inside every round of learning, two families) grows as ``n**1.8-1.9`` in time
+#: and ``n**2`` in memory: benchmarks/results/fit_bhc_scale.json (d = 10, 10 clusters, 2
+#: cores) has the learned fit at n = 1000, 2000, 4000 and greedy BHC alone; at n = 4000 one
+#: greedy BHC takes 3.2-3.8 s and learning repeats it per round and family, and past ~13 000
+#: rows greedy BHC's ``[n, n]`` pair table alone passes 1.3 GB.
+RANDOMIZED_ABOVE = 4000
+#: rows the hyperparameters are learned on above `RANDOMIZED_ABOVE` (greedy BHC with
+#: learning at this size takes seconds)
+LEARN_SUBSET = 1000
 
 
 def make_component(family: str, X, trials: Optional[int] = None) -> Component:
@@ -130,6 +148,13 @@ class BHCFit:
       skipped: ``{family: reason}`` of the candidates whose prior does not fit the data
         (e.g. non-binary data for ``bernoulli``).
       learned: whether alpha and the priors were learned.
+      method: ``"greedy"`` (greedy BHC on all rows) or ``"rbhc"`` (above
+        ``randomized_above`` rows: the family chosen and the hyperparameters learned on the
+        rows ``subset``, then `jaxhc.rbhc` on all rows with them; ``fits`` and ``bounds`` are
+        then those of the subset, ``result`` the tree over all rows).
+      subset: int64 ``[m]`` sorted rows the family and hyperparameters were chosen on
+        (``method="rbhc"``; empty when one family with ``learn=False`` left nothing to
+        choose); None for ``"greedy"``.
     """
 
     family: str
@@ -140,6 +165,8 @@ class BHCFit:
     fits: Dict[str, FamilyFit]
     skipped: Dict[str, str] = field(default_factory=dict)
     learned: bool = True
+    method: str = "greedy"
+    subset: Optional[np.ndarray] = None
 
     @property
     def tree(self):
@@ -183,6 +210,12 @@ def fit_bhc(
     trials: Optional[int] = None,
     workers: Optional[int] = None,
     progress_bar: bool = False,
+    randomized_above: Optional[int] = RANDOMIZED_ABOVE,
+    learn_subset: int = LEARN_SUBSET,
+    key=None,
+    subset_size: int = 64,
+    leaf_size: int = 64,
+    client=None,
 ) -> BHCFit:
     """BHC with the family chosen by the DPM evidence bound and alpha and the prior learned
     (what ``jaxhc bhc FILE`` runs); returns a `BHCFit`.
@@ -199,11 +232,26 @@ def fit_bhc(
       workers: candidates fitted at a time, in threads (JAX compiles and runs outside the
         GIL, so the compilations of different families overlap); default: one per
         candidate, at most the machine's CPU count. The result does not depend on it.
-      progress_bar: BHC's merge-loop progress bar (one family, ``learn=False`` only).
+      progress_bar: BHC's merge-loop progress bar (one family, ``learn=False`` only);
+        above ``randomized_above`` rows, randomized BHC's bar over the points placed.
+      randomized_above: above this many rows (default `RANDOMIZED_ABOVE`), choose the
+        family and learn on ``learn_subset`` random rows, then build the tree over all rows
+        with randomized BHC (`BHCFit.method` ``"rbhc"``); None: always greedy BHC on all
+        rows (``O(n^2)`` memory).
+      learn_subset: rows the family and hyperparameters are chosen on above
+        ``randomized_above`` (>= 2; default `LEARN_SUBSET`). With ``learn=False`` and one
+        family nothing is learned and the data-derived prior of all rows is used; with
+        ``learn=False`` and several families the subset chooses the family, whose prior is
+        then derived from all rows.
+      key: a `jax.random` key for the randomized path: split into the subset's draw and
+        `jaxhc.rbhc`'s key (default ``jax.random.PRNGKey(0)``: the same answer every run).
+      subset_size, leaf_size: `jaxhc.rbhc`'s subset and leaf block sizes.
+      client: a ``distributed.Client``: `jaxhc.rbhc` builds its sub-problems on the Dask
+        workers (the same tree as without it).
 
     Returns:
-      `BHCFit`: the chosen family, its hyperparameters, its `BHCResult`, and every
-      candidate's DPM lower bound.
+      `BHCFit`: the chosen family, its hyperparameters, its `BHCResult`, every candidate's
+      DPM lower bound, and which path ran (``method``, ``subset``).
     """
     from ..._internal.validation import check_alpha, real_array
 
@@ -243,6 +291,20 @@ def fit_bhc(
         starts[fam] = comp
     if not starts:
         raise ValueError(f"X: the data fit none of the families {', '.join(families)}: {skipped}")
+    n = X.shape[0]
+    if randomized_above is not None and (
+        isinstance(randomized_above, bool)
+        or not isinstance(randomized_above, (int, np.integer))
+        or randomized_above < 0
+    ):
+        raise ValueError(f"randomized_above must be None or an integer >= 0, got {randomized_above!r}")
+    if isinstance(learn_subset, bool) or not isinstance(learn_subset, (int, np.integer)) or learn_subset < 2:
+        raise ValueError(f"learn_subset must be an integer >= 2, got {learn_subset!r}")
+    if randomized_above is not None and n > randomized_above:
+        rb = dict(subset_size=subset_size, leaf_size=leaf_size, client=client, progress_bar=progress_bar)
+        return _fit_randomized(X, starts, skipped, alpha, learn, trials, workers, learn_subset, key, rb)
+    if client is not None:
+        raise ValueError(f"client applies only to the randomized path (n > randomized_above={randomized_above})")
     bar = progress_bar and len(starts) == 1
     run = lambda fam: _fit_one(X, fam, starts[fam], alpha, learn, bar)  # noqa: E731
     if workers > 1 and len(starts) > 1:
@@ -262,3 +324,38 @@ def fit_bhc(
         skipped,
         learn,
     )
+
+
+def _fit_randomized(X, starts, skipped, alpha, learn, trials, workers, learn_subset, key, rbhc_args) -> BHCFit:
+    """`fit_bhc` above ``randomized_above`` rows: the family and hyperparameters from
+    `fit_bhc` on ``learn_subset`` rows drawn with the first half of ``key``, the tree from
+    `jaxhc.rbhc` (``rbhc_args``) with the second half over all rows."""
+    import jax
+
+    from ..._internal.validation import check_key, numpy_rng
+    from .randomized import rbhc
+
+    key = check_key(jax.random.PRNGKey(0) if key is None else key, "key")
+    key_subset, key_tree = jax.random.split(key)
+    n = X.shape[0]
+    names = tuple(starts)
+    if learn or len(names) > 1:
+        rows = np.arange(n)
+        if n > learn_subset:
+            rows = np.sort(numpy_rng(key_subset).choice(n, learn_subset, replace=False))
+        sub = fit_bhc(X[rows], names, alpha=alpha, learn=learn, trials=trials, workers=workers, randomized_above=None)
+        family, fits, bounds = sub.family, sub.fits, sub.bounds
+        skipped = {**skipped, **sub.skipped}
+        comp, alpha = (sub.component, sub.alpha) if learn else (starts[family], float(alpha))
+    else:
+        rows = np.arange(0)
+        family, fits, bounds = names[0], {}, {}
+        comp, alpha = starts[family], float(alpha)
+    t0 = time.perf_counter()
+    res = rbhc(key_tree, X, comp, alpha, **rbhc_args)
+    jax.block_until_ready(res.log_evidence)
+    seconds = time.perf_counter() - t0
+    if not fits:  # nothing learned or chosen: the fit is the tree over all rows
+        fits = {family: FamilyFit(family, comp, float(alpha), res, float(res.dpm_lower_bound), False, seconds)}
+        bounds = {family: float(res.dpm_lower_bound)}
+    return BHCFit(family, comp, float(alpha), res, bounds, fits, skipped, learn, "rbhc", rows)
