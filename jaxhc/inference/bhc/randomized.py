@@ -214,8 +214,22 @@ class _Hole(NamedTuple):
     first: int
 
 
-def _build(component, alpha, Xh, leaf_np, key, subset_size, leaf_size, balance, bar=None, hole_size=None, on_hole=None):
-    """The recursion of `rbhc` over the rows of ``Xh``: returns a `_Part`. With
+def _build(
+    component,
+    alpha,
+    Xh,
+    leaf_np,
+    key,
+    subset_size,
+    leaf_size,
+    balance,
+    bar=None,
+    hole_size=None,
+    on_hole=None,
+    inner_stats=None,
+):
+    """The recursion of `rbhc` over the rows of ``Xh``: returns a `_Part` (its
+    ``inner_stats`` written into ``inner_stats`` when given, leading axis ``n - 1``). With
     ``hole_size``, a side of at most that many points (and more than ``leaf_size``) is not
     split here: ``on_hole(_Hole)`` is called and ``m - 1`` ids are reserved for its nodes,
     which the caller fills in (`_place`). The ids, keys and the order of the joins do not
@@ -230,7 +244,8 @@ def _build(component, alpha, Xh, leaf_np, key, subset_size, leaf_size, balance, 
     node_log_1mr = np.full(2 * n - 1, -np.inf)
     node_log_r = np.zeros(2 * n - 1)
     node_cnt = np.ones(2 * n - 1)
-    inner_stats = jax.tree_util.tree_map(lambda x: np.zeros((max(n - 1, 0),) + x.shape[1:], x.dtype), leaf_np)
+    if inner_stats is None:
+        inner_stats = jax.tree_util.tree_map(lambda x: np.zeros((max(n - 1, 0),) + x.shape[1:], x.dtype), leaf_np)
     children = np.zeros((max(n - 1, 0), 2), np.int64)
     joins: list = []  # (node id, left, right) of the splits, filled after the recursion
     next_id = [n]
@@ -516,8 +531,16 @@ def rbhc(
         workers = check_client(client)
         if task_size is None:
             task_size = max(4 * leaf_size, -(-n // (4 * workers)))
-    # the leaf statistics through the bucketed program of `bhc` (no eager program per n)
-    leaf_np = jax.tree_util.tree_map(lambda x: np.asarray(x)[:n], padded_leaf_stats(component, Xh))
+    # every node's statistics in one host buffer [2n-1] (leaves first, the inner nodes
+    # written by the recursion), the leaves' through the bucketed program of `bhc` (no eager
+    # program per n); the result holds one device copy of it (module docstring: memory)
+    leaf_dev = padded_leaf_stats(component, Xh)
+    node_np = jax.tree_util.tree_map(lambda x: np.zeros((2 * n - 1,) + x.shape[1:], x.dtype), leaf_dev)
+    for dst, src in zip(jax.tree_util.tree_leaves(node_np), jax.tree_util.tree_leaves(leaf_dev)):
+        dst[:n] = np.asarray(src)[:n]
+    del leaf_dev
+    leaf_np = jax.tree_util.tree_map(lambda x: x[:n], node_np)
+    inner_np = jax.tree_util.tree_map(lambda x: x[n:], node_np)
     if progress_bar is None:
         progress_bar = n >= 5000
     bar = None
@@ -529,10 +552,12 @@ def rbhc(
     fdtype = fdtype if np.issubdtype(fdtype, np.floating) else np.float64
     try:
         if client is None:
-            part = _build(component, alpha, Xh, leaf_np, key, subset_size, leaf_size, balance, bar)
+            part = _build(
+                component, alpha, Xh, leaf_np, key, subset_size, leaf_size, balance, bar, inner_stats=inner_np
+            )
         else:
             part = _build_on_dask(
-                client, component, alpha, Xh, leaf_np, key, subset_size, leaf_size, balance, bar, task_size
+                client, component, alpha, Xh, leaf_np, key, subset_size, leaf_size, balance, bar, task_size, inner_np
             )
     finally:
         if bar is not None:
@@ -553,9 +578,9 @@ def rbhc(
         part.log_r,
         part.log_1mr,
     )
-    node_stats = jax.tree_util.tree_map(
-        lambda a, b: jnp.asarray(np.concatenate([a, b], axis=0)), leaf_np, part.inner_stats
-    )
+    del leaf_np, inner_np
+    node_stats = jax.tree_util.tree_map(jnp.asarray, node_np)
+    del node_np
     return result_from_nodes(
         component,
         alpha,
@@ -570,7 +595,7 @@ def rbhc(
     )
 
 
-def _build_on_dask(client, component, alpha, Xh, leaf_np, key, subset_size, leaf_size, balance, bar, task_size):
+def _build_on_dask(client, component, alpha, Xh, leaf_np, key, subset_size, leaf_size, balance, bar, task_size, inner):
     """`_build` with the sides of at most ``task_size`` points built on the workers of
     ``client``: each is submitted as soon as the recursion here reaches it, and placed into
     the tree (`_place`) as it comes back."""
@@ -598,7 +623,9 @@ def _build_on_dask(client, component, alpha, Xh, leaf_np, key, subset_size, leaf
         holes.append((hole, fut))
 
     try:
-        part = _build(component, alpha, Xh, leaf_np, key, subset_size, leaf_size, balance, bar, task_size, on_hole)
+        part = _build(
+            component, alpha, Xh, leaf_np, key, subset_size, leaf_size, balance, bar, task_size, on_hole, inner
+        )
         joins = [part.joins]
         for fut in as_completed([f for _, f in holes]):
             hole = holes[futures[fut.key]][0]
