@@ -15,32 +15,29 @@ module), the backend, x64, the static arguments and the tree, shapes and dtypes 
 arguments (the energy's static fields included). Only the built-in energies are kept (a
 user's `Energy` subclass may change without any of these changing). A module that cannot be
 read, written or deserialized is traced as usual: this cache only ever saves time, and the
-results are the traced program's (the same StableHLO, compiled the same way).
+results are the traced program's (the same StableHLO, compiled the same way). The machinery
+is `jaxhc._internal.exported`'s (BHC's programs use it too).
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
-import pathlib
-import tempfile
 from typing import Any, Callable, Optional
 
 import jax
-import numpy as np
+
+from .._internal import exported as _core
 
 __all__ = ["call", "program_folder"]
 
 #: subfolder of the compilation cache holding the serialized modules
-SUBFOLDER = "jaxhc-programs"
+SUBFOLDER = _core.SUBFOLDER
 _LOADED: dict = {}  # key -> the jitted call of a deserialized module (one per process)
-_SOURCE_HASH: list = []
-
 
 #: set (to anything but ``""`` or ``"0"``) to trace every time: the test suite does, since
 #: its tests patch the module-level settings that a traced program reads (e.g. the chunk
 #: shapes of `jaxhc.trellis.classes`), which no key here can see
-NO_EXPORT_ENV = "JAXHC_NO_EXPORTED_PROGRAMS"
+NO_EXPORT_ENV = _core.NO_EXPORT_ENV
 
 
 def program_folder() -> Optional[str]:
@@ -53,60 +50,10 @@ def program_folder() -> Optional[str]:
     return os.path.join(d, SUBFOLDER) if d else None
 
 
-def _source_hash() -> str:
-    if not _SOURCE_HASH:
-        h = hashlib.sha256()
-        root = pathlib.Path(__file__).resolve().parents[1]
-        for p in sorted([*(root / "trellis").glob("*.py"), *(root / "_internal").glob("*.py")]):
-            h.update(p.name.encode() + p.read_bytes())
-        _SOURCE_HASH.append(h.hexdigest())
-    return _SOURCE_HASH[0]
-
-
 def _built_in(args) -> bool:
     from .energies import Energy
 
     return all(type(a).__module__.startswith("jaxhc.") for a in args if isinstance(a, Energy))
-
-
-def _key(name: str, static: dict, flat: list, tdef) -> str:
-    import jaxlib
-
-    from .. import __version__
-
-    parts = [
-        name,
-        __version__,
-        jax.__version__,
-        jaxlib.__version__,
-        _source_hash(),
-        jax.default_backend(),
-        str(getattr(jax.config, "jax_enable_x64")),  # (a config attribute mypy cannot see)
-        repr(sorted(static.items())),
-        repr(tdef),
-        repr([(np.shape(x), str(getattr(x, "dtype", None) or np.result_type(x))) for x in flat]),
-    ]
-    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
-
-
-def _load_or_export(path: str, fn: Callable, static: dict, flat: list, tdef):
-    from jax import export
-
-    try:
-        with open(path, "rb") as f:
-            return export.deserialize(bytearray(f.read()))
-    except Exception:  # missing, unreadable, truncated or from an incompatible writer: trace
-        pass
-    exp = export.export(jax.jit(lambda *fl: fn(*jax.tree_util.tree_unflatten(tdef, fl), **static)))(*flat)
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
-            f.write(exp.serialize())
-        os.replace(tmp, path)  # atomic: a concurrent reader sees the old file or the whole new one
-    except Exception:  # a read-only folder, no flatbuffers, ...: the module serves this process
-        pass
-    return exp
 
 
 def call(name: str, fn: Callable, args: tuple, static: dict) -> Any:
@@ -114,12 +61,6 @@ def call(name: str, fn: Callable, args: tuple, static: dict) -> Any:
     serialized module of its program when a compilation cache folder is configured, the
     arguments are concrete and the energies built in; else ``fn`` called directly."""
     folder = program_folder()
-    flat, tdef = jax.tree_util.tree_flatten(args)
-    if folder is None or any(isinstance(x, jax.core.Tracer) for x in flat) or not _built_in(args):
+    if folder is None or not _built_in(args):
         return fn(*args, **static)
-    key = _key(name, static, flat, tdef)
-    run = _LOADED.get(key)
-    if run is None:
-        exp = _load_or_export(os.path.join(folder, key + ".jaxexport"), fn, static, flat, tdef)
-        run = _LOADED[key] = jax.jit(exp.call)
-    return run(*flat)
+    return _core.call_with(folder, _LOADED, _core.source_hash(("trellis", "_internal")), name, fn, args, static)

@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import gammaln
 
+from ..._internal import exported
 from ..._internal.validation import check_alpha, check_component
 from ...components import Component, GaussianStats
 from . import slots as slot_rows
@@ -390,6 +391,14 @@ def bhc_core(
     )
 
 
+def _bhc_core_positional(comp, log_alpha, leaf_stats, n_valid, leaf_log_h1, *, row_batch, points):
+    return bhc_core(comp, log_alpha, leaf_stats, n_valid, row_batch=row_batch, points=points, leaf_log_h1=leaf_log_h1)
+
+
+#: the subpackages whose code BHC's programs run (the key of their serialized modules)
+PROGRAM_SOURCES = ("inference/bhc", "components")
+
+
 @partial(jax.jit, static_argnames=("row_batch", "points"))
 def _rows_chunk(comp, log_alpha, leaf_stats, n_valid, rows, row_batch=1, points=False, leaf_lh=None):
     """Pair log-odds of ``rows`` against every slot, with each row's two best (`top2`) and
@@ -686,14 +695,14 @@ def bhc_from_stats(
             leaf_lh=leaf_lh,
         )
     else:
-        out = bhc_core(
-            comp,
-            log_alpha,
-            leaf_stats,
-            jnp.asarray(n, jnp.int32),
-            row_batch=_row_batch(leaf_stats, n_max, points),
-            points=points,
-            leaf_log_h1=leaf_lh,
+        # through a serialized module of the program when the compilation cache is on
+        # (`jaxhc._internal.exported`: a fresh process skips tracing and lowering it)
+        out = exported.call(
+            "bhc_core",
+            _bhc_core_positional,
+            (comp, log_alpha, leaf_stats, jnp.asarray(n, jnp.int32), leaf_lh),
+            dict(row_batch=_row_batch(leaf_stats, n_max, points), points=points),
+            sources=PROGRAM_SOURCES,
         )
     children, out_stats, log_h1, log_d, log_pT, log_r, log_1mr, leaf_log_h1 = out
     check_finite_scores(comp, leaf_stats, n, leaf_log_h1=np.asarray(leaf_log_h1)[:n])

@@ -18,11 +18,12 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from ..._internal import exported
 from ..._internal.buckets import bucket
 from ..._internal.validation import check_alpha, check_component
 from ...components import Component
 from . import terms
-from .greedy import BHCResult, bhc
+from .greedy import PROGRAM_SOURCES, BHCResult, bhc
 from .terms import pad_tree, padded_tree_terms
 
 __all__ = ["HyperoptResult", "learn_hyperparameters"]
@@ -203,19 +204,18 @@ def learn_hyperparameters(
     n = Xh.shape[0]
     N = bucket(n) if terms.PAD_TO_BUCKETS else n
 
+    mask_items = tuple(sorted(mask.items()))
+
     def m_step(u, node_stats, children):
         stats_p, children_p = pad_tree(node_stats, children, N)
-        return _m_step(
-            component,
-            u,
-            jax.tree_util.tree_map(jnp.asarray, stats_p),
-            jnp.asarray(children_p),
-            np.int32(n),
-            obj=obj,
-            opt=opt,
-            mask_items=tuple(sorted(mask.items())),
-            steps=int(steps),
-        )
+        args = (component, u, jax.tree_util.tree_map(jnp.asarray, stats_p), jnp.asarray(children_p), np.int32(n))
+        static = dict(obj=obj, opt=opt, mask_items=mask_items, steps=int(steps))
+        if opt is not _DEFAULT_OPT:  # a user's optimiser: no key can name it across processes
+            return _m_step(*args, **static)
+        # the default optimiser and a built-in objective: through a serialized module of the
+        # program when the compilation cache is on (`jaxhc._internal.exported`)
+        key = repr((objective, "adam(0.05)", mask_items, int(steps)))
+        return exported.call("m_step", _m_step, args, static, sources=PROGRAM_SOURCES, static_key=key)
 
     def e_step(u):
         comp, a = unpack(u)
