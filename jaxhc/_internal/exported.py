@@ -169,6 +169,11 @@ def call_with(
         np.asarray(x) if isinstance(x, (bool, int, float, complex)) or getattr(x, "weak_type", False) else x
         for x in flat
     ]
+    # every argument committed to one device: a call mixing host arrays and a program's
+    # outputs (committed) would compile the call a second time
+    committed = [x for x in flat if isinstance(x, jax.Array) and x.committed]
+    dev = next(iter(committed[0].devices())) if committed else jax.devices()[0]
+    flat = [x if isinstance(x, jax.Array) and x.committed else jax.device_put(x, dev) for x in flat]
     key = _key(name, repr(sorted(static.items())) if static_key is None else static_key, flat, tdef, sources)
     run = loaded.get(key)
     if run is None:
