@@ -21,10 +21,7 @@ is `jaxhc._internal.exported`'s (BHC's programs use it too).
 
 from __future__ import annotations
 
-import os
 from typing import Any, Callable, Optional
-
-import jax
 
 from .._internal import exported as _core
 
@@ -44,10 +41,7 @@ def program_folder() -> Optional[str]:
     """The folder of the serialized modules: ``jaxhc-programs`` in JAX's compilation cache
     folder, or None when no such folder is configured or ``$JAXHC_NO_EXPORTED_PROGRAMS`` is
     set (then `call` traces as usual)."""
-    if os.environ.get(NO_EXPORT_ENV, "").strip() not in ("", "0"):
-        return None
-    d = getattr(jax.config, "jax_compilation_cache_dir", None)
-    return os.path.join(d, SUBFOLDER) if d else None
+    return _core.program_folder()
 
 
 def _built_in(args) -> bool:
